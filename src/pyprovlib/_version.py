@@ -1,0 +1,3 @@
+"""The package version, read by the build backend and by ``pyprovlib.__version__``."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Controllers built on :mod:`pyprovlib.kube`: provisioning, attaching, resizing."""

@@ -1,0 +1,1 @@
+"""CSI over gRPC: generated bindings, connection handling, CSI-backed provisioner and attacher."""

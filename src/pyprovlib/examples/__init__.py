@@ -1,0 +1,1 @@
+"""Example backends built only on pyprovlib's public API, runnable with ``python -m``."""

@@ -1,0 +1,84 @@
+"""Small helpers over the JSON dicts of Kubernetes objects: keys, metadata, annotations,
+finalizers. They never convert to kubernetes-asyncio models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "Obj",
+    "annotations_of",
+    "finalizers_of",
+    "has_finalizer",
+    "labels_of",
+    "meta",
+    "meta_namespace_key",
+    "name_of",
+    "namespace_of",
+    "resource_version",
+    "split_key",
+    "uid_of",
+]
+
+Obj = dict[str, Any]
+"""A Kubernetes object as decoded from the wire's JSON."""
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("name") or "")
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("namespace") or "")
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("uid") or "")
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("resourceVersion") or "")
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    a = meta(obj).get("annotations")
+    return a if isinstance(a, Mapping) else {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    lab = meta(obj).get("labels")
+    return lab if isinstance(lab, Mapping) else {}
+
+
+def finalizers_of(obj: Mapping[str, Any]) -> list[str]:
+    f = meta(obj).get("finalizers")
+    return [x for x in f if isinstance(x, str)] if isinstance(f, list) else []
+
+
+def has_finalizer(obj: Mapping[str, Any], finalizer: str) -> bool:
+    return finalizer in finalizers_of(obj)
+
+
+def meta_namespace_key(obj: Mapping[str, Any]) -> str:
+    """client-go's ``MetaNamespaceKeyFunc``: ``namespace/name``, or ``name`` when cluster-scoped."""
+    ns, name = namespace_of(obj), name_of(obj)
+    if not name:
+        raise ValueError("object has no metadata.name; it cannot be keyed")
+    return f"{ns}/{name}" if ns else name
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """Inverse of :func:`meta_namespace_key`: ``(namespace, name)``, namespace '' when
+    cluster-scoped. Raises ``ValueError`` on a key with more than one ``/``."""
+    parts = key.split("/")
+    if len(parts) == 1:
+        return "", parts[0]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    raise ValueError(f"unexpected key format: {key!r}")

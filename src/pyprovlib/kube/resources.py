@@ -1,0 +1,153 @@
+"""The Kubernetes resources pyprovlib knows: group, version, kind, plural, scope.
+
+One table shared by the REST client, the informers and the in-memory API server, so a path
+is built the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CONFIGMAPS",
+    "CSIDRIVERS",
+    "CSINODES",
+    "EVENTS",
+    "EVENTS_V1",
+    "LEASES",
+    "NAMESPACES",
+    "NODES",
+    "PERSISTENT_VOLUMES",
+    "PERSISTENT_VOLUME_CLAIMS",
+    "PODS",
+    "RESOURCES",
+    "SECRETS",
+    "STORAGE_CLASSES",
+    "VOLUME_ATTACHMENTS",
+    "Resource",
+    "resource_for",
+]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A REST resource: enough to build its paths and recognise its objects."""
+
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = field(default=())
+    singular: str = ""
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` for the core group, ``group/version`` otherwise."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version_path(self) -> str:
+        """``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The URL path of the collection, an object, or an object's subresource.
+
+        ``namespace`` is required for a namespaced object and ignored (must be None) for a
+        cluster-scoped one; a collection of a namespaced resource without a namespace is the
+        all-namespaces collection.
+        """
+        if not self.namespaced and namespace:
+            raise ValueError(f"{self.plural} is cluster-scoped; no namespace may be given")
+        if self.namespaced and name is not None and not namespace:
+            raise ValueError(f"{self.plural} is namespaced; a namespace is needed for {name!r}")
+        parts = [self.group_version_path]
+        if namespace:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+PERSISTENT_VOLUMES = Resource(
+    "",
+    "v1",
+    "PersistentVolume",
+    "persistentvolumes",
+    False,
+    ("pv",),
+    ("status",),
+    "persistentvolume",
+)
+PERSISTENT_VOLUME_CLAIMS = Resource(
+    "",
+    "v1",
+    "PersistentVolumeClaim",
+    "persistentvolumeclaims",
+    True,
+    ("pvc",),
+    ("status",),
+    "persistentvolumeclaim",
+)
+NODES = Resource("", "v1", "Node", "nodes", False, ("no",), ("status",), "node")
+NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False, ("ns",), ("status",), "namespace")
+PODS = Resource("", "v1", "Pod", "pods", True, ("po",), ("status",), "pod")
+SECRETS = Resource("", "v1", "Secret", "secrets", True, (), (), "secret")
+CONFIGMAPS = Resource("", "v1", "ConfigMap", "configmaps", True, ("cm",), (), "configmap")
+EVENTS = Resource("", "v1", "Event", "events", True, ("ev",), (), "event")
+STORAGE_CLASSES = Resource(
+    "storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), (), "storageclass"
+)
+VOLUME_ATTACHMENTS = Resource(
+    "storage.k8s.io",
+    "v1",
+    "VolumeAttachment",
+    "volumeattachments",
+    False,
+    (),
+    ("status",),
+    "volumeattachment",
+)
+CSINODES = Resource("storage.k8s.io", "v1", "CSINode", "csinodes", False, (), (), "csinode")
+CSIDRIVERS = Resource("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), (), "csidriver")
+LEASES = Resource("coordination.k8s.io", "v1", "Lease", "leases", True, (), (), "lease")
+EVENTS_V1 = Resource("events.k8s.io", "v1", "Event", "events", True, ("ev",), (), "event")
+
+RESOURCES: tuple[Resource, ...] = (
+    PERSISTENT_VOLUMES,
+    PERSISTENT_VOLUME_CLAIMS,
+    NODES,
+    NAMESPACES,
+    PODS,
+    SECRETS,
+    CONFIGMAPS,
+    EVENTS,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+    CSINODES,
+    CSIDRIVERS,
+    LEASES,
+    EVENTS_V1,
+)
+
+
+def resource_for(api_version: str, kind_or_plural: str) -> Resource:
+    """Look a known resource up by apiVersion and kind (or plural).
+
+    Raises ``LookupError`` naming what was asked for when pyprovlib does not know it.
+    """
+    for r in RESOURCES:
+        if r.api_version == api_version and kind_or_plural in (r.kind, r.plural):
+            return r
+    raise LookupError(f"unknown resource {kind_or_plural!r} in {api_version!r}")

@@ -1,0 +1,1 @@
+"""Process concerns shared by every entry point: flags, logging, HTTP endpoints, signals."""
