@@ -22,6 +22,7 @@ _HAVE_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
+
     from pyprovlib.testing.cluster import TestCluster
     from pyprovlib.testing.server import ApiServer
 

@@ -1,0 +1,28 @@
+"""Test controllers without a cluster: an in-memory Kubernetes API server speaking the real REST +
+watch protocol, a PV binder playing kube-controller-manager, fault injection, and pytest fixtures.
+
+The Python counterpart of client-go's fake clientset and envtest::
+
+    from pyprovlib.testing import ApiServer
+
+    async with ApiServer(binder=True) as server:
+        async with server.api_client() as client:   # a real kubernetes-asyncio ApiClient
+            ...
+
+``python -m pyprovlib.testing --port 8080 --kubeconfig /tmp/kubeconfig`` serves it for kubectl.
+"""
+
+from pyprovlib.testing.binder import PVBinder, set_selected_node
+from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.faults import Faults, Requests
+from pyprovlib.testing.server import ApiServer, StorageView
+
+__all__ = [
+    "ApiServer",
+    "Faults",
+    "PVBinder",
+    "Requests",
+    "StorageView",
+    "TestCluster",
+    "set_selected_node",
+]

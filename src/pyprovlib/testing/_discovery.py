@@ -1,0 +1,500 @@
+"""What clients discover before they talk to resources: /version, /api, /apis, the
+APIResourceLists, a minimal OpenAPI v3 (enough for kubectl's server-side field validation
+check), and the meta.k8s.io/v1 Table rendering that ``kubectl get`` asks for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+from pyprovlib.kube import resources as R
+from pyprovlib.kube.resources import RESOURCES, Resource
+
+__all__ = [
+    "api_group",
+    "api_group_list",
+    "api_versions",
+    "openapi_v3_document",
+    "openapi_v3_root",
+    "resource_list",
+    "to_table",
+    "version_info",
+]
+
+Obj = dict[str, Any]
+
+KUBE_VERSION = ("1", "34")
+_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+def version_info() -> Obj:
+    """The /version body."""
+    major, minor = KUBE_VERSION
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": f"v{major}.{minor}.0",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
+
+def api_versions(server_address: str) -> Obj:
+    """The /api body."""
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
+    }
+
+
+def _groups() -> list[str]:
+    out: list[str] = []
+    for r in RESOURCES:
+        if r.group and r.group not in out:
+            out.append(r.group)
+    return out
+
+
+def api_group(group: str) -> Obj | None:
+    """The /apis/<group> body, or None for an unknown group."""
+    if group not in _groups():
+        return None
+    gv = {"groupVersion": f"{group}/v1", "version": "v1"}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": [gv],
+        "preferredVersion": gv,
+    }
+
+
+def api_group_list() -> Obj:
+    """The /apis body."""
+    groups = [api_group(g) for g in _groups()]
+    for g in groups:
+        assert g is not None
+        g.pop("kind")
+        g.pop("apiVersion")
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def resource_list(group_version: str) -> Obj | None:
+    """The APIResourceList of /api/v1 or /apis/<group>/<version>, or None when unknown."""
+    members = [r for r in RESOURCES if r.api_version == group_version]
+    if not members:
+        return None
+    out: list[Obj] = []
+    for r in members:
+        verbs = list(_VERBS)
+        if r is R.NAMESPACES:
+            verbs.remove("deletecollection")
+        entry: Obj = {
+            "name": r.plural,
+            "singularName": r.singular or r.kind.lower(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": verbs,
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r is R.PODS:
+            entry["categories"] = ["all"]
+        entry["storageVersionHash"] = hashlib.sha256(r.plural.encode()).hexdigest()[:12]
+        out.append(entry)
+        for sub in r.subresources:
+            out.append(
+                {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": out,
+    }
+
+
+# --- OpenAPI v3 -----------------------------------------------------------------------------
+
+
+def _gv_path(group_version: str) -> str:
+    return "api/v1" if group_version == "v1" else f"apis/{group_version}"
+
+
+def openapi_v3_document(gv_path: str) -> Obj | None:
+    """A minimal OpenAPI v3 document for one group-version: every object path with its
+    operations, each tagged with ``x-kubernetes-group-version-kind`` and accepting
+    ``fieldValidation`` (which is what kubectl checks to rely on server-side validation)."""
+    members = [r for r in RESOURCES if _gv_path(r.api_version) == gv_path]
+    if not members:
+        return None
+    paths: Obj = {}
+    schemas: Obj = {}
+    for r in members:
+        gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+        schema_name = f"io.k8s.api.{(r.group or 'core').split('.')[0]}.{r.version}.{r.kind}"
+        schemas[schema_name] = {
+            "type": "object",
+            "description": f"{r.kind} of {r.api_version}",
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "metadata": {"type": "object"},
+            },
+            "x-kubernetes-group-version-kind": [gvk],
+        }
+        ref = {"$ref": f"#/components/schemas/{schema_name}"}
+        params = [
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            {
+                "name": "fieldManager",
+                "in": "query",
+                "schema": {"type": "string", "uniqueItems": True},
+            },
+            {
+                "name": "fieldValidation",
+                "in": "query",
+                "schema": {"type": "string", "uniqueItems": True},
+            },
+        ]
+
+        def op(action: str, gvk: Obj = gvk, params: list[Obj] = params, ref: Obj = ref) -> Obj:
+            return {
+                "operationId": f"{action}{gvk['kind']}",
+                "parameters": list(params) if action in ("post", "put", "patch") else [],
+                "responses": {
+                    "200": {"description": "OK", "content": {"application/json": {"schema": ref}}}
+                },
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+            }
+
+        base = "/" + gv_path
+        collection = (
+            f"{base}/namespaces/{{namespace}}/{r.plural}" if r.namespaced else f"{base}/{r.plural}"
+        )
+        paths[collection] = {
+            "get": op("list"),
+            "post": op("post"),
+            "delete": op("deletecollection"),
+        }
+        paths[f"{collection}/{{name}}"] = {
+            "get": op("get"),
+            "put": op("put"),
+            "patch": op("patch"),
+            "delete": op("delete"),
+        }
+        for sub in r.subresources:
+            paths[f"{collection}/{{name}}/{sub}"] = {
+                "get": op("get"),
+                "put": op("put"),
+                "patch": op("patch"),
+            }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v" + ".".join(KUBE_VERSION)},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
+
+
+def openapi_v3_root() -> Obj:
+    """The /openapi/v3 index: one entry per group-version with a content hash."""
+    out: Obj = {}
+    for gv in sorted({_gv_path(r.api_version) for r in RESOURCES}):
+        doc = openapi_v3_document(gv)
+        digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32].upper()
+        out[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={digest}"}
+    return {"paths": out}
+
+
+# --- Table ----------------------------------------------------------------------------------
+
+
+def human_duration(seconds: float) -> str:
+    """kubectl's HumanDuration: 45s, 5m10s, 3h20m, 4d, 2y10d."""
+    s = int(seconds)
+    if s < 0:
+        return "<invalid>"
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = m // 60
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    if h < 24 * 8:
+        return f"{h // 24}d{h % 24}h" if h % 24 else f"{h // 24}d"
+    if h < 24 * 365 * 2:
+        return f"{h // 24}d"
+    y = h // (24 * 365)
+    return f"{y}y{(h % (24 * 365)) // 24}d" if y < 8 else f"{y}y"
+
+
+def _age(obj: Obj, now: datetime) -> str:
+    ts = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not ts:
+        return "<unknown>"
+    try:
+        created = datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
+    except ValueError:
+        return "<unknown>"
+    return human_duration((now - created).total_seconds())
+
+
+_MODES = {
+    "ReadWriteOnce": "RWO",
+    "ReadOnlyMany": "ROX",
+    "ReadWriteMany": "RWX",
+    "ReadWriteOncePod": "RWOP",
+}
+
+
+def _modes(modes: Any) -> str:
+    return ",".join(_MODES.get(m, m) for m in modes or [])
+
+
+def _col(
+    name: str, description: str = "", priority: int = 0, fmt: str = "", typ: str = "string"
+) -> Obj:
+    return {
+        "name": name,
+        "type": typ,
+        "format": fmt,
+        "description": description,
+        "priority": priority,
+    }
+
+
+def _columns(resource: Resource) -> list[Obj]:
+    name = _col("Name", "Name must be unique within a namespace.", fmt="name")
+    age = _col(
+        "Age",
+        "CreationTimestamp is a timestamp representing the server time when this "
+        "object was created.",
+    )
+    if resource is R.PERSISTENT_VOLUMES:
+        return [
+            name,
+            _col("Capacity"),
+            _col("Access Modes"),
+            _col("Reclaim Policy"),
+            _col("Status"),
+            _col("Claim"),
+            _col("StorageClass"),
+            _col("VolumeAttributesClass"),
+            _col("Reason"),
+            age,
+            _col("VolumeMode", priority=1),
+        ]
+    if resource is R.PERSISTENT_VOLUME_CLAIMS:
+        return [
+            name,
+            _col("Status"),
+            _col("Volume"),
+            _col("Capacity"),
+            _col("Access Modes"),
+            _col("StorageClass"),
+            _col("VolumeAttributesClass"),
+            age,
+            _col("VolumeMode", priority=1),
+        ]
+    if resource is R.STORAGE_CLASSES:
+        return [
+            name,
+            _col("Provisioner"),
+            _col("ReclaimPolicy"),
+            _col("VolumeBindingMode"),
+            _col("AllowVolumeExpansion"),
+            age,
+        ]
+    if resource is R.NAMESPACES:
+        return [name, _col("Status"), age]
+    if resource is R.NODES:
+        return [name, _col("Status"), _col("Roles"), age, _col("Version")]
+    if resource is R.PODS:
+        return [
+            name,
+            _col("Ready"),
+            _col("Status"),
+            _col("Restarts", typ="string"),
+            age,
+            _col("IP", priority=1),
+            _col("Node", priority=1),
+        ]
+    if resource is R.VOLUME_ATTACHMENTS:
+        return [name, _col("Attacher"), _col("PV"), _col("Node"), _col("Attached"), age]
+    if resource is R.SECRETS:
+        return [name, _col("Type"), _col("Data", typ="integer"), age]
+    if resource is R.CONFIGMAPS:
+        return [name, _col("Data", typ="integer"), age]
+    if resource is R.LEASES:
+        return [name, _col("Holder"), age]
+    if resource is R.CSINODES:
+        return [name, _col("Drivers", typ="integer"), age]
+    return [name, age]
+
+
+def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    name = meta.get("name", "")
+    age = _age(obj, now)
+    if resource is R.PERSISTENT_VOLUMES:
+        ref = spec.get("claimRef") or {}
+        claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
+        phase = status.get("phase", "")
+        if meta.get("deletionTimestamp"):
+            phase = "Terminating"
+        return [
+            name,
+            (spec.get("capacity") or {}).get("storage", ""),
+            _modes(spec.get("accessModes")),
+            spec.get("persistentVolumeReclaimPolicy", ""),
+            phase,
+            claim,
+            spec.get("storageClassName", ""),
+            spec.get("volumeAttributesClassName") or "<unset>",
+            status.get("reason", ""),
+            age,
+            spec.get("volumeMode", ""),
+        ]
+    if resource is R.PERSISTENT_VOLUME_CLAIMS:
+        phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+        return [
+            name,
+            phase,
+            spec.get("volumeName", ""),
+            (status.get("capacity") or {}).get("storage", ""),
+            _modes(status.get("accessModes")),
+            spec.get("storageClassName") or "",
+            spec.get("volumeAttributesClassName") or "<unset>",
+            age,
+            spec.get("volumeMode", ""),
+        ]
+    if resource is R.STORAGE_CLASSES:
+        annotations = meta.get("annotations") or {}
+        shown = name
+        if "true" in (
+            annotations.get("storageclass.kubernetes.io/is-default-class"),
+            annotations.get("storageclass.beta.kubernetes.io/is-default-class"),
+        ):
+            shown = f"{name} (default)"
+        return [
+            shown,
+            obj.get("provisioner", ""),
+            obj.get("reclaimPolicy", ""),
+            obj.get("volumeBindingMode", ""),
+            bool(obj.get("allowVolumeExpansion", False)),
+            age,
+        ]
+    if resource is R.NAMESPACES:
+        return [name, status.get("phase", ""), age]
+    if resource is R.NODES:
+        ready = "Unknown"
+        for c in status.get("conditions") or []:
+            if c.get("type") == "Ready":
+                ready = "Ready" if c.get("status") == "True" else "NotReady"
+        if spec.get("unschedulable"):
+            ready += ",SchedulingDisabled"
+        roles = sorted(
+            k.split("/", 1)[1]
+            for k in meta.get("labels") or {}
+            if k.startswith("node-role.kubernetes.io/")
+        )
+        version = (status.get("nodeInfo") or {}).get("kubeletVersion", "")
+        return [name, ready, ",".join(roles) or "<none>", age, version]
+    if resource is R.PODS:
+        statuses = status.get("containerStatuses") or []
+        ready_count = sum(1 for c in statuses if c.get("ready"))
+        total = len(spec.get("containers") or [])
+        restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+        phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+        return [
+            name,
+            f"{ready_count}/{total}",
+            phase,
+            str(restarts),
+            age,
+            status.get("podIP") or "<none>",
+            spec.get("nodeName") or "<none>",
+        ]
+    if resource is R.VOLUME_ATTACHMENTS:
+        return [
+            name,
+            spec.get("attacher", ""),
+            (spec.get("source") or {}).get("persistentVolumeName", ""),
+            spec.get("nodeName", ""),
+            bool(status.get("attached", False)),
+            age,
+        ]
+    if resource is R.SECRETS:
+        return [
+            name,
+            obj.get("type", ""),
+            len(obj.get("data") or {}) + len(obj.get("stringData") or {}),
+            age,
+        ]
+    if resource is R.CONFIGMAPS:
+        return [name, len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), age]
+    if resource is R.LEASES:
+        return [name, spec.get("holderIdentity") or "", age]
+    if resource is R.CSINODES:
+        return [name, len(spec.get("drivers") or []), age]
+    return [name, age]
+
+
+def table_row(resource: Resource, obj: Obj, now: datetime, include: str) -> Obj:
+    """One Table row; ``include`` is the includeObject policy (None, Metadata, Object)."""
+    row: Obj = {"cells": _cells(resource, obj, now)}
+    if include == "Object":
+        row["object"] = obj
+    elif include != "None":
+        row["object"] = {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj.get("metadata") or {},
+        }
+    return row
+
+
+def to_table(
+    resource: Resource,
+    items: list[Obj],
+    now: datetime,
+    include: str,
+    list_meta: Obj,
+    *,
+    with_columns: bool = True,
+) -> Obj:
+    """A meta.k8s.io/v1 Table of ``items`` (column definitions omitted for watch events
+    after the first, as the real server does when asked)."""
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": _columns(resource) if with_columns else [],
+        "rows": [table_row(resource, o, now, include) for o in items],
+    }

@@ -1,0 +1,463 @@
+"""Defaulting, validation and immutability rules of kube-apiserver for the resources it serves.
+
+Only what storage controllers and kubectl observe: the defaults they read back, the required
+fields whose absence a real cluster answers with 422 Invalid, and the fields a real cluster
+refuses to change.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pyprovlib.kube import resources as R
+from pyprovlib.kube.resources import Resource
+from pyprovlib.testing._status import ApiError, bad_request
+
+__all__ = [
+    "Cause",
+    "default_on_create",
+    "type_check",
+    "validate_create",
+    "validate_name",
+    "validate_update",
+]
+
+Cause = tuple[str, str, str]  # reason, message, field
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_LABEL_MSG = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+_BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+_PV_SOURCES = (
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "hostPath",
+    "glusterfs",
+    "nfs",
+    "rbd",
+    "iscsi",
+    "cinder",
+    "cephfs",
+    "fc",
+    "flocker",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
+)
+
+
+def _required(field: str, detail: str = "") -> Cause:
+    return ("FieldValueRequired", "Required value" + (f": {detail}" if detail else ""), field)
+
+
+def _invalid_value(field: str, value: Any, detail: str) -> Cause:
+    shown = f'"{value}"' if isinstance(value, str) else str(value)
+    return ("FieldValueInvalid", f"Invalid value: {shown}: {detail}", field)
+
+
+def _forbidden(field: str, detail: str) -> Cause:
+    return ("FieldValueForbidden", f"Forbidden: {detail}", field)
+
+
+def _unsupported(field: str, value: Any, allowed: list[str]) -> Cause:
+    options = ", ".join(f'"{a}"' for a in allowed)
+    return (
+        "FieldValueNotSupported",
+        f'Unsupported value: "{value}": supported values: {options}',
+        field,
+    )
+
+
+def validate_name(resource: Resource, name: str) -> list[Cause]:
+    """DNS-1123 label for namespaces, DNS-1123 subdomain for everything else."""
+    if resource is R.NAMESPACES:
+        if len(name) > 63 or not _LABEL.match(name):
+            return [_invalid_value("metadata.name", name, _LABEL_MSG)]
+        return []
+    if len(name) > 253 or not _SUBDOMAIN.match(name):
+        return [_invalid_value("metadata.name", name, _SUBDOMAIN_MSG)]
+    return []
+
+
+def _meta_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
+    meta = obj.get("metadata") or {}
+    causes: list[Cause] = []
+    name = meta.get("name") or ""
+    if not name:
+        causes.append(_required("metadata.name", "name or generateName is required"))
+    else:
+        causes.extend(validate_name(resource, name))
+    return causes
+
+
+# JSON types of the fields the server reads, as the Go structs declare them: a value of another
+# type fails decoding with 400 BadRequest before validation runs.
+_META_TYPES: dict[str, str] = {
+    "name": "string",
+    "generateName": "string",
+    "namespace": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+    "labels": "map[string]string",
+    "annotations": "map[string]string",
+    "finalizers": "[]string",
+    "ownerReferences": "[]object",
+    "generation": "int64",
+    "creationTimestamp": "string",
+    "deletionTimestamp": "string",
+}
+_FIELD_TYPES: dict[Resource, dict[str, str]] = {
+    R.PERSISTENT_VOLUME_CLAIMS: {
+        "spec": "object",
+        "spec.accessModes": "[]string",
+        "spec.resources": "object",
+        "spec.resources.requests": "map[string]quantity",
+        "spec.storageClassName": "string",
+        "spec.volumeName": "string",
+        "spec.volumeMode": "string",
+        "spec.selector": "object",
+        "status": "object",
+        "status.phase": "string",
+    },
+    R.PERSISTENT_VOLUMES: {
+        "spec": "object",
+        "spec.capacity": "map[string]quantity",
+        "spec.accessModes": "[]string",
+        "spec.claimRef": "object",
+        "spec.persistentVolumeReclaimPolicy": "string",
+        "spec.storageClassName": "string",
+        "spec.volumeMode": "string",
+        "spec.mountOptions": "[]string",
+        "spec.nodeAffinity": "object",
+        "status": "object",
+        "status.phase": "string",
+        **{f"spec.{src}": "object" for src in _PV_SOURCES},
+    },
+    R.STORAGE_CLASSES: {
+        "provisioner": "string",
+        "parameters": "map[string]string",
+        "reclaimPolicy": "string",
+        "volumeBindingMode": "string",
+        "allowVolumeExpansion": "bool",
+        "mountOptions": "[]string",
+        "allowedTopologies": "[]object",
+    },
+    R.VOLUME_ATTACHMENTS: {
+        "spec": "object",
+        "spec.attacher": "string",
+        "spec.nodeName": "string",
+        "spec.source": "object",
+        "spec.source.persistentVolumeName": "string",
+        "status": "object",
+        "status.attached": "bool",
+        "status.attachmentMetadata": "map[string]string",
+    },
+    R.LEASES: {
+        "spec": "object",
+        "spec.holderIdentity": "string",
+        "spec.leaseDurationSeconds": "int32",
+        "spec.acquireTime": "string",
+        "spec.renewTime": "string",
+        "spec.leaseTransitions": "int32",
+    },
+    R.CONFIGMAPS: {"data": "map[string]string", "binaryData": "map[string]string"},
+    R.SECRETS: {"data": "map[string]string", "stringData": "map[string]string", "type": "string"},
+    R.NAMESPACES: {"spec": "object", "status": "object"},
+    R.NODES: {"spec": "object", "status": "object", "spec.unschedulable": "bool"},
+    R.PODS: {
+        "spec": "object",
+        "status": "object",
+        "spec.nodeName": "string",
+        "spec.containers": "[]object",
+        "spec.volumes": "[]object",
+    },
+    R.CSINODES: {"spec": "object", "spec.drivers": "[]object"},
+    R.CSIDRIVERS: {"spec": "object"},
+    R.EVENTS: {
+        "involvedObject": "object",
+        "reason": "string",
+        "message": "string",
+        "type": "string",
+        "count": "int32",
+    },
+    R.EVENTS_V1: {"regarding": "object", "reason": "string", "note": "string", "type": "string"},
+}
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _type_ok(value: Any, want: str) -> bool:
+    if want == "string":
+        return isinstance(value, str)
+    if want in ("int32", "int64"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if want == "bool":
+        return isinstance(value, bool)
+    if want == "object":
+        return isinstance(value, dict)
+    if want == "map[string]string":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    if want == "map[string]quantity":
+        # resource.Quantity decodes from a JSON string or number
+        return isinstance(value, dict) and all(
+            isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value.values()
+        )
+    if want == "[]string":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if want == "[]object":
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    return True
+
+
+def type_check(resource: Resource, obj: dict[str, Any]) -> None:
+    """Reject JSON of the wrong type the way the server's decoder does (400 BadRequest)."""
+
+    def fail(path: str, value: Any, want: str) -> ApiError:
+        return bad_request(
+            f'{resource.kind} in version "{resource.version}" cannot be handled as a '
+            f"{resource.kind}: json: cannot unmarshal {_json_type(value)} into Go struct field "
+            f"{resource.kind}.{path} of type {want}"
+        )
+
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise fail("metadata", meta, "v1.ObjectMeta")
+    for key, want in _META_TYPES.items():
+        value = (meta or {}).get(key)
+        if value is not None and not _type_ok(value, want):
+            raise fail(f"metadata.{key}", value, want)
+    for path, want in _FIELD_TYPES.get(resource, {}).items():
+        cur: Any = obj
+        for part in path.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur is not None and not _type_ok(cur, want):
+            raise fail(path, cur, want)
+
+
+def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
+    """Defaults and status resets the real registries apply when an object is created."""
+    spec = obj.get("spec")
+    if resource is R.PERSISTENT_VOLUME_CLAIMS:
+        if isinstance(spec, dict):
+            spec.setdefault("volumeMode", "Filesystem")
+        obj["status"] = {"phase": "Pending"}
+    elif resource is R.PERSISTENT_VOLUMES:
+        if isinstance(spec, dict):
+            spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+            spec.setdefault("volumeMode", "Filesystem")
+        obj["status"] = {"phase": "Pending"}
+    elif resource is R.STORAGE_CLASSES:
+        obj.setdefault("reclaimPolicy", "Delete")
+        obj.setdefault("volumeBindingMode", "Immediate")
+    elif resource is R.NAMESPACES:
+        meta = obj.setdefault("metadata", {})
+        labels = meta.get("labels") or {}
+        labels["kubernetes.io/metadata.name"] = meta.get("name", "")
+        meta["labels"] = labels
+        obj["spec"] = {"finalizers": ["kubernetes"]}
+        obj["status"] = {"phase": "Active"}
+    elif resource is R.PODS:
+        if isinstance(spec, dict):
+            spec.setdefault("restartPolicy", "Always")
+            spec.setdefault("dnsPolicy", "ClusterFirst")
+            spec.setdefault("schedulerName", "default-scheduler")
+            spec.setdefault("terminationGracePeriodSeconds", 30)
+            spec.setdefault("securityContext", {})
+        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    elif resource is R.SECRETS:
+        obj.setdefault("type", "Opaque")
+    elif resource is R.VOLUME_ATTACHMENTS:
+        obj["status"] = {"attached": False}
+    elif resource is R.CSIDRIVERS and isinstance(spec, dict):
+        spec.setdefault("attachRequired", True)
+        spec.setdefault("podInfoOnMount", False)
+        spec.setdefault("requiresRepublish", False)
+        spec.setdefault("storageCapacity", False)
+        spec.setdefault("seLinuxMount", False)
+        spec.setdefault("fsGroupPolicy", "ReadWriteOnceWithFSType")
+        spec.setdefault("volumeLifecycleModes", ["Persistent"])
+    elif resource is R.NODES:
+        obj.setdefault("spec", {})
+        obj.setdefault("status", {})
+
+
+def _has_storage_request(spec: dict[str, Any]) -> bool:
+    requests = (spec.get("resources") or {}).get("requests") or {}
+    return isinstance(requests, dict) and bool(requests.get("storage"))
+
+
+def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    if resource is R.PERSISTENT_VOLUME_CLAIMS:
+        if not spec.get("accessModes"):
+            causes.append(_required("spec.accessModes", "at least 1 access mode is required"))
+        if not _has_storage_request(spec):
+            causes.append(_required("spec.resources[storage]"))
+        mode = spec.get("volumeMode")
+        if mode not in (None, "Filesystem", "Block"):
+            causes.append(_unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))
+    elif resource is R.PERSISTENT_VOLUMES:
+        capacity = spec.get("capacity") or {}
+        if not capacity:
+            causes.append(_required("spec.capacity"))
+        elif "storage" not in capacity:
+            causes.append(_unsupported("spec.capacity", ",".join(capacity), ["storage"]))
+        if not spec.get("accessModes"):
+            causes.append(_required("spec.accessModes"))
+        sources = [s for s in _PV_SOURCES if spec.get(s) is not None]
+        if not sources:
+            causes.append(_required("spec", "must specify a volume type"))
+        elif len(sources) > 1:
+            causes.append(
+                _forbidden("spec." + sources[1], "may not specify more than 1 volume type")
+            )
+        policy = spec.get("persistentVolumeReclaimPolicy")
+        if policy not in (None, "Retain", "Delete", "Recycle"):
+            causes.append(
+                _unsupported(
+                    "spec.persistentVolumeReclaimPolicy", policy, ["Delete", "Recycle", "Retain"]
+                )
+            )
+    elif resource is R.STORAGE_CLASSES:
+        if not obj.get("provisioner"):
+            causes.append(_required("provisioner"))
+        policy = obj.get("reclaimPolicy")
+        if policy not in (None, "Retain", "Delete"):
+            causes.append(_unsupported("reclaimPolicy", policy, ["Delete", "Retain"]))
+        mode = obj.get("volumeBindingMode")
+        if mode not in (None, "Immediate", "WaitForFirstConsumer"):
+            causes.append(
+                _unsupported("volumeBindingMode", mode, ["Immediate", "WaitForFirstConsumer"])
+            )
+    elif resource is R.VOLUME_ATTACHMENTS:
+        if not spec.get("attacher"):
+            causes.append(_required("spec.attacher"))
+        if not spec.get("nodeName"):
+            causes.append(_required("spec.nodeName"))
+        source = spec.get("source") or {}
+        count = sum(1 for k in ("persistentVolumeName", "inlineVolumeSpec") if source.get(k))
+        if count != 1:
+            causes.append(
+                _required(
+                    "spec.source",
+                    "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
+                )
+            )
+    elif resource is R.LEASES:
+        duration = spec.get("leaseDurationSeconds")
+        if duration is not None and duration <= 0:
+            causes.append(
+                _invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0")
+            )
+        transitions = spec.get("leaseTransitions")
+        if transitions is not None and transitions < 0:
+            causes.append(
+                _invalid_value(
+                    "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
+                )
+            )
+    elif resource is R.PODS and not spec.get("containers"):
+        causes.append(_required("spec.containers"))
+    elif resource is R.CSINODES and not isinstance(spec.get("drivers"), list):
+        causes.append(_required("spec.drivers"))
+    return causes
+
+
+def validate_create(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
+    """What a real cluster's create validation would reject, as Status causes."""
+    return _meta_causes(resource, obj) + _spec_causes(resource, obj)
+
+
+def validate_update(resource: Resource, old: dict[str, Any], new: dict[str, Any]) -> list[Cause]:
+    """Create-time rules plus the immutability rules of update."""
+    causes = _meta_causes(resource, new) + _spec_causes(resource, new)
+    old_spec = old.get("spec") or {}
+    new_spec = new.get("spec") or {}
+    if resource is R.PERSISTENT_VOLUME_CLAIMS:
+        a = _pvc_comparable(old_spec, old, new_spec)
+        b = _pvc_comparable(new_spec, old, old_spec)
+        if a != b:
+            causes.append(
+                _forbidden(
+                    "spec",
+                    "spec is immutable after creation except resources.requests and "
+                    "volumeAttributesClassName for bound claims",
+                )
+            )
+    elif resource is R.PERSISTENT_VOLUMES:
+        for s in _PV_SOURCES:
+            if old_spec.get(s) != new_spec.get(s):
+                causes.append(
+                    _forbidden(
+                        "spec.persistentvolumesource",
+                        "spec.persistentvolumesource is immutable after creation",
+                    )
+                )
+                break
+    elif resource is R.STORAGE_CLASSES:
+        for field in ("parameters", "provisioner", "reclaimPolicy"):
+            if old.get(field) != new.get(field):
+                causes.append(_forbidden(field, f"updates to {field} are forbidden."))
+        if old.get("volumeBindingMode") != new.get("volumeBindingMode"):
+            causes.append(
+                _invalid_value(
+                    "volumeBindingMode", new.get("volumeBindingMode"), "field is immutable"
+                )
+            )
+    elif resource is R.VOLUME_ATTACHMENTS and old_spec != new_spec:
+        causes.append(_invalid_value("spec", "...", "field is immutable"))
+    return causes
+
+
+def _pvc_comparable(
+    spec: dict[str, Any], old: dict[str, Any], other: dict[str, Any]
+) -> dict[str, Any]:
+    """The part of a claim's spec that may not change on update."""
+    out = {k: v for k, v in spec.items() if k not in ("volumeAttributesClassName", "resources")}
+    resources = dict(spec.get("resources") or {})
+    if (old.get("status") or {}).get("phase") == "Bound":
+        # a bound claim may be resized
+        resources.pop("requests", None)
+    out["resources"] = resources
+    if not other.get("volumeName") or not spec.get("volumeName"):
+        # binding sets volumeName once
+        out.pop("volumeName", None)
+    old_spec = old.get("spec") or {}
+    beta = ((old.get("metadata") or {}).get("annotations") or {}).get(_BETA_CLASS_ANNOTATION)
+    if old_spec.get("storageClassName") is None:
+        new_class = spec.get("storageClassName") or other.get("storageClassName")
+        if new_class and (beta is None or beta == new_class):
+            # a retroactive default StorageClass may be set on a claim that had none
+            out.pop("storageClassName", None)
+    return out

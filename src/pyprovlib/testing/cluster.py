@@ -1,0 +1,298 @@
+"""One harness for end-to-end tests that run in memory by default and against a real cluster
+when ``PYPROVLIB_E2E_KUBECONFIG`` names a kubeconfig.
+
+``TestCluster.from_environment()`` is an async context manager yielding a kubernetes-asyncio
+``ApiClient``, a fresh namespace, and helpers that behave the same in both places. Steps that
+need in-memory-only control (fault injection, restarts) call :meth:`TestCluster.require_in_memory`
+and are skipped on a real cluster.
+
+Scheduling: on a real cluster the scheduler sets ``volume.kubernetes.io/selected-node`` on a
+``WaitForFirstConsumer`` claim once a pod using it is created, so tests should call
+:meth:`TestCluster.create_consumer_pod` rather than annotate claims themselves; in memory that
+method plays the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+import structlog
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import load_kube_config
+
+from pyprovlib.kube.errors import is_already_exists, is_not_found
+from pyprovlib.kube.objects import Obj, annotations_of, name_of
+from pyprovlib.kube.resources import (
+    NAMESPACES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PODS,
+    STORAGE_CLASSES,
+    Resource,
+)
+from pyprovlib.testing.binder import ANN_SELECTED_NODE, _Http, claim_class, set_selected_node
+
+if TYPE_CHECKING:
+    from pyprovlib.testing.server import ApiServer
+
+__all__ = ["DEFAULT_POD_IMAGE", "ENV_KUBECONFIG", "ENV_POD_IMAGE", "TestCluster"]
+
+log = structlog.get_logger(__name__)
+
+ENV_KUBECONFIG = "PYPROVLIB_E2E_KUBECONFIG"
+"""Names the kubeconfig of a real cluster to run end-to-end tests against."""
+ENV_POD_IMAGE = "PYPROVLIB_E2E_POD_IMAGE"
+"""Overrides the image of the pods :meth:`TestCluster.create_consumer_pod` creates."""
+DEFAULT_POD_IMAGE = "registry.k8s.io/pause:3.10"
+"""A tiny image that does nothing, forever."""
+
+_IN_MEMORY_NODE = "pyprovlib-node-1"
+
+T = TypeVar("T")
+
+
+class TestCluster:
+    """A cluster for one test: the in-memory API server with its PV binder, or a real cluster.
+
+    Attributes: ``api_client`` (kubernetes-asyncio), ``namespace`` (unique, created on entry,
+    deleted on exit), ``server`` (the :class:`~pyprovlib.testing.server.ApiServer`, or None on
+    a real cluster) and ``is_real``.
+    """
+
+    __test__ = False  # a harness, not a pytest test class
+
+    def __init__(self, kubeconfig: str | os.PathLike[str] | None = None) -> None:
+        self.kubeconfig: Path | None = Path(kubeconfig) if kubeconfig else None
+        self.is_real = self.kubeconfig is not None
+        self.namespace = f"pyprovlib-e2e-{secrets.token_hex(4)}"
+        self.server: ApiServer | None = None
+        self._api_client: ApiClient | None = None
+        self._tracked: list[tuple[Resource, str]] = []
+
+    @classmethod
+    def from_environment(cls) -> TestCluster:
+        """A cluster on ``$PYPROVLIB_E2E_KUBECONFIG`` if set, else an in-memory one."""
+        return cls(os.environ.get(ENV_KUBECONFIG) or None)
+
+    @property
+    def api_client(self) -> ApiClient:
+        """The kubernetes-asyncio client for this cluster (only inside ``async with``)."""
+        if self._api_client is None:
+            raise RuntimeError("TestCluster is not entered; use `async with`")
+        return self._api_client
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TestCluster:
+        try:
+            if self.kubeconfig is not None:
+                configuration = Configuration()
+                await load_kube_config(
+                    config_file=str(self.kubeconfig), client_configuration=configuration
+                )
+                self._api_client = ApiClient(configuration=configuration)
+            else:
+                from pyprovlib.testing.server import ApiServer
+
+                server = ApiServer(binder=True)
+                self.server = server
+                await server.start()
+                self._api_client = server.api_client()
+            await self._http().json(
+                "POST",
+                NAMESPACES.path(),
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {
+                        "name": self.namespace,
+                        "labels": {"app.kubernetes.io/created-by": "pyprovlib-e2e"},
+                    },
+                },
+            )
+        except BaseException:
+            await self._close()
+            raise
+        log.info("test cluster ready", namespace=self.namespace, real=self.is_real)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._cleanup()
+        finally:
+            await self._close()
+
+    async def _cleanup(self) -> None:
+        if self._api_client is None:
+            return
+        http = self._http()
+        for resource, name in reversed(self._tracked):
+            await _delete_quietly(http, resource.path(name=name))
+        self._tracked.clear()
+        # Namespaced objects go with the namespace (asynchronously on a real cluster).
+        await _delete_quietly(http, NAMESPACES.path(name=self.namespace))
+
+    async def _close(self) -> None:
+        if self._api_client is not None:
+            await self._api_client.close()
+            self._api_client = None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+
+    def _http(self) -> _Http:
+        return _Http(self.api_client)
+
+    # -- helpers that work in both places ----------------------------------------------------
+
+    @staticmethod
+    def unique_name(prefix: str) -> str:
+        """``prefix-<random>``: a DNS-1123 name unlikely to collide across runs."""
+        return f"{prefix.rstrip('-').lower()}-{secrets.token_hex(4)}"
+
+    def require_in_memory(self, reason: str) -> None:
+        """Skip the calling test on a real cluster: for steps needing the in-memory server's
+        control (fault injection, restarts, compaction)."""
+        if self.is_real:
+            import pytest
+
+            pytest.skip(f"needs the in-memory API server: {reason}")
+
+    def track(self, resource: Resource, name: str) -> None:
+        """Delete the cluster-scoped object ``name`` of ``resource`` when the cluster exits
+        (namespaced objects go with the namespace)."""
+        if resource.namespaced:
+            raise ValueError(f"{resource.plural} is namespaced; its namespace is cleaned up")
+        self._tracked.append((resource, name))
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], Awaitable[T]],
+        timeout: float = 30.0,  # noqa: ASYNC109
+        message: str = "condition",
+        interval: float = 0.02,
+    ) -> T:
+        """Poll the async ``predicate`` until it returns something truthy and return that.
+
+        Raises ``AssertionError`` naming ``message`` and the last value seen after
+        ``timeout`` seconds. The poll interval grows from ``interval`` to half a second.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            last = await predicate()
+            if last:
+                return last
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {message}: {last!r}")
+            await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+            interval = min(interval * 1.5, 0.5)
+
+    async def schedule(self, claim_name: str, node: str) -> None:
+        """Set ``volume.kubernetes.io/selected-node`` on a claim, as the scheduler would.
+
+        In memory only: on a real cluster the scheduler owns this annotation, so tests use
+        :meth:`create_consumer_pod` there."""
+        self.require_in_memory("selected-node is set by the scheduler on a real cluster")
+        await set_selected_node(self.api_client, self.namespace, claim_name, node)
+
+    async def create_consumer_pod(
+        self, claim_name: str, *, name: str | None = None, image: str | None = None
+    ) -> Obj:
+        """Create a small pod mounting ``claim_name`` and return it.
+
+        On a real cluster the scheduler then picks a node (and sets selected-node on a
+        ``WaitForFirstConsumer`` claim). In memory this plays the scheduler: it picks a node
+        (creating one if the cluster has none) and sets selected-node on the claim when its
+        class delays binding and it is not bound yet. The pod itself is never run in memory.
+        """
+        pod_name = name or self.unique_name("consumer")
+        pod: Obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod_name, "namespace": self.namespace},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "consumer",
+                        "image": image or os.environ.get(ENV_POD_IMAGE) or DEFAULT_POD_IMAGE,
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }
+                ],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
+            },
+        }
+        http = self._http()
+        created = await http.json("POST", PODS.path(self.namespace), body=pod)
+        if not self.is_real:
+            await self._play_scheduler(claim_name)
+        return created
+
+    async def _play_scheduler(self, claim_name: str) -> None:
+        http = self._http()
+        claim = await http.json("GET", PERSISTENT_VOLUME_CLAIMS.path(self.namespace, claim_name))
+        spec = claim.get("spec")
+        if isinstance(spec, dict) and spec.get("volumeName"):
+            return
+        if ANN_SELECTED_NODE in annotations_of(claim):
+            return
+        cls = claim_class(claim)
+        if not cls:
+            return
+        try:
+            sc = await http.json("GET", STORAGE_CLASSES.path(name=cls))
+        except ApiException as err:
+            if is_not_found(err):
+                return
+            raise
+        if sc.get("volumeBindingMode") != "WaitForFirstConsumer":
+            return
+        await set_selected_node(self.api_client, self.namespace, claim_name, await self._node())
+
+    async def _node(self) -> str:
+        http = self._http()
+        nodes = await http.json("GET", NODES.path(), query={"limit": 1})
+        items = nodes.get("items")
+        if isinstance(items, list) and items and isinstance(items[0], dict) and name_of(items[0]):
+            return name_of(items[0])
+        try:
+            await http.json(
+                "POST",
+                NODES.path(),
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": _IN_MEMORY_NODE,
+                        "labels": {"kubernetes.io/hostname": _IN_MEMORY_NODE},
+                    },
+                },
+            )
+            self.track(NODES, _IN_MEMORY_NODE)
+        except ApiException as err:
+            if not is_already_exists(err):
+                raise
+        return _IN_MEMORY_NODE
+
+
+async def _delete_quietly(http: _Http, path: str) -> None:
+    try:
+        await http.json("DELETE", path)
+    except ApiException as err:
+        if not is_not_found(err):
+            log.warning("test cluster cleanup failed", path=path, status=err.status)
+    except (TimeoutError, OSError) as err:
+        log.warning("test cluster cleanup failed", path=path, error=repr(err))

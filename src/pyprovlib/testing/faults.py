@@ -1,0 +1,170 @@
+"""Fault injection and request accounting for the in-memory API server.
+
+``ApiServer.faults`` fails or slows matching requests; ``ApiServer.requests`` counts every
+request by (verb, resource) — failed and injected ones included — so tests can assert API-call
+budgets and the User-Agent a client sends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from pyprovlib.testing._status import ApiError
+
+__all__ = ["Faults", "Requests"]
+
+_MESSAGES = {
+    409: "the object has been modified; please apply your changes to the latest version and "
+    "try again",
+    429: "Too many requests, please try again later.",
+    500: "Internal error occurred: injected fault",
+    503: "the server is currently unable to handle the request",
+    504: "the server was unable to return a response in the time allotted",
+}
+
+
+@dataclass
+class _Rule:
+    verb: str | None
+    resource: str | None
+    namespace: str | None
+    name: str | None
+    remaining: int | None  # None: until cleared
+
+    def matches(self, verb: str, resource: str, namespace: str | None, name: str | None) -> bool:
+        return (
+            (self.verb is None or self.verb == verb)
+            and (self.resource is None or self.resource == resource)
+            and (self.namespace is None or self.namespace == namespace)
+            and (self.name is None or self.name == name)
+            and (self.remaining is None or self.remaining > 0)
+        )
+
+    def consume(self) -> None:
+        if self.remaining is not None:
+            self.remaining -= 1
+
+
+@dataclass
+class _Failure(_Rule):
+    status: int = 500
+    retry_after: int | None = None
+
+
+@dataclass
+class _Latency(_Rule):
+    seconds: float = 0.0
+
+
+class Faults:
+    """Failures and latency to inject into the next matching requests."""
+
+    def __init__(self) -> None:
+        self._failures: list[_Failure] = []
+        self._latencies: list[_Latency] = []
+
+    def fail(
+        self,
+        status: int,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        count: int | None = 1,
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next ``count`` matching requests (``None``: all, until :meth:`clear`)
+        with ``status`` and a real-looking ``Status`` body; 429/503 carry ``Retry-After`` when
+        ``retry_after`` is given (429 defaults to 1 s)."""
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        self._failures.append(
+            _Failure(verb, resource, namespace, name, count, status=status, retry_after=retry_after)
+        )
+
+    def latency(
+        self,
+        seconds: float,
+        *,
+        verb: str | None = None,
+        resource: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        """Delay matching requests by ``seconds`` (the next ``count``, or all when ``None``)."""
+        self._latencies.append(_Latency(verb, resource, None, None, count, seconds=seconds))
+
+    def clear(self) -> None:
+        """Remove every injected failure and latency."""
+        self._failures.clear()
+        self._latencies.clear()
+
+    def take_failure(
+        self, verb: str, resource: str, namespace: str | None, name: str | None
+    ) -> ApiError | None:
+        """The injected error for this request, if a rule matches (consuming one use)."""
+        for rule in self._failures:
+            if rule.matches(verb, resource, namespace, name):
+                rule.consume()
+                self._failures = [r for r in self._failures if r.remaining != 0]
+                return _error(rule, resource, name)
+        return None
+
+    def take_latency(self, verb: str, resource: str) -> float:
+        """Seconds to wait before serving this request."""
+        total = 0.0
+        for rule in self._latencies:
+            if rule.matches(verb, resource, None, None):
+                rule.consume()
+                total += rule.seconds
+        self._latencies = [r for r in self._latencies if r.remaining != 0]
+        return total
+
+
+def _error(rule: _Failure, resource: str, name: str | None) -> ApiError:
+    message = _MESSAGES.get(rule.status, f"injected failure with status {rule.status}")
+    headers: dict[str, str] = {}
+    details: dict[str, object] = {}
+    plural, _, _sub = resource.partition("/")
+    if name:
+        details["name"] = name
+    if plural:
+        details["kind"] = plural
+    if rule.status == 409 and name:
+        message = f'Operation cannot be fulfilled on {plural} "{name}": {message}'
+    if rule.retry_after is not None:
+        headers["Retry-After"] = str(rule.retry_after)
+        details["retryAfterSeconds"] = rule.retry_after
+    return ApiError(rule.status, message, "", details or None, headers)
+
+
+class Requests:
+    """Counters of every request the server received, by (verb, resource)."""
+
+    def __init__(self, keep_user_agents: int = 200) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self.user_agents: deque[str] = deque(maxlen=keep_user_agents)
+        """User-Agent headers of the most recent resource requests, oldest first."""
+
+    def record(self, verb: str, resource: str, user_agent: str) -> None:
+        """Count one request."""
+        self._counts[(verb, resource)] += 1
+        self.user_agents.append(user_agent)
+
+    def count(self, verb: str | None = None, resource: str | None = None) -> int:
+        """Requests matching ``verb`` and ``resource`` (``None`` matches any)."""
+        return sum(
+            n
+            for (v, r), n in self._counts.items()
+            if (verb is None or v == verb) and (resource is None or r == resource)
+        )
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        """A copy of every counter."""
+        return dict(self._counts)
+
+    def reset(self) -> None:
+        """Zero every counter and forget the user agents."""
+        self._counts.clear()
+        self.user_agents.clear()

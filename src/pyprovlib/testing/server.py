@@ -1,0 +1,833 @@
+"""An in-memory kube-apiserver speaking the real REST + watch protocol over HTTP.
+
+``ApiServer`` serves every resource of :data:`pyprovlib.kube.resources.RESOURCES` on
+127.0.0.1 with the real server's semantics for what storage controllers and kubectl use:
+resourceVersions, optimistic concurrency, finalizers, status subresources, the three patch
+types, selectors, pagination, watches with bookmarks and 410 Expired, discovery, a minimal
+OpenAPI and Table output. Tests drive it with the real kubernetes-asyncio client::
+
+    async with ApiServer() as server, server.api_client() as client:
+        await CoreV1Api(client).list_namespace()
+
+``faults`` injects failures and latency, ``requests`` counts calls, ``drop_watches()``,
+``compact()`` and ``restart()`` simulate what a real control plane does to its clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from pyprovlib.kube import resources as R
+from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.resources import RESOURCES, Resource
+from pyprovlib.testing import _discovery
+from pyprovlib.testing._events import core_to_v1
+from pyprovlib.testing._registry import DeleteOptions, Registry
+from pyprovlib.testing._selectors import (
+    FieldSelector,
+    LabelSelector,
+    parse_field_selector,
+    parse_label_selector,
+)
+from pyprovlib.testing._status import (
+    ApiError,
+    bad_request,
+    internal_error,
+    method_not_allowed,
+    unsupported_media_type,
+)
+from pyprovlib.testing._storage import Event, Obj, Storage, dumps
+from pyprovlib.testing.faults import Faults, Requests
+
+if TYPE_CHECKING:
+    from pyprovlib.testing.binder import PVBinder
+
+__all__ = ["ApiServer", "StorageView"]
+
+log = structlog.get_logger(__name__)
+
+_JSON = "application/json"
+_BY_GV_PLURAL: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}
+_NOT_FOUND_PATH = ApiError(404, "the server could not find the requested resource", "NotFound", {})
+
+
+class StorageView:
+    """Read-only access to the server's objects for direct assertions (returns copies)."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    @staticmethod
+    def _resource(resource: Resource | str) -> Resource:
+        if isinstance(resource, Resource):
+            return resource
+        group, _, plural = resource.rpartition("/") if "/" in resource else ("", "", resource)
+        for r in RESOURCES:
+            if r.plural == plural and (not group or r.group == group):
+                return r
+        raise LookupError(f"unknown resource {resource!r}")
+
+    def get(self, resource: Resource | str, namespace: str | None, name: str) -> Obj | None:
+        """One object, or None. ``resource`` is a Resource or a plural (``"group/plural"`` for
+        an ambiguous one such as ``"events.k8s.io/events"``)."""
+        r = self._resource(resource)
+        obj = self._storage.get(R.EVENTS if r is R.EVENTS_V1 else r, namespace, name)
+        if obj is None:
+            return None
+        return core_to_v1(copy.deepcopy(obj)) if r is R.EVENTS_V1 else copy.deepcopy(obj)
+
+    def list(self, resource: Resource | str, namespace: str | None = None) -> list[Obj]:
+        """Every object of a resource (in one namespace when given), in key order."""
+        r = self._resource(resource)
+        if r is R.EVENTS_V1:
+            return [
+                core_to_v1(copy.deepcopy(o))
+                for _k, o in self._storage.iter_from(R.EVENTS, namespace, None)
+            ]
+        return [copy.deepcopy(o) for _k, o in self._storage.iter_from(r, namespace, None)]
+
+    @property
+    def resource_version(self) -> int:
+        """The current global resourceVersion."""
+        return self._storage.rv
+
+
+class _Target:
+    """A parsed resource URL."""
+
+    __slots__ = ("name", "namespace", "resource", "subresource", "watch_path")
+
+    def __init__(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+        watch_path: bool,
+    ) -> None:
+        self.resource = resource
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+        self.watch_path = watch_path
+
+
+def _parse_target(path: str) -> _Target | None:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "api":
+        gv, rest = parts[1], parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        return None
+    watch_path = bool(rest) and rest[0] == "watch"
+    if watch_path:
+        rest = rest[1:]
+    if not rest:
+        return None
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    plural, rest = rest[0], rest[1:]
+    resource = _BY_GV_PLURAL.get((gv, plural))
+    if resource is None or (namespace is not None and not resource.namespaced):
+        return None
+    name = rest[0] if rest else None
+    subresource = rest[1] if len(rest) >= 2 else None
+    if len(rest) > 2 or (subresource is not None and subresource not in resource.subresources):
+        return None
+    if name is not None and resource.namespaced and namespace is None:
+        return None
+    return _Target(resource, namespace, name, subresource, watch_path)
+
+
+def _validate_list_options(rv: str | None, match: str | None) -> None:
+    """ListOptions validation of resourceVersion/resourceVersionMatch (422 like the server)."""
+    if not match:
+        return
+    causes: list[tuple[str, str, str]] = []
+    if not rv:
+        causes.append(
+            (
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+                "resourceVersionMatch",
+            )
+        )
+    elif match == "Exact" and rv == "0":
+        causes.append(
+            (
+                "FieldValueForbidden",
+                'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+                "resourceVersionMatch",
+            )
+        )
+    elif match not in ("Exact", "NotOlderThan"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan"',
+                "resourceVersionMatch",
+            )
+        )
+    if causes:
+        parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
+        raise ApiError(
+            422,
+            f'ListOptions.meta.k8s.io "" is invalid: {parts}',
+            "Invalid",
+            {
+                "group": "meta.k8s.io",
+                "kind": "ListOptions",
+                "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
+            },
+        )
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+class ApiServer:
+    """The in-memory API server. Use as an async context manager or start()/stop()."""
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        binder: bool = False,
+        watch_window: int = 10000,
+        bookmark_interval: float = 1.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self.host = host
+        self._port = port
+        self._want_binder = binder
+        self.bookmark_interval = bookmark_interval
+        self.clock: Clock = clock or RealClock()
+        self._storage = Storage(watch_window)
+        self._registry = Registry(self._storage, self.clock)
+        self.storage = StorageView(self._storage)
+        """Direct read access to stored objects."""
+        self.faults = Faults()
+        """Fault injection: ``fail``, ``latency``, ``clear``."""
+        self.requests = Requests()
+        """Request counters by (verb, resource) and recent User-Agents."""
+        self._runner: web.AppRunner | None = None
+        self._binder: PVBinder | None = None
+        self._binder_client: ApiClient | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the real one once started, even when 0 was asked for)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://{self.host}:{self._port}"
+
+    async def _listen(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            shutdown_timeout=0.5,
+            handler_cancellation=True,
+            access_log=None,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self._port, reuse_address=True)
+        await site.start()
+        self._runner = runner
+        for s in runner.addresses:
+            if isinstance(s, tuple):
+                self._port = int(s[1])
+                break
+
+    async def start(self) -> None:
+        """Listen, then start the PV binder when asked for."""
+        await self._listen()
+        log.info("apiserver listening", url=self.url)
+        if self._want_binder:
+            from pyprovlib.testing.binder import PVBinder
+
+            self._binder_client = self.api_client()
+            self._binder = PVBinder(self._binder_client, clock=self.clock)
+            await self._binder.start()
+
+    async def _close_site(self) -> None:
+        self._storage.drop_watches()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def stop(self) -> None:
+        """Stop the binder, end every watch, close every connection."""
+        if self._binder is not None:
+            binder, self._binder = self._binder, None
+            await binder.stop()
+        if self._binder_client is not None:
+            client, self._binder_client = self._binder_client, None
+            await client.close()
+        await self._close_site()
+
+    async def restart(self) -> None:
+        """Drop every connection (open watches end) and listen again on the same port; objects,
+        history and counters are kept."""
+        await self._close_site()
+        await self._listen()
+
+    async def __aenter__(self) -> ApiServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # --- clients -----------------------------------------------------------------------------
+
+    def configuration(self) -> Configuration:
+        """A kubernetes-asyncio Configuration pointing at this server."""
+        config = Configuration(host=self.url)
+        return config
+
+    def api_client(self) -> ApiClient:
+        """A new kubernetes-asyncio ApiClient for this server (close it, or use ``async with``)."""
+        return ApiClient(configuration=self.configuration())
+
+    def write_kubeconfig(self, path: str | Path) -> Path:
+        """Write a kubeconfig naming this server (no credentials) and return its path."""
+        target = Path(path)
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "pyprovlib", "cluster": {"server": self.url}}],
+            "users": [{"name": "pyprovlib", "user": {}}],
+            "contexts": [
+                {
+                    "name": "pyprovlib",
+                    "context": {
+                        "cluster": "pyprovlib",
+                        "user": "pyprovlib",
+                        "namespace": "default",
+                    },
+                }
+            ],
+            "current-context": "pyprovlib",
+            "preferences": {},
+        }
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(doc, indent=2) + "\n")
+        return target
+
+    # --- control-plane events ----------------------------------------------------------------
+
+    def drop_watches(self) -> int:
+        """End every open watch stream now; returns how many were open."""
+        return self._storage.drop_watches()
+
+    def compact(self) -> None:
+        """Forget the event history: a watch or continue token from before now gets 410."""
+        self._storage.compact()
+
+    @property
+    def open_watches(self) -> int:
+        """Watch streams currently open."""
+        return self._storage.watcher_count()
+
+    # --- HTTP --------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request)
+        except ApiError as e:
+            return self._error(e)
+        except asyncio.CancelledError:
+            raise
+        except (ConnectionResetError, BrokenPipeError):
+            raise
+        except Exception as e:
+            log.exception("apiserver request failed", method=request.method, path=request.path)
+            return self._error(internal_error(f"{type(e).__name__}: {e}"))
+
+    @staticmethod
+    def _error(err: ApiError) -> web.Response:
+        return web.Response(
+            status=err.code, body=dumps(err.body()), content_type=_JSON, headers=err.headers
+        )
+
+    @staticmethod
+    def _json(obj: Any, status: int = 200) -> web.Response:
+        return web.Response(status=status, body=dumps(obj), content_type=_JSON)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path.startswith(("/api", "/apis")):
+            target = _parse_target(path)
+            if target is not None:
+                return await self._resource_request(request, target)
+        if request.method not in ("GET", "HEAD"):
+            raise (_NOT_FOUND_PATH if self._discovery(path) is None else method_not_allowed(""))
+        if path in ("/healthz", "/readyz", "/livez") or path.startswith(
+            ("/healthz/", "/readyz/", "/livez/")
+        ):
+            return web.Response(text="ok", content_type="text/plain")
+        body = self._discovery(path)
+        if body is None:
+            raise _NOT_FOUND_PATH
+        return self._json(body)
+
+    def _discovery(self, path: str) -> Any:
+        if path == "/version":
+            return _discovery.version_info()
+        if path == "/api":
+            return _discovery.api_versions(f"{self.host}:{self._port}")
+        if path == "/apis":
+            return _discovery.api_group_list()
+        if path == "/openapi/v3":
+            return _discovery.openapi_v3_root()
+        if path.startswith("/openapi/v3/"):
+            return _discovery.openapi_v3_document(path[len("/openapi/v3/") :])
+        parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["api"] and len(parts) == 2:
+            return _discovery.resource_list(parts[1])
+        if parts[:1] == ["apis"] and len(parts) == 2:
+            return _discovery.api_group(parts[1])
+        if parts[:1] == ["apis"] and len(parts) == 3:
+            return _discovery.resource_list(f"{parts[1]}/{parts[2]}")
+        return None
+
+    async def _resource_request(self, request: web.Request, target: _Target) -> web.StreamResponse:
+        q = request.query
+        method = request.method
+        r = target.resource
+        is_watch = target.watch_path or _truthy(q.get("watch"))
+        if target.name is None:
+            verb = {
+                "GET": "watch" if is_watch else "list",
+                "POST": "create",
+                "DELETE": "deletecollection",
+            }.get(method, "")
+            if target.watch_path and method != "GET":
+                verb = ""
+        else:
+            verb = {
+                "GET": "watch" if is_watch else "get",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+            }.get(method, "")
+            if target.subresource and verb in ("delete", "watch"):
+                verb = ""
+        counted = r.plural + (f"/{target.subresource}" if target.subresource else "")
+        self.requests.record(verb or method.lower(), counted, request.headers.get("User-Agent", ""))
+        delay = self.faults.take_latency(verb, counted)
+        if delay > 0:
+            await self.clock.sleep(delay)
+        if not verb:
+            raise method_not_allowed(method)
+        injected = self.faults.take_failure(verb, counted, target.namespace, target.name)
+        if injected is not None:
+            raise injected
+        dry_run = q.get("dryRun") == "All"
+        if "dryRun" in q and q.get("dryRun") not in ("All", ""):
+            raise bad_request(f"Invalid dry run value: {q.get('dryRun')}")
+        ns, name = target.namespace, target.name
+
+        if verb == "watch":
+            return await self._watch(request, target)
+        if verb == "list":
+            return self._list(request, target)
+        if verb == "get":
+            return self._respond(request, r, self._registry.get(r, ns, name or ""))
+        if verb == "create":
+            body = await self._read_body(request)
+            obj = self._registry.create(r, ns, body, dry_run=dry_run)
+            return self._respond(request, r, obj, 201)
+        if verb == "update":
+            body = await self._read_body(request)
+            obj, created = self._registry.update(
+                r, ns, name or "", body, subresource=target.subresource, dry_run=dry_run
+            )
+            return self._respond(request, r, obj, 201 if created else 200)
+        if verb == "patch":
+            content_type = request.content_type
+            raw = await request.read()
+            obj = self._registry.patch(
+                r,
+                ns,
+                name or "",
+                content_type,
+                raw,
+                subresource=target.subresource,
+                dry_run=dry_run,
+            )
+            return self._respond(request, r, obj)
+        options = await self._delete_options(request)
+        if verb == "delete":
+            return self._json(self._registry.delete(r, ns, name or "", options))
+        # deletecollection
+        labels = parse_label_selector(q.get("labelSelector"))
+        fields = parse_field_selector(q.get("fieldSelector"), r.group, r.plural)
+        items = self._registry.delete_collection(r, ns, labels, fields, options)
+        return self._json(
+            {
+                "kind": r.list_kind,
+                "apiVersion": r.api_version,
+                "metadata": {"resourceVersion": str(self._storage.rv)},
+                "items": items,
+            }
+        )
+
+    async def _read_body(self, request: web.Request) -> Any:
+        content_type = request.content_type
+        raw = await request.read()
+        if content_type in ("application/yaml", "application/x-yaml"):
+            import yaml
+
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as e:
+                raise bad_request(f"error converting YAML to JSON: {e}") from e
+        if content_type not in (
+            _JSON,
+            "application/octet-stream",
+            "",
+            "text/plain",
+        ) and not content_type.endswith("+json"):
+            raise unsupported_media_type(content_type)
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError as e:
+            raise bad_request(f"couldn't get version/kind; json parse error: {e}") from e
+
+    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+        q = request.query
+        body: Any = {}
+        raw = await request.read()
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError as e:
+                raise bad_request(f"couldn't get version/kind; json parse error: {e}") from e
+            if not isinstance(body, dict):
+                raise bad_request("DeleteOptions must be an object")
+        pre = body.get("preconditions") or {}
+        grace = body.get("gracePeriodSeconds", q.get("gracePeriodSeconds"))
+        dry_run = body.get("dryRun") or q.getall("dryRun", [])
+        try:
+            grace_value = int(grace) if grace is not None else None
+        except ValueError as e:
+            raise bad_request(f"invalid gracePeriodSeconds: {grace}") from e
+        return DeleteOptions(
+            uid=pre.get("uid"),
+            resource_version=pre.get("resourceVersion"),
+            dry_run="All" in dry_run,
+            propagation_policy=body.get("propagationPolicy") or q.get("propagationPolicy"),
+            grace_period_seconds=grace_value,
+        )
+
+    # --- output ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _table_mode(request: web.Request) -> bool:
+        accept = request.headers.get("Accept", "")
+        for part in accept.split(","):
+            if (
+                "as=Table" in part
+                and "g=meta.k8s.io" in part
+                and "v=v1" in part
+                and "v=v1beta1" not in part
+            ):
+                return True
+        return False
+
+    def _respond(
+        self, request: web.Request, r: Resource, obj: Obj, status: int = 200
+    ) -> web.Response:
+        if self._table_mode(request):
+            include = request.query.get("includeObject", "Metadata")
+            table = _discovery.to_table(
+                r,
+                [obj],
+                self.clock.now(),
+                include,
+                {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
+            )
+            return self._json(table, status)
+        return self._json(obj, status)
+
+    def _selectors(self, request: web.Request, r: Resource) -> tuple[LabelSelector, FieldSelector]:
+        q = request.query
+        return (
+            parse_label_selector(q.get("labelSelector")),
+            parse_field_selector(q.get("fieldSelector"), r.group, r.plural),
+        )
+
+    def _list(self, request: web.Request, target: _Target) -> web.Response:
+        q = request.query
+        r = target.resource
+        labels, fields = self._selectors(request, r)
+        try:
+            limit = int(q.get("limit") or 0)
+        except ValueError as e:
+            raise bad_request(f"invalid limit: {q.get('limit')}") from e
+        rv_param = q.get("resourceVersion")
+        _validate_list_options(rv_param, q.get("resourceVersionMatch"))
+        if rv_param not in (None, "", "0"):
+            try:
+                wanted = int(rv_param or 0)
+            except ValueError as e:
+                raise bad_request(f"invalid resource version: {rv_param}") from e
+            if wanted > self._storage.rv:
+                raise ApiError(
+                    504,
+                    f"Too large resource version: {wanted}, current: {self._storage.rv}",
+                    "Timeout",
+                    {
+                        "causes": [
+                            {
+                                "reason": "ResourceVersionTooLarge",
+                                "message": "Too large resource version",
+                            }
+                        ],
+                        "retryAfterSeconds": 1,
+                    },
+                )
+        if rv_param == "0" and not q.get("continue"):
+            # served from the "cache": pagination is ignored, like the real watch cache
+            limit = 0
+        result = self._registry.list_page(
+            r,
+            target.namespace,
+            labels=labels,
+            fields=fields,
+            field_text=q.get("fieldSelector"),
+            limit=limit,
+            token=q.get("continue"),
+        )
+        meta: Obj = {"resourceVersion": result.resource_version}
+        if result.continue_token:
+            meta["continue"] = result.continue_token
+            if result.remaining is not None:
+                meta["remainingItemCount"] = result.remaining
+        if self._table_mode(request):
+            include = q.get("includeObject", "Metadata")
+            return self._json(_discovery.to_table(r, result.items, self.clock.now(), include, meta))
+        body = {
+            "kind": r.list_kind,
+            "apiVersion": r.api_version,
+            "metadata": meta,
+            "items": result.items,
+        }
+        return self._json(body)
+
+    # --- watch -------------------------------------------------------------------------------
+
+    async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
+        q = request.query
+        r = target.resource
+        labels, fields = self._selectors(request, r)
+        if target.name is not None:
+            # a watch on one object is a watch with metadata.name=<name>
+            name_sel = parse_field_selector(f"metadata.name={target.name}", r.group, r.plural)
+            fields = FieldSelector(fields.terms + name_sel.terms)
+        rv_param = q.get("resourceVersion") or ""
+        send_initial = _truthy(q.get("sendInitialEvents"))
+        try:
+            timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
+        except ValueError as e:
+            raise bad_request(f"invalid timeoutSeconds: {q.get('timeoutSeconds')}") from e
+        bookmarks = _truthy(q.get("allowWatchBookmarks"))
+        table = self._table_mode(request)
+        include = q.get("includeObject", "Metadata")
+        if rv_param not in ("", "0"):
+            try:
+                since = int(rv_param)
+            except ValueError as e:
+                raise bad_request(f"invalid resource version: {rv_param}") from e
+        else:
+            since = self._storage.rv
+
+        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+        response.enable_chunked_encoding()
+        expired: ApiError | None = None
+        if rv_param not in ("", "0"):
+            try:
+                self._storage.check_rv(since)
+            except ApiError as e:
+                expired = e
+        if expired is not None:
+            await response.prepare(request)
+            await response.write(dumps({"type": "ERROR", "object": expired.body()}) + b"\n")
+            await response.write_eof()
+            return response
+
+        namespace = target.namespace
+        # subscribe and take the backlog in one synchronous step: no gap, no duplicate
+        # events.k8s.io/v1 Events are a view of the stored core/v1 Events
+        stored = R.EVENTS if r is R.EVENTS_V1 else r
+        convert = core_to_v1 if r is R.EVENTS_V1 else None
+        watcher = self._storage.subscribe(stored)
+        backlog: list[bytes] = []
+        first_table = [True]
+
+        def encode(event_type: str, obj: Obj, shared: Event | None = None) -> bytes:
+            if table:
+                t = _discovery.to_table(
+                    r,
+                    [obj],
+                    self.clock.now(),
+                    include,
+                    {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                    with_columns=first_table[0],
+                )
+                first_table[0] = False
+                return dumps({"type": event_type, "object": t}) + b"\n"
+            if shared is not None and shared.type == event_type and shared.obj is obj:
+                return shared.line()
+            return dumps({"type": event_type, "object": obj}) + b"\n"
+
+        def matches(obj: Obj | None) -> bool:
+            if obj is None:
+                return False
+            if namespace and (obj.get("metadata") or {}).get("namespace") != namespace:
+                return False
+            return labels.matches(obj) and fields.matches(obj)
+
+        def filtered(event: Event) -> bytes | None:
+            obj, old = event.obj, event.old
+            if convert is not None:
+                obj = convert(obj)
+                old = convert(old) if old is not None else None
+            now_in = matches(obj)
+            if event.type == "ADDED":
+                return encode("ADDED", obj, event) if now_in else None
+            if event.type == "DELETED":
+                return encode("DELETED", obj, event) if now_in or matches(old) else None
+            was_in = matches(old)
+            if now_in and was_in:
+                return encode("MODIFIED", obj, event)
+            if now_in:
+                return encode("ADDED", obj)
+            if was_in and old is not None:
+                gone = copy.deepcopy(old)
+                gone["metadata"]["resourceVersion"] = str(event.rv)
+                return encode("DELETED", gone)
+            return None
+
+        if rv_param in ("", "0") or send_initial:
+            for _k, current in self._storage.iter_from(stored, namespace, None):
+                shown = convert(current) if convert is not None else current
+                if matches(shown):
+                    backlog.append(encode("ADDED", shown))
+            if send_initial:
+                backlog.append(
+                    dumps(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": r.kind,
+                                "apiVersion": r.api_version,
+                                "metadata": {
+                                    "resourceVersion": str(self._storage.rv),
+                                    "annotations": {"k8s.io/initial-events-end": "true"},
+                                },
+                            },
+                        }
+                    )
+                    + b"\n"
+                )
+        else:
+            for past in self._storage.events_after(stored, since):
+                line = filtered(past)
+                if line is not None:
+                    backlog.append(line)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout if timeout else None
+        next_bookmark = loop.time() + self.bookmark_interval
+        try:
+            await response.prepare(request)
+            if backlog:
+                await response.write(b"".join(backlog))
+            else:
+                # flush headers so clients see the stream open
+                await response.write(b"")
+            while True:
+                chunk: list[bytes] = []
+                ended = False
+                while not watcher.queue.empty():
+                    queued = watcher.queue.get_nowait()
+                    if queued is None:
+                        ended = True
+                        break
+                    line = filtered(queued)
+                    if line is not None:
+                        chunk.append(line)
+                if chunk:
+                    await response.write(b"".join(chunk))
+                if ended:
+                    break
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    break
+                if bookmarks and now >= next_bookmark:
+                    await response.write(
+                        dumps(
+                            {
+                                "type": "BOOKMARK",
+                                "object": {
+                                    "kind": r.kind,
+                                    "apiVersion": r.api_version,
+                                    "metadata": {"resourceVersion": str(self._storage.rv)},
+                                },
+                            }
+                        )
+                        + b"\n"
+                    )
+                    next_bookmark = now + self.bookmark_interval
+                wait = None
+                if deadline is not None:
+                    wait = deadline - now
+                if bookmarks:
+                    wait = (
+                        min(wait, next_bookmark - now) if wait is not None else next_bookmark - now
+                    )
+                try:
+                    async with asyncio.timeout(wait):
+                        live = await watcher.queue.get()
+                except TimeoutError:
+                    continue
+                if live is None:
+                    break
+                line = filtered(live)
+                if line is not None:
+                    await response.write(line)
+            with contextlib.suppress(ConnectionResetError, RuntimeError):
+                await response.write_eof()
+        except (ConnectionResetError, BrokenPipeError):
+            log.debug("watch client went away", resource=r.plural)
+        finally:
+            self._storage.unsubscribe(watcher)
+        return response

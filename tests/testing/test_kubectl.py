@@ -1,0 +1,299 @@
+"""kubectl's everyday verbs against the standalone in-memory API server (a real subprocess,
+driven by the real kubectl binary)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.kubectl
+
+
+def _find_kubectl() -> str | None:
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("kubectl")
+
+
+KUBECTL = _find_kubectl()
+if KUBECTL is None:
+    pytest.skip("kubectl not found", allow_module_level=True)
+
+MANIFESTS = """\
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: fast
+provisioner: example.com/hostpath
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: claim1
+  labels: {app: demo}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: fast
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: pv1
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /tmp/pv1}
+"""
+
+
+@dataclass
+class Kubectl:
+    env: dict[str, str]
+    tmp: Path
+
+    async def start(self, *args: str) -> asyncio.subprocess.Process:
+        assert KUBECTL is not None
+        return await asyncio.create_subprocess_exec(
+            KUBECTL,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self.env,
+        )
+
+    async def run(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        proc = await self.start(*args)
+        out, err = await asyncio.wait_for(proc.communicate(), 20)
+        code = proc.returncode
+        assert code is not None
+        if check:
+            assert code == 0, f"kubectl {' '.join(args)} failed: {err.decode()}"
+        return code, out.decode(), err.decode()
+
+    async def json(self, *args: str) -> dict[str, object]:
+        _, out, _ = await self.run(*args, "-o", "json")
+        data: dict[str, object] = json.loads(out)
+        return data
+
+
+@pytest.fixture
+async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.testing",
+        "--port",
+        "0",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-binder",
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
+            if b"listening on" in line or not line:
+                break
+        assert kubeconfig.exists()
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "KUBECONFIG": str(kubeconfig),
+            "KUBECACHEDIR": str(tmp_path / "cache"),
+        }
+        k = Kubectl(env, tmp_path)
+        (tmp_path / "objs.yaml").write_text(MANIFESTS)
+        yield k
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_create_and_get(kubectl: Kubectl) -> None:
+    _, out, _ = await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
+    assert "storageclass.storage.k8s.io/fast created" in out
+    assert "persistentvolumeclaim/claim1 created" in out
+    assert "persistentvolume/pv1 created" in out
+
+    _, out, _ = await kubectl.run("get", "pvc", "claim1", "-o", "yaml")
+    assert "name: claim1" in out
+    assert "phase: Pending" in out
+    claim = await kubectl.json("get", "pvc", "claim1")
+    assert claim["kind"] == "PersistentVolumeClaim"
+    listed = await kubectl.json("get", "pvc", "-l", "app=demo")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["claim1"]  # type: ignore[index]
+    listed = await kubectl.json("get", "pvc", "-l", "app=other")
+    assert listed["items"] == []
+    _, out, _ = await kubectl.run(
+        "get", "pv", "--field-selector", "metadata.name=pv1", "-o", "name"
+    )
+    assert out.strip() == "persistentvolume/pv1"
+    code, _, err = await kubectl.run("get", "pv", "--field-selector", "spec.x=1", check=False)
+    assert code != 0
+    assert "field label not supported: spec.x" in err
+
+    _, out, _ = await kubectl.run("get", "pvc")
+    header, row = out.splitlines()[:2]
+    assert header.split()[:5] == ["NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS"]
+    assert row.split()[:3] == ["claim1", "Pending", "fast"]
+    _, out, _ = await kubectl.run("get", "pv")
+    assert out.splitlines()[1].split()[:5] == ["pv1", "2Gi", "RWO", "Retain", "Pending"]
+    _, out, _ = await kubectl.run("get", "sc")
+    assert out.splitlines()[1].split()[:4] == [
+        "fast",
+        "example.com/hostpath",
+        "Delete",
+        "Immediate",
+    ]
+
+    _, out, _ = await kubectl.run("api-resources")
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "pvc" in lines["persistentvolumeclaims"]
+    assert "storage.k8s.io/v1" in lines["volumeattachments"]
+
+
+async def test_patch_annotate_label_replace(kubectl: Kubectl) -> None:
+    await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
+    await kubectl.run(
+        "patch", "pvc", "claim1", "--type", "merge", "-p", '{"metadata":{"annotations":{"m":"1"}}}'
+    )
+    await kubectl.run(
+        "patch",
+        "pvc",
+        "claim1",
+        "--type",
+        "json",
+        "-p",
+        '[{"op":"add","path":"/metadata/finalizers","value":["example.com/a"]}]',
+    )
+    await kubectl.run(
+        "patch",
+        "pvc",
+        "claim1",
+        "--type",
+        "strategic",
+        "-p",
+        '{"metadata":{"finalizers":["example.com/b"]}}',
+    )
+    await kubectl.run("annotate", "pvc", "claim1", "note=hello")
+    await kubectl.run("label", "pvc", "claim1", "tier=gold")
+    claim = await kubectl.json("get", "pvc", "claim1")
+    meta = claim["metadata"]
+    assert isinstance(meta, dict)
+    assert meta["finalizers"] == ["example.com/a", "example.com/b"]
+    assert meta["annotations"] == {"m": "1", "note": "hello"}
+    assert meta["labels"] == {"app": "demo", "tier": "gold"}
+
+    # edit-style replace: get, change, replace with the resourceVersion read
+    meta["annotations"]["m"] = "2"
+    edited = kubectl.tmp / "edited.json"
+    edited.write_text(json.dumps(claim))
+    _, out, _ = await kubectl.run("replace", "-f", str(edited))
+    assert "replaced" in out
+    # replacing again with the now-stale resourceVersion is a conflict
+    code, _, err = await kubectl.run("replace", "-f", str(edited), check=False)
+    assert code != 0
+    assert "the object has been modified" in err
+    code, _, err = await kubectl.run(
+        "patch",
+        "pvc",
+        "claim1",
+        "--type",
+        "json",
+        "-p",
+        '[{"op":"test","path":"/metadata/name","value":"x"}]',
+        check=False,
+    )
+    assert code != 0
+
+
+async def test_delete_waits_for_finalizers(kubectl: Kubectl) -> None:
+    await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
+    await kubectl.run(
+        "patch",
+        "pv",
+        "pv1",
+        "--type",
+        "merge",
+        "-p",
+        '{"metadata":{"finalizers":["example.com/hold"]}}',
+    )
+    deleting = await kubectl.start("delete", "pv", "pv1", "--timeout=15s")
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            _, out, _ = await kubectl.run(
+                "get", "pv", "pv1", "-o", "jsonpath={.metadata.deletionTimestamp}"
+            )
+            if out.strip():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("pv1 never got a deletionTimestamp")
+        assert deleting.returncode is None  # still waiting on the finalizer
+        await kubectl.run(
+            "patch",
+            "pv",
+            "pv1",
+            "--type",
+            "json",
+            "-p",
+            '[{"op":"remove","path":"/metadata/finalizers"}]',
+        )
+        out, err = await asyncio.wait_for(deleting.communicate(), 15)
+        assert deleting.returncode == 0, err.decode()
+        assert "deleted" in out.decode()
+    finally:
+        if deleting.returncode is None:
+            deleting.kill()
+            await deleting.wait()
+    code, _, err = await kubectl.run("get", "pv", "pv1", check=False)
+    assert code != 0
+    assert "NotFound" in err
+
+
+async def test_get_watch(kubectl: Kubectl) -> None:
+    await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
+    watcher = await kubectl.start("get", "pvc", "-w", "--request-timeout=20s")
+    assert watcher.stdout is not None
+    seen: list[str] = []
+    try:
+
+        async def until(word: str) -> None:
+            while not any(word in line for line in seen):
+                raw = await asyncio.wait_for(watcher.stdout.readline(), 15)  # type: ignore[union-attr]
+                assert raw, f"watch ended before {word!r}: {seen}"
+                seen.append(raw.decode())
+
+        await until("claim1")
+        await kubectl.run("label", "pvc", "claim1", "seen=yes")
+        await kubectl.run("delete", "pvc", "claim1", "--wait=false")
+        # the label change and the deletion both print a row for claim1
+        while sum("claim1" in line for line in seen) < 3:
+            raw = await asyncio.wait_for(watcher.stdout.readline(), 15)
+            assert raw
+            seen.append(raw.decode())
+        assert seen[0].split()[0] == "NAME"
+    finally:
+        watcher.kill()
+        await watcher.wait()
