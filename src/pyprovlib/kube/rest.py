@@ -1,0 +1,390 @@
+"""REST access to one Kubernetes resource over plain JSON dicts.
+
+:class:`ResourceClient` rides on kubernetes-asyncio's ``ApiClient`` (so host, TLS, bearer tokens,
+exec plugins, user agent and default headers from a kubeconfig all apply) but reads raw bytes and
+``json.loads`` them instead of deserializing into models, which is ~18x cheaper. Errors surface
+as kubernetes-asyncio's ``ApiException`` so :mod:`pyprovlib.kube.errors` classifies them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self
+
+import aiohttp
+import structlog
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from pyprovlib.kube.objects import Obj, name_of, namespace_of
+from pyprovlib.kube.resources import Resource
+
+__all__ = [
+    "PATCH_CONTENT_TYPES",
+    "PatchType",
+    "ResourceClient",
+    "WatchError",
+    "WatchExpiredError",
+    "WatchStream",
+    "iterate_pages",
+]
+
+log = structlog.get_logger(__name__)
+
+PatchType = Literal["merge", "json", "strategic"]
+"""How a patch body is interpreted: JSON merge patch, JSON patch (RFC 6902), strategic merge."""
+
+PATCH_CONTENT_TYPES: Mapping[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+"""The Content-Type sent for each :data:`PatchType`."""
+
+# Seconds added to a watch's server-side timeoutSeconds for the client-side deadline, so the
+# server always ends the stream first and a normal end is never mistaken for a failure.
+WATCH_CLIENT_TIMEOUT_MARGIN = 30.0
+
+_AUTH = ["BearerToken"]
+
+
+class WatchError(ApiException):
+    """A watch stream delivered an ERROR event; ``status_object`` is the ``Status`` it carried.
+
+    It is an ``ApiException`` with the Status's ``code`` as ``status`` and the Status as ``body``,
+    so :mod:`pyprovlib.kube.errors` classifies it like an HTTP error.
+    """
+
+    def __init__(self, status_object: Mapping[str, Any]) -> None:
+        code = status_object.get("code")
+        super().__init__(
+            status=code if isinstance(code, int) else 500,
+            reason=str(status_object.get("reason") or status_object.get("message") or ""),
+        )
+        self.status_object: dict[str, Any] = dict(status_object)
+        # Same shape as an HTTP error's body so status_reason()/retry_after_seconds() work.
+        self.body = json.dumps(self.status_object)  # type: ignore[assignment]
+
+    def __str__(self) -> str:
+        message = self.status_object.get("message") or ""
+        return f"watch error {self.status} {self.reason}: {message}"
+
+
+class WatchExpiredError(WatchError):
+    """The watch's resourceVersion is too old (Status code 410 Gone/Expired): relist."""
+
+
+def _api_exception(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
+    exc = ApiException(status=status, reason=reason)
+    # kubernetes-asyncio's own call path leaves the body decoded to str; match it.
+    exc.body = body.decode("utf-8", "replace")  # type: ignore[assignment]
+    exc.headers = headers
+    return exc
+
+
+class WatchStream:
+    """The events of one watch request: an async iterator of ``{"type", "object"}`` dicts.
+
+    Use it as ``async with client.watch(...) as events: async for event in events: ...``; leaving
+    the block closes the HTTP response (iterating to the end or hitting an error closes it too).
+    An ERROR event raises :class:`WatchExpiredError` (code 410) or :class:`WatchError`; the
+    server ending the stream (its ``timeoutSeconds``) ends the iteration normally.
+    """
+
+    def __init__(
+        self, client: ResourceClient, path: str, query: list[tuple[str, str]], timeout: float | None
+    ) -> None:
+        self._client = client
+        self._path = path
+        self._query = query
+        self._timeout = timeout
+        self._response: aiohttp.ClientResponse | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        await self._open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def _open(self) -> aiohttp.ClientResponse:
+        if self._closed:
+            raise RuntimeError("watch stream already closed")
+        if self._response is None:
+            timeout = aiohttp.ClientTimeout(
+                total=None if self._timeout is None else self._timeout,
+                sock_connect=30.0,
+            )
+            self._response = await self._client._send(
+                "GET", self._path, self._query, client_timeout=timeout
+            )
+        return self._response
+
+    async def __anext__(self) -> Obj:
+        response = await self._open()
+        try:
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    raise StopAsyncIteration
+                if line.isspace():
+                    continue
+                if not line.endswith(b"\n"):
+                    # The connection closed mid-event: the stream is over (client-go's
+                    # StreamWatcher treats an unexpected EOF the same way).
+                    log.debug("watch stream truncated", path=self._path, tail_bytes=len(line))
+                    raise StopAsyncIteration
+                event: Obj = json.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    if not isinstance(status, dict):
+                        status = {"message": str(status)}
+                    if status.get("code") == 410:
+                        raise WatchExpiredError(status)
+                    raise WatchError(status)
+                return event
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the HTTP response; further iteration is an error."""
+        self._closed = True
+        response, self._response = self._response, None
+        if response is not None:
+            # close(), not release(): an unfinished chunked stream cannot go back to the pool.
+            response.close()
+
+
+class ResourceClient:
+    """CRUD, patch, list and watch of one :class:`Resource` over JSON dicts.
+
+    ``api_client`` is a kubernetes-asyncio ``ApiClient`` (its configuration supplies host, TLS and
+    credentials). Returned dicts are fresh from ``json.loads``; nothing is converted to models.
+    """
+
+    def __init__(self, api_client: ApiClient, resource: Resource) -> None:
+        self.api_client = api_client
+        self.resource = resource
+        self._log = log.bind(resource=resource.plural)
+
+    def __repr__(self) -> str:
+        return f"ResourceClient({self.resource.api_version}/{self.resource.plural})"
+
+    # -- transport ---------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> aiohttp.ClientResponse:
+        """Send a request; return the open response on 2xx, raise ``ApiException`` otherwise."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        response: aiohttp.ClientResponse = await self.api_client.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=_AUTH,
+            _preload_content=False,
+            _request_timeout=client_timeout,
+        )
+        if not 200 <= response.status <= 299:
+            try:
+                data = await response.content.read()
+            finally:
+                response.release()
+            raise _api_exception(response.status, response.reason, data, response.headers)
+        return response
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+    ) -> Any:
+        response = await self._send(method, path, query, body, content_type=content_type)
+        try:
+            data = await response.content.read()
+        finally:
+            response.release()
+        return json.loads(data) if data else None
+
+    def _namespace(self, namespace: str | None) -> str | None:
+        return namespace if self.resource.namespaced else None
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, name: str, namespace: str | None = None) -> Obj:
+        """GET one object."""
+        result: Obj = await self._call("GET", self.resource.path(self._namespace(namespace), name))
+        return result
+
+    async def list(
+        self,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+    ) -> Obj:
+        """LIST (one page when ``limit`` is given); returns the List object as decoded."""
+        query: list[tuple[str, str]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if limit:
+            query.append(("limit", str(limit)))
+        if continue_:
+            query.append(("continue", continue_))
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        result: Obj = await self._call("GET", self.resource.path(self._namespace(namespace)), query)
+        return result
+
+    def watch(
+        self,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+    ) -> WatchStream:
+        """WATCH the collection: a :class:`WatchStream` to use with ``async with``.
+
+        The client-side deadline is the server's ``timeout_seconds`` plus a margin, so the server
+        ends the stream first; without ``timeout_seconds`` there is no client-side deadline.
+        """
+        query: list[tuple[str, str]] = [("watch", "true")]
+        if resource_version is not None:
+            query.append(("resourceVersion", resource_version))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        if timeout_seconds is not None:
+            query.append(("timeoutSeconds", str(timeout_seconds)))
+        if allow_bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        client_timeout = (
+            None if timeout_seconds is None else timeout_seconds + WATCH_CLIENT_TIMEOUT_MARGIN
+        )
+        return WatchStream(
+            self, self.resource.path(self._namespace(namespace)), query, client_timeout
+        )
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def create(self, obj: Obj, namespace: str | None = None) -> Obj:
+        """POST ``obj`` to its collection (namespace from the argument or ``obj``'s metadata)."""
+        ns = self._namespace(namespace or namespace_of(obj))
+        result: Obj = await self._call("POST", self.resource.path(ns), body=obj)
+        return result
+
+    def _object_path(self, obj: Obj, subresource: str | None = None) -> str:
+        name = name_of(obj)
+        if not name:
+            raise ValueError(f"{self.resource.kind} has no metadata.name; cannot address it")
+        return self.resource.path(self._namespace(namespace_of(obj)), name, subresource)
+
+    async def replace(self, obj: Obj) -> Obj:
+        """PUT ``obj`` (optimistic concurrency through its ``metadata.resourceVersion``)."""
+        result: Obj = await self._call("PUT", self._object_path(obj), body=obj)
+        return result
+
+    async def replace_status(self, obj: Obj) -> Obj:
+        """PUT ``obj`` to its ``status`` subresource."""
+        result: Obj = await self._call("PUT", self._object_path(obj, "status"), body=obj)
+        return result
+
+    async def patch(
+        self,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Obj:
+        """PATCH an object (or its subresource) with a merge, JSON or strategic merge patch."""
+        try:
+            content_type = PATCH_CONTENT_TYPES[patch_type]
+        except KeyError:
+            raise ValueError(f"unknown patch type {patch_type!r}") from None
+        path = self.resource.path(self._namespace(namespace), name, subresource)
+        result: Obj = await self._call("PATCH", path, body=body, content_type=content_type)
+        return result
+
+    async def delete(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        preconditions: Mapping[str, str] | None = None,
+        propagation_policy: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj | None:
+        """DELETE an object. Returns the object as the server last reported it (still present
+        while finalizers hold it), or None when the server answered with a bare Status."""
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if preconditions:
+            options["preconditions"] = dict(preconditions)
+        if propagation_policy:
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        path = self.resource.path(self._namespace(namespace), name)
+        result = await self._call("DELETE", path, body=options)
+        if not isinstance(result, dict) or result.get("kind") == "Status":
+            return None
+        return result
+
+
+async def iterate_pages(
+    client: ResourceClient,
+    namespace: str | None = None,
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    limit: int = 500,
+) -> AsyncIterator[Obj]:
+    """Every object of a collection, fetched ``limit`` at a time with continue tokens."""
+    continue_: str | None = None
+    while True:
+        page = await client.list(
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_=continue_,
+        )
+        for item in page.get("items") or ():
+            yield item
+        continue_ = (page.get("metadata") or {}).get("continue") or None
+        if not continue_:
+            return
