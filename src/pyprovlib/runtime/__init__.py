@@ -1,1 +1,97 @@
-"""Process concerns shared by every entry point: flags, logging, HTTP endpoints, signals."""
+"""Process concerns shared by every entry point: flags and environment variables, logging,
+the ``/metrics`` ``/healthz`` ``/readyz`` endpoint, signals and graceful shutdown.
+
+A complete program — flags, JSON logs, health endpoints, SIGTERM handling — is a controller
+factory handed to :func:`run`::
+
+    import sys
+
+    from pyprovlib.runtime import RuntimeContext, common_parser, run
+    from my_driver import MyController  # implements pyprovlib.runtime.Controller
+
+    def make_controller(ctx: RuntimeContext) -> MyController:
+        return MyController(ctx.api_client, workers=ctx.options.worker_threads)
+
+    if __name__ == "__main__":
+        parser = common_parser("my-provisioner", "Provisions volumes on my storage.")
+        sys.exit(run(make_controller, parser=parser))
+
+Run it with e.g. ``--kubeconfig ~/.kube/config --http-endpoint :8080 --leader-election``;
+``--help`` lists every flag with its default and environment variable.
+"""
+
+from pyprovlib.runtime.app import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    Controller,
+    ControllerFactory,
+    RuntimeContext,
+    run,
+    run_async,
+)
+from pyprovlib.runtime.flags import (
+    ENV_PREFIX,
+    CommonOptions,
+    HttpAddress,
+    RuntimeArgumentParser,
+    add_bool_flag,
+    add_duration_flag,
+    add_flag,
+    common_parser,
+    env_name,
+    format_duration,
+    parse_bool,
+    parse_common,
+    parse_duration,
+    parse_http_address,
+)
+from pyprovlib.runtime.http import Check, HttpServer, controller_checks
+from pyprovlib.runtime.logging import (
+    REDACTED,
+    bind,
+    bound,
+    configure_logging,
+    get_logger,
+    is_secret_key,
+    redact,
+    redact_value,
+    scrub_text,
+    unbind,
+)
+
+__all__ = [
+    "ENV_PREFIX",
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "REDACTED",
+    "Check",
+    "CommonOptions",
+    "Controller",
+    "ControllerFactory",
+    "HttpAddress",
+    "HttpServer",
+    "RuntimeArgumentParser",
+    "RuntimeContext",
+    "add_bool_flag",
+    "add_duration_flag",
+    "add_flag",
+    "bind",
+    "bound",
+    "common_parser",
+    "configure_logging",
+    "controller_checks",
+    "env_name",
+    "format_duration",
+    "get_logger",
+    "is_secret_key",
+    "parse_bool",
+    "parse_common",
+    "parse_duration",
+    "parse_http_address",
+    "redact",
+    "redact_value",
+    "run",
+    "run_async",
+    "scrub_text",
+    "unbind",
+]

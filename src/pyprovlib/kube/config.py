@@ -1,0 +1,330 @@
+"""Build the kubernetes-asyncio ``ApiClient`` every entry point uses: find the cluster
+configuration (kubeconfig or in-cluster service account), set the user agent and put a
+client-side QPS/burst limiter in front of every request."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
+from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
+
+from pyprovlib._version import __version__
+from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.ratelimit import TokenBucket
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "SERVICE_ACCOUNT_DIR",
+    "ClientSettings",
+    "ConfigError",
+    "LimitedApiClient",
+    "load_configuration",
+    "new_client",
+    "request_json",
+    "shared_limiter",
+]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_USER_AGENT = f"pyprovlib/{__version__}"
+"""The ``User-Agent`` sent by clients built here unless the settings name another."""
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+"""Where Kubernetes mounts a pod's service-account token and CA bundle."""
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to reach the API server and how hard to push it.
+
+    ``qps=5`` and ``burst=10`` are client-go's ``rest.Config`` defaults
+    (``DefaultQPS``/``DefaultBurst``) and the defaults of external-provisioner's
+    ``--kube-api-qps`` / ``--kube-api-burst`` flags. A ``qps`` of 0 or less, or ``inf``,
+    disables the client-side limiter. ``request_timeout`` (seconds) bounds every request
+    except watches, which are long-running by design; ``None`` means no client-side timeout,
+    as with client-go's zero ``rest.Config.Timeout``.
+    """
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    qps: float = 5.0
+    burst: int = 10
+    user_agent: str = DEFAULT_USER_AGENT
+    request_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        limited = 0 < self.qps < float("inf")
+        if limited and self.burst < 1:
+            raise ValueError(f"burst must be at least 1 when qps is limited, got {self.burst}")
+        if self.request_timeout is not None and self.request_timeout <= 0:
+            raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
+
+
+class ConfigError(Exception):
+    """No usable cluster configuration was found.
+
+    ``tried`` lists every place that was looked at, each with why it could not be used.
+    The message never contains credentials.
+    """
+
+    def __init__(self, tried: list[str]) -> None:
+        self.tried = tuple(tried)
+        super().__init__(
+            "no usable Kubernetes client configuration; tried: "
+            + "; ".join(self.tried)
+            + ". Pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account."
+        )
+
+
+def _describe(err: BaseException) -> str:
+    # Only messages known not to echo file content: YAML errors quote the offending text,
+    # which may be a token, so only their position is reported.
+    if isinstance(err, yaml.YAMLError):
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return f"not valid YAML{where}"
+    if isinstance(err, OSError):
+        return err.strerror or type(err).__name__
+    if isinstance(err, ConfigException):
+        return str(err)
+    return type(err).__name__
+
+
+async def _load_kubeconfig(paths: str, context: str | None) -> Configuration:
+    merger = KubeConfigMerger(paths)
+    if not merger.paths:
+        raise FileNotFoundError(2, "file not found")
+    if merger.config is None:
+        raise ConfigException("empty kubeconfig")
+    # persist_config stays off: a library must not rewrite the user's kubeconfig.
+    loader = KubeConfigLoader(
+        config_dict=merger.config, config_base_path=None, active_context=context
+    )
+    configuration: Configuration = type.__call__(Configuration)
+    await loader.load_and_set(configuration)
+    return configuration
+
+
+def _load_in_cluster(environ: Mapping[str, str], service_account_dir: Path) -> Configuration:
+    loader = InClusterConfigLoader(
+        token_filename=str(service_account_dir / "token"),
+        cert_filename=str(service_account_dir / "ca.crt"),
+        environ=dict(environ),
+    )
+    configuration: Configuration = type.__call__(Configuration)
+    loader.load_and_set(configuration)
+    return configuration
+
+
+async def load_configuration(
+    settings: ClientSettings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR,
+) -> tuple[Configuration, str]:
+    """Find the cluster configuration; return it with a description of where it came from.
+
+    The order is controller-runtime's ``config.GetConfig()``:
+
+    1. ``settings.kubeconfig`` (``--kubeconfig``) — used alone; a failure is final;
+    2. the ``KUBECONFIG`` environment variable (a ``:``-separated list, merged like kubectl) —
+       when set, it is the only kubeconfig consulted and the in-cluster config is skipped;
+    3. the in-cluster service account (``KUBERNETES_SERVICE_HOST``/``_PORT`` plus the token
+       and CA bundle in ``service_account_dir``);
+    4. ``~/.kube/config``.
+
+    client-go's ``clientcmd.BuildConfigFromFlags`` (what external-provisioner calls when
+    ``--kubeconfig`` is given) only does 1 then 3; 2 and 4 are what kubectl and
+    controller-runtime add. Raises :class:`ConfigError` naming every place tried.
+    """
+    env = os.environ if environ is None else environ
+    tried: list[str] = []
+    if settings.kubeconfig:
+        try:
+            cfg = await _load_kubeconfig(settings.kubeconfig, settings.context)
+        except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError) as err:
+            tried.append(f"--kubeconfig {settings.kubeconfig}: {_describe(err)}")
+            raise ConfigError(tried) from None
+        return cfg, f"kubeconfig {settings.kubeconfig}"
+    tried.append("--kubeconfig: not given")
+
+    env_paths = env.get("KUBECONFIG", "")
+    if env_paths:
+        try:
+            cfg = await _load_kubeconfig(env_paths, settings.context)
+        except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError) as err:
+            tried.append(f"KUBECONFIG={env_paths}: {_describe(err)}")
+            raise ConfigError(tried) from None
+        return cfg, f"KUBECONFIG={env_paths}"
+    tried.append("KUBECONFIG: not set")
+
+    sa_dir = Path(service_account_dir)
+    try:
+        cfg = _load_in_cluster(env, sa_dir)
+    except (ConfigException, OSError) as err:
+        tried.append(f"in-cluster ({sa_dir}): {_describe(err)}")
+    else:
+        return cfg, "in-cluster service account"
+
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    default_path = home / ".kube" / "config"
+    if default_path.exists():
+        try:
+            cfg = await _load_kubeconfig(str(default_path), settings.context)
+        except (ConfigException, OSError, yaml.YAMLError, KeyError, TypeError) as err:
+            tried.append(f"{default_path}: {_describe(err)}")
+            raise ConfigError(tried) from None
+        return cfg, f"kubeconfig {default_path}"
+    tried.append(f"{default_path}: file not found")
+    raise ConfigError(tried)
+
+
+_limiters: dict[ClientSettings, TokenBucket] = {}
+
+
+def shared_limiter(settings: ClientSettings, *, clock: Clock | None = None) -> TokenBucket:
+    """The process-wide limiter for ``settings``: every client built from equal settings
+    shares one token bucket, so the process as a whole stays within qps/burst (client-go
+    gets the same by sharing one ``rest.Config``'s ``RateLimiter``). ``clock`` is only used
+    when the bucket is first created."""
+    bucket = _limiters.get(settings)
+    if bucket is None:
+        bucket = TokenBucket(settings.qps, settings.burst, clock=clock)
+        _limiters[settings] = bucket
+    return bucket
+
+
+class LimitedApiClient(ApiClient):
+    """An ``ApiClient`` whose every request (watches included, like client-go) first waits
+    for a token from ``limiter``, and whose non-watch requests get a default timeout."""
+
+    def __init__(
+        self,
+        configuration: Configuration,
+        *,
+        limiter: TokenBucket,
+        user_agent: str = DEFAULT_USER_AGENT,
+        request_timeout: float | None = None,
+    ) -> None:
+        super().__init__(configuration=configuration)
+        self.limiter = limiter
+        self.request_timeout = request_timeout
+        self.user_agent = user_agent
+
+    async def request(  # noqa: PLR0917 - mirrors ApiClient.request
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: Any = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        """Wait for the limiter, then send the request as ``ApiClient.request`` does."""
+        await self.limiter.wait()
+        if (
+            _request_timeout is None
+            and self.request_timeout is not None
+            and not _is_watch(query_params)
+        ):
+            _request_timeout = self.request_timeout
+        return await super().request(
+            method,
+            url,
+            query_params=query_params,
+            headers=headers,
+            post_params=post_params,
+            body=body,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout,
+        )
+
+
+def _is_watch(query_params: Any) -> bool:
+    if not query_params:
+        return False
+    items = query_params.items() if isinstance(query_params, Mapping) else query_params
+    return any(k == "watch" and str(v).lower() in ("true", "1") for k, v in items)
+
+
+async def new_client(
+    settings: ClientSettings | None = None,
+    *,
+    limiter: TokenBucket | None = None,
+    environ: Mapping[str, str] | None = None,
+    service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR,
+) -> LimitedApiClient:
+    """The one place that builds the ``ApiClient`` for an entry point.
+
+    Configuration comes from :func:`load_configuration`; requests share
+    :func:`shared_limiter` for these settings unless ``limiter`` is given. The caller owns
+    the client: ``async with await new_client(settings) as api: ...``.
+    """
+    settings = settings or ClientSettings()
+    configuration, source = await load_configuration(
+        settings, environ=environ, service_account_dir=service_account_dir
+    )
+    log.info(
+        "kubernetes client configured",
+        source=source,
+        host=configuration.host,
+        qps=settings.qps,
+        burst=settings.burst,
+    )
+    return LimitedApiClient(
+        configuration,
+        limiter=limiter if limiter is not None else shared_limiter(settings),
+        user_agent=settings.user_agent,
+        request_timeout=settings.request_timeout,
+    )
+
+
+async def request_json(
+    api_client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    content_type: str = "application/json",
+    query: list[tuple[str, str]] | None = None,
+    request_timeout: float | None = None,
+) -> dict[str, Any]:
+    """Send one request through ``api_client`` (auth, user agent and limiter apply) and
+    return the JSON body as a dict, skipping kubernetes-asyncio's model deserialization.
+
+    Raises ``ApiException`` (with status, body and headers) on a non-2xx answer, like the
+    typed API methods do.
+    """
+    resp = await api_client.call_api(
+        path,
+        method,
+        query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=request_timeout,
+    )
+    data: bytes = await resp.read()
+    if not 200 <= resp.status <= 299:
+        err = ApiException(status=resp.status, reason=resp.reason)
+        err.body = data.decode("utf-8", "replace")  # type: ignore[assignment]
+        err.headers = resp.headers
+        raise err
+    if not data:
+        return {}
+    decoded = json.loads(data)
+    return decoded if isinstance(decoded, dict) else {}

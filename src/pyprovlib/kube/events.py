@@ -1,0 +1,672 @@
+"""Record core/v1 Events about objects the way client-go's ``tools/record`` does: a
+non-blocking recorder, a bounded buffer, a correlator that counts repeats, aggregates
+similar events and filters spam, and a writer that retries and never fails its caller."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+import aiohttp
+import structlog
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+
+from pyprovlib.kube import errors
+from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.config import request_json
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.ratelimit import TokenBucket
+from pyprovlib.kube.resources import EVENTS, RESOURCES
+
+__all__ = [
+    "EVENT_TYPE_NORMAL",
+    "EVENT_TYPE_WARNING",
+    "MAX_MESSAGE_BYTES",
+    "CorrelateResult",
+    "CorrelatorOptions",
+    "EventCorrelator",
+    "EventRecorder",
+    "object_reference",
+    "truncate_message",
+]
+
+log = structlog.get_logger(__name__)
+
+EVENT_TYPE_NORMAL = "Normal"
+"""The type of an event about something going as expected."""
+EVENT_TYPE_WARNING = "Warning"
+"""The type of an event about something that needs attention."""
+
+MAX_MESSAGE_BYTES = 1024
+"""The API server's ``NoteLengthLimit``: it rejects longer events.k8s.io notes. client-go's
+core/v1 recorder does not truncate, but kube-scheduler does (``truncateMessage``), and a
+storage error message can be arbitrarily long, so messages are cut to this many bytes."""
+
+_TRUNCATION_SUFFIX = " ..."
+_DROP_LOG_INTERVAL = 60.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class CorrelatorOptions:
+    """client-go's ``CorrelatorOptions`` with its defaults (``events_cache.go``).
+
+    ``cache_size`` bounds each of the three LRU caches; ``spam_burst``/``spam_qps`` are the
+    per source+object token bucket (25 events, then one every 5 minutes);
+    ``aggregate_max_events`` similar events (same source, object, type and reason, different
+    messages) within ``aggregate_interval`` seconds are combined into one.
+    """
+
+    cache_size: int = 4096
+    spam_burst: int = 25
+    spam_qps: float = 1.0 / 300.0
+    aggregate_max_events: int = 10
+    aggregate_interval: float = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("cache_size", "spam_burst", "aggregate_max_events"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.spam_qps <= 0 or self.aggregate_interval <= 0:
+            raise ValueError("spam_qps and aggregate_interval must be positive")
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _LRU(Generic[_K, _V]):
+    """A bounded mapping evicting the least recently used entry, so memory stays flat."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[_K, _V] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: _K, value: _V) -> None:
+        self._data[key] = value
+        self._data.move_to_end(key)
+        while len(self._data) > self._size:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+def _time(dt: datetime) -> str:
+    # metav1.Time serializes as RFC 3339 with whole seconds.
+    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """Cut ``message`` to at most ``limit`` UTF-8 bytes, ending with `` ...`` when cut
+    (kube-scheduler's ``truncateMessage``), never splitting a character."""
+    raw = message.encode("utf-8")
+    if len(raw) <= limit:
+        return message
+    head = raw[: limit - len(_TRUNCATION_SUFFIX)].decode("utf-8", "ignore")
+    return head + _TRUNCATION_SUFFIX
+
+
+def _ref(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    r = event.get("involvedObject")
+    return r if isinstance(r, Mapping) else {}
+
+
+def _source(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    s = event.get("source")
+    return s if isinstance(s, Mapping) else {}
+
+
+def _spam_key(event: Mapping[str, Any]) -> tuple[str, ...]:
+    ref, src = _ref(event), _source(event)
+    return (
+        str(src.get("component", "")),
+        str(src.get("host", "")),
+        str(ref.get("kind", "")),
+        str(ref.get("namespace", "")),
+        str(ref.get("name", "")),
+        str(ref.get("uid", "")),
+        str(ref.get("apiVersion", "")),
+    )
+
+
+def _event_key(event: Mapping[str, Any]) -> tuple[str, ...]:
+    ref = _ref(event)
+    return (
+        *_spam_key(event),
+        str(ref.get("fieldPath", "")),
+        str(event.get("type", "")),
+        str(event.get("reason", "")),
+        str(event.get("message", "")),
+    )
+
+
+def _aggregate_key(event: Mapping[str, Any]) -> tuple[str, ...]:
+    return (
+        *_spam_key(event),
+        str(event.get("type", "")),
+        str(event.get("reason", "")),
+        str(event.get("reportingComponent", "")),
+        str(event.get("reportingInstance", "")),
+    )
+
+
+@dataclass
+class _AggregateRecord:
+    local_keys: set[str]
+    last: datetime
+
+
+@dataclass
+class _EventLog:
+    count: int
+    first_timestamp: str
+    name: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class CorrelateResult:
+    """What to do with an event after correlation.
+
+    ``skip``: drop it (spam). Otherwise write ``event``: PATCH it with ``patch`` (a
+    strategic merge patch of count, lastTimestamp and message) when ``patch`` is set, else
+    create it.
+    """
+
+    event: Obj | None
+    patch: Obj | None
+    skip: bool
+
+
+class EventCorrelator:
+    """client-go's ``EventCorrelator``: aggregate similar events, count identical ones,
+    then apply the per source+object spam filter, in that order.
+
+    Pure bookkeeping over JSON dicts; nothing here talks to the API.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        options: CorrelatorOptions | None = None,
+        name_factory: Callable[[str], str] | None = None,
+    ) -> None:
+        self._clock = clock or RealClock()
+        self.options = options or CorrelatorOptions()
+        self._name_factory = name_factory or _NameFactory(self._clock)
+        size = self.options.cache_size
+        self._spam: _LRU[tuple[str, ...], TokenBucket] = _LRU(size)
+        self._aggregates: _LRU[tuple[str, ...], _AggregateRecord] = _LRU(size)
+        self._logs: _LRU[tuple[str, ...], _EventLog] = _LRU(size)
+
+    def correlate(self, event: Obj) -> CorrelateResult:
+        """Run ``event`` (a core/v1 Event dict, count 1) through aggregation, counting and
+        the spam filter."""
+        aggregated, key = self._aggregate(event)
+        observed, patch = self._observe(aggregated, key)
+        if self._filter(observed):
+            return CorrelateResult(None, None, True)
+        return CorrelateResult(observed, patch, False)
+
+    def update_state(self, event: Mapping[str, Any]) -> None:
+        """Remember the server's view of a written event (its name, count and
+        resourceVersion), so the next identical event patches it."""
+        meta = event.get("metadata") or {}
+        self._logs.put(
+            _event_key(event),
+            _EventLog(
+                count=int(event.get("count") or 1),
+                first_timestamp=str(event.get("firstTimestamp") or ""),
+                name=str(meta.get("name", "")),
+                resource_version=str(meta.get("resourceVersion", "")),
+            ),
+        )
+
+    def _aggregate(self, event: Obj) -> tuple[Obj, tuple[str, ...]]:
+        now = self._clock.now()
+        agg_key = _aggregate_key(event)
+        record = self._aggregates.get(agg_key)
+        interval = self.options.aggregate_interval
+        if record is None or (now - record.last).total_seconds() > interval:
+            record = _AggregateRecord(set(), now)
+        record.local_keys.add(str(event.get("message", "")))
+        record.last = now
+        self._aggregates.put(agg_key, record)
+        if len(record.local_keys) < self.options.aggregate_max_events:
+            return event, _event_key(event)
+        # Keep the set bounded at the threshold, like client-go's PopAny.
+        record.local_keys.pop()
+        ref = dict(_ref(event))
+        ts = _time(now)
+        combined: Obj = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": self._name_factory(str(ref.get("name", ""))),
+                "namespace": event.get("metadata", {}).get("namespace", ""),
+            },
+            "involvedObject": ref,
+            "reason": event.get("reason", ""),
+            "message": "(combined from similar events): " + str(event.get("message", "")),
+            "type": event.get("type", ""),
+            "source": dict(_source(event)),
+            "count": 1,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+        }
+        return combined, agg_key
+
+    def _observe(self, event: Obj, key: tuple[str, ...]) -> tuple[Obj, Obj | None]:
+        observed = dict(event)
+        observed["metadata"] = dict(event.get("metadata") or {})
+        patch: Obj | None = None
+        last = self._logs.get(key)
+        if last is not None and last.count > 0:
+            observed["metadata"]["name"] = last.name
+            if last.resource_version:
+                observed["metadata"]["resourceVersion"] = last.resource_version
+            observed["firstTimestamp"] = last.first_timestamp
+            observed["count"] = last.count + 1
+            # client-go diffs against a copy with count 0, lastTimestamp 0 and no message.
+            patch = {"count": observed["count"], "lastTimestamp": observed["lastTimestamp"]}
+            if observed.get("message"):
+                patch["message"] = observed["message"]
+        self._logs.put(
+            key,
+            _EventLog(
+                count=int(observed.get("count") or 1),
+                first_timestamp=str(observed.get("firstTimestamp") or ""),
+                name=str(observed["metadata"].get("name", "")),
+                resource_version=str(observed["metadata"].get("resourceVersion", "")),
+            ),
+        )
+        return observed, patch
+
+    def _filter(self, event: Obj) -> bool:
+        key = _spam_key(event)
+        bucket = self._spam.get(key)
+        if bucket is None:
+            bucket = TokenBucket(self.options.spam_qps, self.options.spam_burst, clock=self._clock)
+        self._spam.put(key, bucket)
+        if bucket.tokens() >= 1.0:
+            bucket.reserve()
+            return False
+        return True
+
+
+class _NameFactory:
+    """``<object name>.<hex of UnixNano>`` like client-go, made unique per process: with a
+    fake clock (or a coarse one) two events about one object could otherwise collide."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._last = 0
+
+    def __call__(self, object_name: str) -> str:
+        delta = self._clock.now() - _EPOCH
+        nanos = (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+        nanos = max(nanos, self._last + 1)
+        self._last = nanos
+        return f"{object_name}.{nanos:x}"
+
+
+_KIND_FROM_CLASS = re.compile(r"^V\d+(?:(?:alpha|beta)\d+)?(?P<kind>[A-Z]\w*)$")
+
+
+def _kind_from_model(model: object) -> tuple[str, str]:
+    match = _KIND_FROM_CLASS.match(type(model).__name__)
+    if not match:
+        return "", ""
+    kind = match.group("kind")
+    candidates = [r for r in RESOURCES if r.kind == kind and r is not EVENTS]
+    if kind == "Event":
+        candidates = [EVENTS]
+    return (kind, candidates[0].api_version) if len(candidates) == 1 else (kind, "")
+
+
+def _sanitize(value: Any) -> Any:
+    # ApiClient.sanitize_for_serialization without needing a client (which needs a loop).
+    if isinstance(value, list | tuple):
+        return [_sanitize(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _sanitize(v) for k, v in value.items()}
+    if hasattr(value, "openapi_types") and hasattr(value, "attribute_map"):
+        return {
+            value.attribute_map[attr]: _sanitize(getattr(value, attr))
+            for attr in value.openapi_types
+            if getattr(value, attr) is not None
+        }
+    return value
+
+
+def object_reference(obj: object, api_client: ApiClient | None = None) -> Obj:
+    """An ``ObjectReference`` (kind, namespace, name, uid, apiVersion, resourceVersion) to
+    ``obj``: a JSON dict, a kubernetes-asyncio model, or a reference dict itself.
+
+    Models often lack kind/apiVersion (list items do); they are derived from the model's
+    class, like client-go's ``GetReference`` consults the scheme. Raises ``ValueError`` when
+    the object cannot be referenced.
+    """
+    data: Mapping[str, Any]
+    derived_kind, derived_version = "", ""
+    if isinstance(obj, Mapping):
+        data = obj
+    elif hasattr(obj, "openapi_types"):
+        serialized = (
+            api_client.sanitize_for_serialization(obj) if api_client is not None else _sanitize(obj)
+        )
+        if not isinstance(serialized, Mapping):
+            raise ValueError(f"cannot reference a {type(obj).__name__}")
+        data = serialized
+        derived_kind, derived_version = _kind_from_model(obj)
+    else:
+        raise ValueError(f"cannot reference a {type(obj).__name__}: not a dict or a model")
+
+    if "metadata" not in data and "name" in data:
+        source: Mapping[str, Any] = data
+        kind, api_version = data.get("kind"), data.get("apiVersion")
+    else:
+        meta = data.get("metadata")
+        source = meta if isinstance(meta, Mapping) else {}
+        kind, api_version = data.get("kind"), data.get("apiVersion")
+    kind = kind or derived_kind
+    api_version = api_version or derived_version
+    if not kind:
+        raise ValueError("object has no kind; cannot reference it")
+    if not api_version:
+        matches = [r for r in RESOURCES if r.kind == kind]
+        if len(matches) != 1:
+            raise ValueError(f"object of kind {kind!r} has no apiVersion; cannot reference it")
+        api_version = matches[0].api_version
+    name = source.get("name")
+    if not name:
+        raise ValueError(f"{kind} has no name; cannot reference it")
+    ref: Obj = {"kind": kind, "apiVersion": api_version, "name": name}
+    for field in ("namespace", "uid", "resourceVersion", "fieldPath"):
+        value = source.get(field)
+        if value:
+            ref[field] = value
+    return ref
+
+
+def _dropped_counter(registry: CollectorRegistry) -> Counter:
+    counter = _COUNTERS.get(registry)
+    if counter is None:
+        counter = Counter(
+            "pyprovlib_events_dropped_total",
+            "Events not written to the API server, by reason: buffer_full (the recorder's "
+            "buffer was full), spam (the per source+object spam filter), retries (the API "
+            "kept failing), rejected (the API refused the event), invalid (bad input), "
+            "shutdown (still buffered when the recorder stopped), error (a bug in the writer).",
+            ["reason"],
+            registry=registry,
+        )
+        _COUNTERS[registry] = counter
+    return counter
+
+
+_COUNTERS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+class EventRecorder:
+    """Records core/v1 Events about objects on behalf of ``component`` (client-go's
+    broadcaster, recorder and sink in one).
+
+    :meth:`event` never blocks and never raises: it puts the event in a bounded buffer
+    (``max_buffer``, client-go's ``maxQueuedEvents``) or drops it. :meth:`run` writes the
+    buffer until cancelled: correlation, then create or patch, retrying transport errors,
+    429 and 5xx up to ``max_tries`` times ``retry_sleep`` seconds apart (client-go: 12 and
+    10 s; unlike client-go, 5xx answers are retried because kubernetes-asyncio has no retry
+    layer of its own). Drops are counted in ``pyprovlib_events_dropped_total{reason}`` and
+    logged at most once a minute.
+    """
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        component: str,
+        *,
+        host: str = "",
+        clock: Clock | None = None,
+        max_buffer: int = 1000,
+        registry: CollectorRegistry | None = None,
+        max_tries: int = 12,
+        retry_sleep: float = 10.0,
+        correlator_options: CorrelatorOptions | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not component:
+            raise ValueError("an EventRecorder needs a component name")
+        if max_buffer < 1 or max_tries < 1:
+            raise ValueError("max_buffer and max_tries must be at least 1")
+        self._api = api_client
+        self.component = component
+        self.host = host
+        self._clock = clock or RealClock()
+        self._names = _NameFactory(self._clock)
+        self.correlator = EventCorrelator(
+            clock=self._clock, options=correlator_options, name_factory=self._names
+        )
+        self._queue: asyncio.Queue[Obj] = asyncio.Queue(maxsize=max_buffer)
+        self._dropped = _dropped_counter(registry if registry is not None else REGISTRY)
+        self.max_tries = max_tries
+        self.retry_sleep = retry_sleep
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._last_drop_log: float | None = None
+        self._drops_since_log: dict[str, int] = {}
+
+    def event(
+        self,
+        obj: object,
+        type_: str,
+        reason: str,
+        message: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Queue an event about ``obj`` (a JSON dict, a kubernetes-asyncio model or an
+        ObjectReference dict). ``type_`` is ``Normal`` or ``Warning``. Never blocks, never
+        raises: bad input and a full buffer are logged and counted."""
+        try:
+            if type_ not in (EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING):
+                raise ValueError(f"unsupported event type {type_!r}")
+            ref = object_reference(obj, self._api)
+            event = self._make_event(ref, type_, reason, message, annotations)
+        except Exception as err:  # a recorder must never fail its caller
+            self._drop("invalid", reason=reason, error=str(err))
+            return
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self._drop("buffer_full", reason=reason, object=_describe(ref))
+
+    def _make_event(
+        self,
+        ref: Obj,
+        type_: str,
+        reason: str,
+        message: str,
+        annotations: Mapping[str, str] | None,
+    ) -> Obj:
+        ts = _time(self._clock.now())
+        metadata: Obj = {
+            "name": self._names(str(ref["name"])),
+            # Cluster-scoped objects' events go to "default", like client-go's makeEvent.
+            "namespace": ref.get("namespace") or "default",
+        }
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        source: Obj = {"component": self.component}
+        if self.host:
+            source["host"] = self.host
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": metadata,
+            "involvedObject": ref,
+            "reason": reason,
+            "message": truncate_message(str(message)),
+            "type": type_,
+            "source": source,
+            "reportingComponent": self.component,
+            "reportingInstance": self.host,
+            "count": 1,
+            "firstTimestamp": ts,
+            "lastTimestamp": ts,
+        }
+
+    @property
+    def pending(self) -> int:
+        """Events buffered and not yet written (or dropped)."""
+        return self._queue.qsize()
+
+    async def run(self) -> None:
+        """Write buffered events until cancelled. Events still buffered when cancelled are
+        counted as dropped (``shutdown``); call :meth:`flush` first to avoid that."""
+        try:
+            while True:
+                event = await self._queue.get()
+                try:
+                    await self._record(event)
+                except asyncio.CancelledError:
+                    # Interrupted mid-write or mid-retry: it may not have been written.
+                    self._dropped.labels("shutdown").inc()
+                    raise
+                except Exception:  # the writer outlives any one bad event
+                    log.exception("event writer failed on one event", component=self.component)
+                    self._dropped.labels("error").inc()
+                finally:
+                    self._queue.task_done()
+        finally:
+            left = 0
+            while not self._queue.empty():
+                self._queue.get_nowait()
+                self._queue.task_done()
+                left += 1
+            if left:
+                self._dropped.labels("shutdown").inc(left)
+                log.warning("events dropped at shutdown", count=left, component=self.component)
+
+    async def flush(self, timeout: float) -> bool:  # noqa: ASYNC109 - clock-driven timeout
+        """Wait until every buffered event is written or dropped, at most ``timeout``
+        seconds of the recorder's clock; True when the buffer drained in time. Needs
+        :meth:`run` to be running."""
+        return await _wait_with_timeout(self._queue.join(), timeout, self._clock)
+
+    async def _record(self, event: Obj) -> None:
+        try:
+            result = self.correlator.correlate(event)
+        except Exception as err:  # a malformed event must not stop the writer
+            self._drop("invalid", reason=event.get("reason"), error=type(err).__name__)
+            return
+        if result.skip or result.event is None:
+            self._drop("spam", reason=event.get("reason"), object=_describe(_ref(event)))
+            return
+        tries = 0
+        while True:
+            outcome = await self._write(result.event, result.patch)
+            if outcome == "ok":
+                return
+            if outcome == "rejected":
+                self._drop("rejected", reason=event.get("reason"), object=_describe(_ref(event)))
+                return
+            tries += 1
+            if tries >= self.max_tries:
+                self._drop("retries", reason=event.get("reason"), object=_describe(_ref(event)))
+                return
+            delay = self.retry_sleep
+            if tries == 1:
+                # Spread the first retry so recorders do not stampede a recovering server.
+                delay *= self._rng.random()
+            await self._clock.sleep(delay)
+
+    async def _write(self, event: Obj, patch: Obj | None) -> str:
+        meta = event["metadata"]
+        namespace, name = str(meta["namespace"]), str(meta["name"])
+        try:
+            written: Obj | None = None
+            if patch is not None and int(event.get("count") or 1) > 1:
+                try:
+                    written = await request_json(
+                        self._api,
+                        "PATCH",
+                        EVENTS.path(namespace, name),
+                        body=patch,
+                        content_type="application/strategic-merge-patch+json",
+                    )
+                except Exception as err:
+                    if not errors.is_not_found(err):
+                        raise
+            if written is None:
+                body = dict(event)
+                body["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+                written = await request_json(self._api, "POST", EVENTS.path(namespace), body=body)
+        except errors.ApiException as err:
+            if errors.is_retryable(err):
+                log.debug("event write failed; will retry", status=err.status, event_name=name)
+                return "retry"
+            if errors.is_already_exists(err):
+                log.debug("event already exists; not retrying", event_name=name)
+            else:
+                log.debug("event rejected by the API server", status=err.status, event_name=name)
+            return "rejected"
+        except _TRANSPORT_ERRORS as err:
+            log.debug("event write failed; will retry", error=type(err).__name__, event_name=name)
+            return "retry"
+        self.correlator.update_state(written)
+        return "ok"
+
+    def _drop(self, why: str, **context: Any) -> None:
+        self._dropped.labels(why).inc()
+        self._drops_since_log[why] = self._drops_since_log.get(why, 0) + 1
+        now = self._clock.monotonic()
+        if self._last_drop_log is None or now - self._last_drop_log >= _DROP_LOG_INTERVAL:
+            log.warning(
+                "events dropped",
+                component=self.component,
+                dropped=dict(self._drops_since_log),
+                last_drop=why,
+                **{k: v for k, v in context.items() if v is not None},
+            )
+            self._last_drop_log = now
+            self._drops_since_log.clear()
+
+
+def _describe(ref: Mapping[str, Any]) -> str:
+    ns, name = ref.get("namespace"), ref.get("name")
+    return f"{ref.get('kind', '')} {ns}/{name}" if ns else f"{ref.get('kind', '')} {name}"
+
+
+async def _wait_with_timeout(aw: Awaitable[None], seconds: float, clock: Clock) -> bool:
+    """Await ``aw`` for at most ``seconds`` of ``clock``; False on timeout. Both tasks are
+    owned here and cancelled/awaited before returning."""
+    work = asyncio.ensure_future(aw)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, timer):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(work, timer, return_exceptions=True)
+    return work.done() and not work.cancelled() and work.exception() is None
