@@ -1,8 +1,59 @@
-"""pyprovlib: write Kubernetes storage controllers (provisioners, attachers, resizers) in Python.
+"""pyprovlib: write Kubernetes storage controllers (provisioners, attachers) in Python.
 
-This module only re-exports the public API; see the documentation for the tour.
+This module only re-exports the public API::
+
+    from pyprovlib import ProvisionController, Provisioner, ProvisionOptions
+
+See the documentation for the tour: the user contracts live in :mod:`pyprovlib.provisioner`
+and :mod:`pyprovlib.attacher`, the controllers in :mod:`pyprovlib.controller`, client-go's
+machinery in :mod:`pyprovlib.kube`, process wiring in :mod:`pyprovlib.runtime` and the
+in-memory API server for tests in :mod:`pyprovlib.testing`.
 """
 
 from pyprovlib._version import __version__
+from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
+from pyprovlib.controller.attach import AttachController
+from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.options import (
+    Backoff,
+    InvalidOptionsError,
+    ProvisionControllerOptions,
+)
+from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
+from pyprovlib.provisioner import (
+    BlockProvisioner,
+    DeletionGuard,
+    IgnoredError,
+    InfeasibleError,
+    MountOptionsProvisioner,
+    Provisioner,
+    ProvisioningError,
+    ProvisioningState,
+    ProvisionOptions,
+    Qualifier,
+)
 
-__all__ = ["__version__"]
+__all__ = [
+    "AttachController",
+    "AttachControllerOptions",
+    "AttachError",
+    "AttachNode",
+    "AttachVolume",
+    "Attacher",
+    "Backoff",
+    "BlockProvisioner",
+    "DeletionGuard",
+    "IgnoredError",
+    "InfeasibleError",
+    "InvalidOptionsError",
+    "LeaderElectionLostError",
+    "MountOptionsProvisioner",
+    "ProvisionController",
+    "ProvisionControllerOptions",
+    "ProvisionOptions",
+    "Provisioner",
+    "ProvisioningError",
+    "ProvisioningState",
+    "Qualifier",
+    "__version__",
+]

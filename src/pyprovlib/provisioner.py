@@ -25,6 +25,8 @@ __all__ = [
     "BlockProvisioner",
     "DeletionGuard",
     "IgnoredError",
+    "InfeasibleError",
+    "MountOptionsProvisioner",
     "ProvisionOptions",
     "Provisioner",
     "ProvisioningError",
@@ -64,6 +66,18 @@ class ProvisioningError(Exception):
     def __init__(self, message: str, state: ProvisioningState = ProvisioningState.FINISHED) -> None:
         super().__init__(message)
         self.state = state
+
+
+class InfeasibleError(ProvisioningError):
+    """Raised by ``provision`` when the request cannot succeed as it stands (for instance the
+    StorageClass parameters are invalid): the claim is not retried for ``retry_interval_max``
+    unless its StorageClass is replaced meanwhile. The counterpart of CSI's InvalidArgument.
+
+    Belongs in :mod:`pyprovlib.provisioner` with the rest of the user contract.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ProvisioningState.FINISHED)
 
 
 class IgnoredError(Exception):
@@ -147,3 +161,16 @@ class BlockProvisioner(abc.ABC):
     @abc.abstractmethod
     def supports_block(self) -> bool:
         """True when block volumes are supported."""
+
+
+class MountOptionsProvisioner(abc.ABC):
+    """Declares whether the provisioner's volumes accept ``mountOptions``.
+
+    Provisioners that do not mix this in are assumed to support them (upstream passes them
+    through); those that return False get a ``ProvisioningFailed`` event, as kube's PV
+    controller does for in-tree plugins, when a claim's class has mount options.
+    """
+
+    @abc.abstractmethod
+    def supports_mount_options(self) -> bool:
+        """True when PVs of this provisioner may carry mount options."""

@@ -1,0 +1,586 @@
+"""Benchmark the ProvisionController: N claims created at once, time until every PV exists and
+every claim is Bound, latency from claim creation to PV creation, and the controller's CPU,
+memory and API requests per volume.
+
+Three processes, so the figures are the controller's alone:
+
+- the API server: ``python -m pyprovlib.testing --port 0 --kubeconfig <tmp>`` with its PV binder
+  (or a real cluster with ``--kubeconfig``);
+- the controller (``--role controller``, started by the driver): a ProvisionController with a
+  trivial in-memory provisioner; it reports its own ``getrusage`` and the API requests it sent,
+  counted client-side by verb;
+- the driver (this process): creates the namespace, class and claims, watches claims and PVs
+  and takes every timestamp from watch events.
+
+Usage::
+
+    python bench/provision.py --volumes 1000 --threadiness 4
+    python bench/provision.py --volumes 1000 --threadiness 32 --kubeconfig ~/.kube/config
+
+Prints human-readable lines, then exactly one line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import resource
+import secrets
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import structlog
+from kubernetes_asyncio.client import (
+    ApiClient,
+    Configuration,
+    V1HostPathVolumeSource,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeSpec,
+)
+from kubernetes_asyncio.config import load_kube_config
+
+PROVISIONER = "bench.pyprovlib.io/memory"
+HERE = Path(__file__).resolve()
+
+
+# --------------------------------------------------------------------------------------------
+# Controller process
+# --------------------------------------------------------------------------------------------
+
+
+class CountingApiClient(ApiClient):
+    """An ApiClient counting the requests it sends by (verb, resource)."""
+
+    def __init__(self, configuration: Configuration) -> None:
+        super().__init__(configuration=configuration)
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: Any = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        self.counts[_classify(method, url, query_params)] += 1
+        return await super().request(
+            method,
+            url,
+            query_params=query_params,
+            headers=headers,
+            post_params=post_params,
+            body=body,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout,
+        )
+
+
+def _classify(method: str, url: str, query_params: Any) -> tuple[str, str]:
+    parsed = urlparse(url)
+    query = dict(query_params or []) if not isinstance(query_params, dict) else query_params
+    query.update({k: v[0] for k, v in parse_qs(parsed.query).items()})
+    parts = [p for p in parsed.path.split("/") if p]
+    # /api/v1/<plural>[/<name>] or /api/v1/namespaces/<ns>/<plural>[/<name>], /apis/<g>/<v>/...
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(parts) >= 2 and parts[0] == "namespaces" and len(parts) > 2:
+        parts = parts[2:]
+    plural = parts[0] if parts else "?"
+    named = len(parts) > 1
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        watch = str(query.get("watch", "")).lower() in ("true", "1")
+        verb = "watch" if watch else ("get" if named else "list")
+    return verb, plural
+
+
+class MemoryProvisioner:
+    """The trivial backend: assets in a dict, provision and delete idempotent."""
+
+    def __init__(self) -> None:
+        self.assets: dict[str, str] = {}
+
+    async def provision(self, options: Any) -> V1PersistentVolume:
+        request = options.pvc.spec.resources.requests["storage"]
+        self.assets.setdefault(options.pv_name, request)
+        return V1PersistentVolume(
+            metadata=V1ObjectMeta(name=options.pv_name),
+            spec=V1PersistentVolumeSpec(
+                access_modes=options.pvc.spec.access_modes,
+                capacity={"storage": request},
+                host_path=V1HostPathVolumeSource(path=f"/bench/{options.pv_name}"),
+            ),
+        )
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        self.assets.pop(volume.metadata.name, None)
+
+
+def _rusage() -> tuple[float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_maxrss
+
+
+async def run_controller(args: argparse.Namespace) -> None:
+    from pyprovlib.controller.options import ProvisionControllerOptions
+    from pyprovlib.controller.provision import ProvisionController
+    from pyprovlib.provisioner import Provisioner
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+    class Backend(MemoryProvisioner, Provisioner):
+        pass
+
+    configuration = Configuration()
+    await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
+    api = CountingApiClient(configuration)
+    if not args.aiohttp_trust_env:
+        # kubernetes-asyncio opens its aiohttp session with trust_env=True: every request then
+        # looks up ~/.netrc and the proxy environment in the default thread pool (two executor
+        # round trips per request). No proxy is involved here, so measure without it.
+        api.rest_client.pool_manager._trust_env = False
+    backend = Backend()
+    controller = ProvisionController(
+        api,
+        args.provisioner,
+        backend,
+        ProvisionControllerOptions(leader_election=False, threadiness=args.threadiness),
+    )
+    profiler: Any = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)
+    snapshot: dict[str, Any] = {}
+
+    def provisioned() -> None:
+        # SIGUSR1: the driver saw every claim Bound; split the figures here.
+        cpu, rss = _rusage()
+        snapshot.update(cpu=cpu, rss=rss, counts=Counter(api.counts))
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, controller.stop)
+    loop.add_signal_handler(signal.SIGUSR1, provisioned)
+    task = asyncio.create_task(controller.run())
+    while not controller.ready():
+        if task.done():
+            await task
+        await asyncio.sleep(0.01)
+    cpu0, rss0 = _rusage()
+    api.counts.clear()
+    if profiler is not None:
+        profiler.enable()
+    print("READY", flush=True)
+    await task
+    cpu1, maxrss_kb = _rusage()
+
+    def by_verb(counter: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (verb, plural), n in counter.items():
+            out.setdefault(verb, {})[plural] = n
+        return out
+
+    print(
+        json.dumps(
+            {
+                "cpu_provision_s": snapshot.get("cpu", cpu1) - cpu0,
+                "cpu_delete_s": cpu1 - snapshot.get("cpu", cpu1),
+                "cpu_total_s": cpu1,
+                "rss_ready_mb": rss0 / 1024,
+                "peak_rss_provision_mb": snapshot.get("rss", maxrss_kb) / 1024,
+                "peak_rss_mb": maxrss_kb / 1024,
+                "requests_provision": by_verb(snapshot.get("counts", api.counts)),
+                "requests": by_verb(api.counts),
+                "assets": len(backend.assets),
+            }
+        ),
+        flush=True,
+    )
+    await api.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------------
+
+
+async def _start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, Path]:
+    kubeconfig = tmp / "kubeconfig"
+    log_path = tmp / "apiserver.log"
+    with log_path.open("wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pyprovlib.testing",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            stdout=log_file,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 30
+    while "listening on" not in log_path.read_text(errors="replace"):
+        if proc.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the API server did not start: {log_path.read_text()[-2000:]}")
+        await asyncio.sleep(0.05)
+    return proc, kubeconfig
+
+
+class Observer:
+    """Watches claims and PVs, timestamping what it sees."""
+
+    def __init__(self, api: ApiClient, namespace: str, expected: int) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.expected = expected
+        self.claim_seen: dict[str, float] = {}
+        self.claim_annotated: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.pv_seen: dict[str, float] = {}  # by claim uid
+        self.all_pvs = asyncio.Event()
+        self.all_bound = asyncio.Event()
+        self.no_pvs = asyncio.Event()
+        self.pv_names: set[str] = set()
+
+    async def watch_claims(self) -> None:
+        from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
+        from pyprovlib.kube.rest import ResourceClient
+
+        client = ResourceClient(self.api, PERSISTENT_VOLUME_CLAIMS)
+        listed = await client.list(self.namespace)
+        rv = listed["metadata"]["resourceVersion"]
+        while True:
+            async with client.watch(
+                self.namespace, resource_version=rv, timeout_seconds=600
+            ) as stream:
+                async for event in stream:
+                    now = time.monotonic()
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    uid = obj["metadata"]["uid"]
+                    self.claim_seen.setdefault(uid, now)
+                    annotations = obj["metadata"].get("annotations") or {}
+                    if "volume.kubernetes.io/storage-provisioner" in annotations:
+                        # The PV controller (binder) asked for provisioning: the controller's
+                        # own latency starts here.
+                        self.claim_annotated.setdefault(uid, now)
+                    if obj.get("status", {}).get("phase") == "Bound":
+                        self.bound.setdefault(uid, now)
+                        if len(self.bound) >= self.expected:
+                            self.all_bound.set()
+
+    async def watch_volumes(self) -> None:
+        from pyprovlib.kube.resources import PERSISTENT_VOLUMES
+        from pyprovlib.kube.rest import ResourceClient
+
+        client = ResourceClient(self.api, PERSISTENT_VOLUMES)
+        listed = await client.list()
+        rv = listed["metadata"]["resourceVersion"]
+        while True:
+            async with client.watch(resource_version=rv, timeout_seconds=600) as stream:
+                async for event in stream:
+                    now = time.monotonic()
+                    obj = event["object"]
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    ref = obj.get("spec", {}).get("claimRef") or {}
+                    if ref.get("namespace") != self.namespace:
+                        continue
+                    name = obj["metadata"]["name"]
+                    if event["type"] == "DELETED":
+                        self.pv_names.discard(name)
+                        if not self.pv_names and self.all_pvs.is_set():
+                            self.no_pvs.set()
+                        continue
+                    self.pv_names.add(name)
+                    self.pv_seen.setdefault(ref.get("uid", name), now)
+                    if len(self.pv_seen) >= self.expected:
+                        self.all_pvs.set()
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) of another process, from /proc (Linux); None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def drive(args: argparse.Namespace) -> dict[str, Any]:
+    from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+    from pyprovlib.kube.rest import ResourceClient
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-provision-")))
+        server: asyncio.subprocess.Process | None = None
+        if args.kubeconfig:
+            kubeconfig = Path(args.kubeconfig)
+            target = f"cluster from {kubeconfig}"
+        else:
+            server, kubeconfig = await _start_server(tmp)
+            target = "in-memory API server (separate process)"
+        suffix = secrets.token_hex(3)
+        namespace = f"bench-provision-{suffix}"
+        class_name = f"bench-{suffix}"
+        provisioner = f"{PROVISIONER}-{suffix}"
+        configuration = Configuration()
+        await load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        configuration.connection_pool_maxsize = 128
+        api = ApiClient(configuration=configuration)
+        controller: asyncio.subprocess.Process | None = None
+        try:
+            await ResourceClient(api, NAMESPACES).create({"metadata": {"name": namespace}})
+            await ResourceClient(api, STORAGE_CLASSES).create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass",
+                    "metadata": {"name": class_name},
+                    "provisioner": provisioner,
+                    "reclaimPolicy": "Delete",
+                }
+            )
+            controller = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(HERE),
+                "--role",
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--threadiness",
+                str(args.threadiness),
+                "--provisioner",
+                provisioner,
+                *(["--profile", args.profile] if args.profile else []),
+                *(["--aiohttp-trust-env"] if args.aiohttp_trust_env else []),
+                stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+            assert controller.stdout is not None
+            async with asyncio.timeout(60):
+                while (line := (await controller.stdout.readline()).decode()) != "READY\n":
+                    if not line:
+                        raise RuntimeError("the controller exited before becoming ready")
+
+            observer = Observer(api, namespace, args.volumes)
+            async with asyncio.TaskGroup() as tg:
+                watchers = [
+                    tg.create_task(observer.watch_claims()),
+                    tg.create_task(observer.watch_volumes()),
+                ]
+                await asyncio.sleep(0.5)  # both watches open
+
+                claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+                gate = asyncio.Semaphore(args.create_concurrency)
+
+                async def create(i: int) -> None:
+                    async with gate:
+                        await claims.create(
+                            {
+                                "apiVersion": "v1",
+                                "kind": "PersistentVolumeClaim",
+                                "metadata": {"name": f"claim-{i:05d}", "namespace": namespace},
+                                "spec": {
+                                    "accessModes": ["ReadWriteOnce"],
+                                    "storageClassName": class_name,
+                                    "resources": {"requests": {"storage": "1Gi"}},
+                                },
+                            }
+                        )
+
+                print(f"creating {args.volumes} claims against the {target}", flush=True)
+                server_cpu0 = _proc_cpu(server.pid) if server is not None else None
+                t0 = time.monotonic()
+                await asyncio.gather(*(create(i) for i in range(args.volumes)))
+                t_created = time.monotonic()
+                async with asyncio.timeout(args.timeout):
+                    await observer.all_pvs.wait()
+                t_pvs = time.monotonic()
+                async with asyncio.timeout(args.timeout):
+                    await observer.all_bound.wait()
+                t_bound = time.monotonic()
+                controller.send_signal(signal.SIGUSR1)
+                server_cpu1 = _proc_cpu(server.pid) if server is not None else None
+
+                # Clean up through the controller too: deleting the claims releases the PVs.
+                async def delete(i: int) -> None:
+                    async with gate:
+                        await claims.delete(f"claim-{i:05d}", namespace)
+
+                await asyncio.gather(*(delete(i) for i in range(args.volumes)))
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(args.timeout):
+                        await observer.no_pvs.wait()
+                t_deleted = time.monotonic()
+                for w in watchers:
+                    w.cancel()
+
+            controller.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(60):
+                out = (await controller.stdout.read()).decode().strip().splitlines()
+                await controller.wait()
+            stats = json.loads(out[-1])
+        finally:
+            if controller is not None and controller.returncode is None:
+                controller.kill()
+                await controller.wait()
+            with contextlib.suppress(Exception):
+                await ResourceClient(api, STORAGE_CLASSES).delete(class_name)
+            with contextlib.suppress(Exception):
+                await ResourceClient(api, NAMESPACES).delete(namespace)
+            await api.close()
+            if server is not None:
+                server.send_signal(signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(10):
+                        await server.wait()
+                if server.returncode is None:
+                    server.kill()
+                    await server.wait()
+
+    latencies = [
+        observer.pv_seen[uid] - seen
+        for uid, seen in observer.claim_seen.items()
+        if uid in observer.pv_seen
+    ]
+    from_annotation = [
+        observer.pv_seen[uid] - seen
+        for uid, seen in observer.claim_annotated.items()
+        if uid in observer.pv_seen
+    ]
+    n = args.volumes
+    per_volume = {
+        verb: round(sum(by_resource.values()) / n, 3)
+        for verb, by_resource in sorted(stats["requests_provision"].items())
+    }
+    per_volume_delete = {
+        verb: round(
+            (sum(by_resource.values()) - sum(stats["requests_provision"].get(verb, {}).values()))
+            / n,
+            3,
+        )
+        for verb, by_resource in sorted(stats["requests"].items())
+    }
+    result = {
+        "bench": "provision",
+        "volumes": n,
+        "threadiness": args.threadiness,
+        "target": "real" if args.kubeconfig else "in-memory",
+        "aiohttp_trust_env": args.aiohttp_trust_env,
+        "create_s": round(t_created - t0, 3),
+        "all_pvs_s": round(t_pvs - t0, 3),
+        "all_bound_s": round(t_bound - t0, 3),
+        "all_deleted_s": round(t_deleted - t_bound, 3),
+        "volumes_per_s": round(n / (t_pvs - t0), 1),
+        "p50_s": round(statistics.median(latencies), 4) if latencies else None,
+        "p99_s": round(_percentile(latencies, 0.99), 4) if latencies else None,
+        "max_s": round(max(latencies), 4) if latencies else None,
+        "p50_from_annotation_s": (
+            round(statistics.median(from_annotation), 4) if from_annotation else None
+        ),
+        "p99_from_annotation_s": (
+            round(_percentile(from_annotation, 0.99), 4) if from_annotation else None
+        ),
+        "cpu_s_per_1000": round(stats["cpu_provision_s"] * 1000 / n, 3),
+        "cpu_s_per_1000_delete": round(stats["cpu_delete_s"] * 1000 / n, 3),
+        "controller_cpu_total_s": round(stats["cpu_total_s"], 3),
+        "rss_idle_mb": round(stats["rss_ready_mb"], 1),
+        "peak_rss_mb": round(stats["peak_rss_provision_mb"], 1),
+        "peak_rss_with_delete_mb": round(stats["peak_rss_mb"], 1),
+        "api_requests_per_volume": per_volume,
+        "api_requests_per_volume_delete": per_volume_delete,
+        "api_requests_by_resource": stats["requests_provision"],
+        "apiserver_cpu_s": (
+            round(server_cpu1 - server_cpu0, 2)
+            if server_cpu0 is not None and server_cpu1 is not None
+            else None
+        ),
+    }
+    print(
+        f"{n} claims created in {result['create_s']} s; every PV after {result['all_pvs_s']} s "
+        f"({result['volumes_per_s']} volumes/s), every claim Bound after {result['all_bound_s']} s"
+    )
+    print(
+        f"claim → PV latency p50 {result['p50_s']} s, p99 {result['p99_s']} s, "
+        f"max {result['max_s']} s"
+    )
+    print(
+        "latency from the PV controller's storage-provisioner annotation to the PV: p50 "
+        f"{result['p50_from_annotation_s']} s, p99 {result['p99_from_annotation_s']} s"
+    )
+    print(
+        f"controller: {result['cpu_s_per_1000']} CPU s per 1000 volumes, peak RSS "
+        f"{result['peak_rss_mb']} MB (idle after sync: {result['rss_idle_mb']} MB); API "
+        f"requests per volume {per_volume}"
+    )
+    if result["apiserver_cpu_s"] is not None:
+        print(
+            f"in-memory API server (with binder): {result['apiserver_cpu_s']} CPU s over the "
+            f"{result['all_bound_s']} s until every claim was Bound"
+        )
+    print(
+        f"deleting the claims: every PV gone {result['all_deleted_s']} s after the last bind; "
+        f"{result['cpu_s_per_1000_delete']} CPU s per 1000; requests {per_volume_delete}"
+    )
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--volumes", type=int, default=1000)
+    p.add_argument("--threadiness", type=int, default=4)
+    p.add_argument("--kubeconfig", help="a real cluster instead of the in-memory API server")
+    p.add_argument("--create-concurrency", type=int, default=64)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--role", choices=["driver", "controller"], default="driver")
+    p.add_argument("--provisioner", default=PROVISIONER)
+    p.add_argument("--profile", help="write the controller's cProfile stats to this file")
+    p.add_argument(
+        "--aiohttp-trust-env",
+        action="store_true",
+        help="keep kubernetes-asyncio's trust_env=True session (netrc/proxy lookups per request)",
+    )
+    args = p.parse_args()
+    if args.kubeconfig:
+        args.kubeconfig = os.path.expanduser(args.kubeconfig)
+    if args.role == "controller":
+        asyncio.run(run_controller(args))
+        return
+    result = asyncio.run(drive(args))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

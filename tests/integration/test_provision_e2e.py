@@ -1,0 +1,476 @@
+"""End-to-end tests of the ProvisionController: claim created → PV provisioned → claim Bound;
+claim deleted → asset and PV gone. They use the ``kube_cluster`` fixture, so they run against
+the in-memory API server (with its PV binder playing kube-controller-manager) and, with
+``PYPROVLIB_E2E_KUBECONFIG``, against a real cluster.
+
+Scenarios of upstream's controller_test.go covered here (the error paths are in
+test_provision_errors.py, the volume stores in test_provision_stores.py, crash safety in
+test_provision_crash.py, leader election in test_provision_leader.py):
+
+- "provision for claim-1 but not claim-2" (a claim of another provisioner's class is left alone)
+- "provision for claim-1 with storage class provisioner name distinct from controller
+  provisioner name" (additional provisioner names)
+- "delete volume-1 but not volume-2" (only PVs provisioned by us are deleted)
+- "provision with Retain reclaim policy" and "don't delete volume-1 because its reclaim policy
+  is not delete"
+- "provision for ext provisioner with finalizer" and "ensure volume with finalizer is deleted
+  if it is in a Released state and reclaim policy is Delete"
+- TestTopologyParams "provision with selected node" (WaitForFirstConsumer: nothing happens until
+  the scheduler selects a node, whose name reaches the provisioner)
+- mount options of the class copied to the PV; the ``provision_total`` / ``delete_total``
+  metrics counted by class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import (
+    ApiClient,
+    V1HostPathVolumeSource,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeSpec,
+)
+from prometheus_client import CollectorRegistry
+
+from pyprovlib.controller.metrics import ProvisionMetrics
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import (
+    ANN_DYNAMICALLY_PROVISIONED,
+    ANN_STORAGE_PROVISIONER,
+    FINALIZER_PV,
+    ProvisionController,
+)
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import (
+    EVENTS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+)
+from pyprovlib.kube.rest import ApiException, ResourceClient
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+class MemoryProvisioner(Provisioner):
+    """A backend keeping its assets in a dict (shareable between provisioner instances, like
+    a storage system outliving a controller). ``provision`` is idempotent."""
+
+    def __init__(self, assets: dict[str, Obj] | None = None) -> None:
+        self.assets: dict[str, Obj] = {} if assets is None else assets
+        self.calls: list[ProvisionOptions] = []
+        self.deleted: list[str] = []
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        self.calls.append(options)
+        request = options.pvc.spec.resources.requests["storage"]
+        self.assets.setdefault(options.pv_name, {"size": request})
+        return V1PersistentVolume(
+            metadata=V1ObjectMeta(name=options.pv_name),
+            spec=V1PersistentVolumeSpec(
+                access_modes=options.pvc.spec.access_modes,
+                capacity={"storage": request},
+                volume_mode=options.pvc.spec.volume_mode,
+                host_path=V1HostPathVolumeSource(path=f"/tmp/pyprovlib/{options.pv_name}"),
+            ),
+        )
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        self.deleted.append(volume.metadata.name)
+        self.assets.pop(volume.metadata.name, None)
+
+
+def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
+    """Options for tests: no leader election, private metrics, millisecond retries."""
+    defaults: dict[str, Any] = {
+        "leader_election": False,
+        "metrics": ProvisionMetrics(CollectorRegistry()),
+        "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.1),
+        "create_provisioned_pv_retry_count": 3,
+        "create_provisioned_pv_interval": 0.01,
+    }
+    defaults.update(kwargs)
+    return ProvisionControllerOptions(**defaults)
+
+
+@contextlib.asynccontextmanager
+async def running(controller: ProvisionController) -> AsyncIterator[ProvisionController]:
+    """Run ``controller`` for the duration of the block; stop it gracefully afterwards."""
+    task = asyncio.create_task(controller.run())
+    try:
+        yield controller
+    finally:
+        controller.stop()
+        try:
+            async with asyncio.timeout(15):
+                await task
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+
+
+async def create_class(
+    cluster: TestCluster, provisioner: str, *, name: str | None = None, **extra: Any
+) -> str:
+    class_name = name or cluster.unique_name("sc")
+    body: Obj = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": class_name},
+        "provisioner": provisioner,
+        **extra,
+    }
+    await ResourceClient(cluster.api_client, STORAGE_CLASSES).create(body)
+    cluster.track(STORAGE_CLASSES, class_name)
+    return class_name
+
+
+async def create_claim(
+    cluster: TestCluster,
+    class_name: str,
+    *,
+    name: str | None = None,
+    size: str = "1Gi",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
+    body: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name or cluster.unique_name("claim"), "namespace": cluster.namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class_name,
+            "resources": {"requests": {"storage": size}},
+            **spec,
+        },
+    }
+    if annotations:
+        body["metadata"]["annotations"] = annotations
+    return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
+
+
+async def get_claim(cluster: TestCluster, name: str) -> Obj | None:
+    try:
+        return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).get(
+            name, cluster.namespace
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def get_volume(api: ApiClient, name: str) -> Obj | None:
+    try:
+        return await ResourceClient(api, PERSISTENT_VOLUMES).get(name)
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def delete_claim(cluster: TestCluster, name: str) -> None:
+    await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
+        name, cluster.namespace
+    )
+
+
+async def wait_bound(cluster: TestCluster, name: str, timeout: float = 30.0) -> Obj:
+    last: list[Obj | None] = [None]
+
+    async def bound() -> Obj | None:
+        claim = last[0] = await get_claim(cluster, name)
+        if claim is not None and claim.get("status", {}).get("phase") == "Bound":
+            return claim
+        return None
+
+    try:
+        return await cluster.wait_for(bound, timeout=timeout, message=f"claim {name} Bound")
+    except AssertionError as err:
+        claim = last[0]
+        volume = None
+        if claim is not None:
+            volume = await get_volume(cluster.api_client, f"pvc-{claim['metadata']['uid']}")
+        raise AssertionError(f"{err}; last claim: {claim}; its PV: {volume}") from None
+
+
+async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
+    async def gone() -> bool:
+        return await get_volume(api, pv_name) is None
+
+    await cluster.wait_for(gone, message=f"PV {pv_name} deleted")
+
+
+async def events_of(cluster: TestCluster, name: str, namespace: str | None = None) -> list[Obj]:
+    events = await ResourceClient(cluster.api_client, EVENTS).list(namespace or cluster.namespace)
+    return [e for e in events["items"] if e.get("involvedObject", {}).get("name") == name]
+
+
+async def wait_event(
+    cluster: TestCluster,
+    name: str,
+    reason: str,
+    contains: str = "",
+    *,
+    namespace: str | None = None,
+) -> Obj:
+    async def found() -> Obj | None:
+        for event in await events_of(cluster, name, namespace):
+            if event.get("reason") == reason and contains in event.get("message", ""):
+                return event
+        return None
+
+    return await cluster.wait_for(found, message=f"{reason} event on {name} ({contains!r})")
+
+
+async def wait_ready(cluster: TestCluster, controller: ProvisionController) -> None:
+    async def ready() -> bool:
+        return controller.ready()
+
+    await cluster.wait_for(ready, message="controller ready")
+
+
+def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
+    """A sample of one of the controller's metrics from its private registry."""
+    assert metrics.registry is not None
+    value = metrics.registry.get_sample_value(f"controller_{name}", labels)
+    return value or 0.0
+
+
+def provisioner_name(cluster: TestCluster) -> str:
+    return f"test.pyprovlib.io/{cluster.unique_name('p')}"
+
+
+async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name, mountOptions=["noatime"])
+    provisioner = MemoryProvisioner()
+    options = fast_options()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name, size="2Gi")
+        claim_name = claim["metadata"]["name"]
+        bound = await wait_bound(kube_cluster, claim_name)
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        assert bound["spec"]["volumeName"] == pv_name
+        assert list(provisioner.assets) == [pv_name]
+
+        pv = await get_volume(kube_cluster.api_client, pv_name)
+        assert pv is not None
+        assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == name
+        assert pv["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+        assert pv["spec"]["claimRef"]["name"] == claim_name
+        assert pv["spec"]["storageClassName"] == class_name
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Delete"
+        assert pv["spec"]["mountOptions"] == ["noatime"]
+        assert pv["spec"]["capacity"]["storage"] == "2Gi"
+        assert FINALIZER_PV not in pv["metadata"].get("finalizers", [])
+
+        (call,) = provisioner.calls
+        assert call.pv_name == pv_name
+        assert call.storage_class.metadata.name == class_name
+        assert call.pvc.metadata.uid == claim["metadata"]["uid"]
+        assert call.selected_node_name is None
+
+        await wait_event(kube_cluster, claim_name, "Provisioning", "External provisioner")
+        await wait_event(kube_cluster, claim_name, "ProvisioningSucceeded", pv_name)
+        assert (
+            counter(
+                options.metrics,
+                "persistentvolumeclaim_provision_total",
+                **{"class": class_name, "source": ""},
+            )
+            == 1
+        )  # type: ignore[arg-type]
+
+        await delete_claim(kube_cluster, claim_name)
+        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        assert provisioner.assets == {}
+        assert provisioner.deleted == [pv_name]
+        assert (
+            counter(options.metrics, "persistentvolume_delete_total", **{"class": class_name}) == 1
+        )  # type: ignore[arg-type]
+
+
+async def test_only_claims_of_our_classes_are_provisioned(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    ours = await create_class(kube_cluster, name)
+    theirs = await create_class(kube_cluster, f"{name}-someone-else")
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        other = await create_claim(kube_cluster, theirs)
+        mine = await create_claim(kube_cluster, ours)
+        await wait_bound(kube_cluster, mine["metadata"]["name"])
+        other_now = await get_claim(kube_cluster, other["metadata"]["name"])
+        assert other_now is not None
+        assert other_now["status"]["phase"] == "Pending"
+        assert [c.pvc.metadata.name for c in provisioner.calls] == [mine["metadata"]["name"]]
+
+
+async def test_additional_provisioner_names(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    old_name = f"{name}-legacy"
+    class_name = await create_class(kube_cluster, old_name)
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(
+        kube_cluster.api_client,
+        name,
+        provisioner,
+        fast_options(additional_provisioner_names=(old_name,)),
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        pv = await get_volume(kube_cluster.api_client, f"pvc-{claim['metadata']['uid']}")
+        assert pv is not None
+        # The PV records the class's provisioner, so deletion finds it under either name.
+        assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == old_name
+        await delete_claim(kube_cluster, claim["metadata"]["name"])
+        await wait_gone(kube_cluster.api_client, kube_cluster, pv["metadata"]["name"])
+        assert provisioner.assets == {}
+
+
+async def test_wait_for_first_consumer_waits_for_the_selected_node(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        await wait_ready(kube_cluster, controller)
+        # Annotating for us as the PV controller would, before any node is selected: the
+        # claim must still wait.
+        await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
+            claim_name,
+            {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: name}}},
+            namespace=kube_cluster.namespace,
+        )
+        await asyncio.sleep(0.2)
+        assert provisioner.calls == []
+        await kube_cluster.create_consumer_pod(claim_name)
+        bound = await wait_bound(kube_cluster, claim_name, timeout=60)
+        (call,) = provisioner.calls
+        node = bound["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+        assert call.selected_node_name == node
+
+
+async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name, reclaimPolicy="Retain")
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        pv = await get_volume(kube_cluster.api_client, pv_name)
+        assert pv is not None
+        assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+        await delete_claim(kube_cluster, claim["metadata"]["name"])
+
+        async def released() -> bool:
+            pv = await get_volume(kube_cluster.api_client, pv_name)
+            return pv is not None and pv["status"].get("phase") == "Released"
+
+        await kube_cluster.wait_for(released, message="PV Released")
+        # Give the controller a chance to (wrongly) act on the Released PV.
+        await asyncio.sleep(0.3)
+        assert await get_volume(kube_cluster.api_client, pv_name) is not None
+        assert pv_name in provisioner.assets
+        assert provisioner.deleted == []
+
+
+async def test_finalizer_protects_the_volume_until_its_asset_is_deleted(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, fast_options(add_finalizer=True)
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        pv = await get_volume(kube_cluster.api_client, pv_name)
+        assert pv is not None
+        assert FINALIZER_PV in pv["metadata"]["finalizers"]
+
+        await delete_claim(kube_cluster, claim["metadata"]["name"])
+        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        assert provisioner.deleted == [pv_name]
+        assert provisioner.assets == {}
+
+
+async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    volumes = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUMES)
+
+    def released_volume(pv_name: str, by: str) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name, "annotations": {ANN_DYNAMICALLY_PROVISIONED: by}},
+            "spec": {
+                "capacity": {"storage": "1Mi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Delete",
+                "hostPath": {"path": f"/tmp/{pv_name}"},
+                # Bound to a claim that does not exist: the PV controller releases it.
+                "claimRef": {
+                    "kind": "PersistentVolumeClaim",
+                    "apiVersion": "v1",
+                    "namespace": kube_cluster.namespace,
+                    "name": "gone",
+                    "uid": "00000000-0000-0000-0000-000000000000",
+                },
+            },
+        }
+
+    mine, theirs = kube_cluster.unique_name("volume-1"), kube_cluster.unique_name("volume-2")
+    for pv_name, by in ((mine, name), (theirs, "abc.def/ghi")):
+        await volumes.create(released_volume(pv_name, by))
+        kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
+    provisioner = MemoryProvisioner({mine: {}})
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        await wait_gone(kube_cluster.api_client, kube_cluster, mine)
+        assert provisioner.deleted == [mine]
+        other = await get_volume(kube_cluster.api_client, theirs)
+        assert other is not None
+        assert other["status"]["phase"] == "Released"
+
+
+async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, fast_options(threadiness=3)
+    )
+    async with running(controller):
+        claims = await asyncio.gather(*(create_claim(kube_cluster, class_name) for _ in range(12)))
+        for claim in claims:
+            await wait_bound(kube_cluster, claim["metadata"]["name"])
+        assert sorted(provisioner.assets) == sorted(f"pvc-{c['metadata']['uid']}" for c in claims)

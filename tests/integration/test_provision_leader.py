@@ -1,0 +1,201 @@
+"""Leader election around the ProvisionController (upstream's Run with resourcelock Leases), a
+shared informer factory passed in (upstream's TestControllerSharedInformers) and the metrics
+endpoint the controller can serve itself (upstream's MetricsPort)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+import aiohttp
+import pytest
+from test_provision_e2e import (
+    MemoryProvisioner,
+    create_claim,
+    create_class,
+    fast_options,
+    provisioner_name,
+    running,
+    wait_bound,
+    wait_ready,
+)
+
+from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
+from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.resources import LEASES
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+def leader_options(cluster: TestCluster) -> dict[str, object]:
+    return {
+        "leader_election": True,
+        "leader_election_namespace": cluster.namespace,
+        "lease_duration": 2.0,
+        "renew_deadline": 1.5,
+        "retry_period": 0.2,
+    }
+
+
+async def test_only_the_leader_provisions_and_a_follower_takes_over(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    backends = [MemoryProvisioner(), MemoryProvisioner()]
+    controllers = [
+        ProvisionController(
+            kube_cluster.api_client, name, p, fast_options(**leader_options(kube_cluster))
+        )
+        for p in backends
+    ]
+    async with running(controllers[0]), running(controllers[1]):
+
+        async def one_leader() -> bool:
+            return sum(c.ready() for c in controllers) == 1
+
+        await kube_cluster.wait_for(one_leader, message="one leader elected")
+        leader = 0 if controllers[0].ready() else 1
+        follower = 1 - leader
+        lease = await ResourceClient(kube_cluster.api_client, LEASES).get(
+            name.replace("/", "-"), kube_cluster.namespace
+        )
+        assert lease["spec"]["holderIdentity"] == controllers[leader].id
+
+        claims = [await create_claim(kube_cluster, class_name) for _ in range(3)]
+        for claim in claims:
+            await wait_bound(kube_cluster, claim["metadata"]["name"])
+        assert len(backends[leader].calls) == 3
+        assert backends[follower].calls == []
+        assert not controllers[follower].ready()
+
+        # The leader stops (releasing the lease): the follower takes over.
+        controllers[leader].stop()
+        await wait_ready(kube_cluster, controllers[follower])
+        later = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, later["metadata"]["name"])
+        assert [c.pvc.metadata.name for c in backends[follower].calls] == [
+            later["metadata"]["name"]
+        ]
+        assert controllers[follower].healthy()
+        assert controllers[leader].healthy()
+
+
+async def test_shared_informer_factory_is_started_by_its_owner(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    factory = SharedInformerFactory(kube_cluster.api_client)
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, fast_options(), informer_factory=factory
+    )
+    assert {i.name for i in factory.informers} == {
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "storageclasses",
+    }
+
+    async def run_informers() -> None:
+        async with asyncio.TaskGroup() as tg:
+            factory.start(tg)
+            await asyncio.Event().wait()
+
+    owner = asyncio.create_task(run_informers())
+    try:
+        async with running(controller):
+            claim = await create_claim(kube_cluster, class_name)
+            await wait_bound(kube_cluster, claim["metadata"]["name"])
+            assert all(informer.has_synced() for informer in factory.informers)
+    finally:
+        # The owner stops its informers; the controller never started them itself.
+        owner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await owner
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_controller_serves_its_metrics(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    port = _free_port()
+    controller = ProvisionController(
+        kube_cluster.api_client,
+        name,
+        MemoryProvisioner(),
+        fast_options(metrics_port=port, metrics_address="127.0.0.1", metrics_path="/m"),
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+
+        async def scraped() -> str | None:
+            try:
+                async with (
+                    aiohttp.ClientSession() as session,
+                    session.get(f"http://127.0.0.1:{port}/m") as response,
+                ):
+                    text = await response.text()
+            except aiohttp.ClientError:
+                return None
+            wanted = f'controller_persistentvolumeclaim_provision_total{{class="{class_name}"'
+            return text if wanted in text else None
+
+        await kube_cluster.wait_for(scraped, message="metrics served")
+
+
+async def test_a_follower_stops_without_ever_leading(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    options = leader_options(kube_cluster)
+    leader = ProvisionController(
+        kube_cluster.api_client, name, MemoryProvisioner(), fast_options(**options)
+    )
+    follower_backend = MemoryProvisioner()
+    follower = ProvisionController(
+        kube_cluster.api_client, name, follower_backend, fast_options(**options)
+    )
+    async with running(leader):
+        await wait_ready(kube_cluster, leader)
+        task = asyncio.create_task(follower.run())
+        await asyncio.sleep(0.3)  # contending for the lease held by the leader
+        assert not follower.ready()
+        follower.stop()
+        async with asyncio.timeout(5):
+            await task
+        assert follower.healthy()
+        assert leader.ready()
+    assert follower_backend.calls == []
+
+
+async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:
+    kube_cluster.require_in_memory("makes lease renewals fail")
+    name = provisioner_name(kube_cluster)
+    controller = ProvisionController(
+        kube_cluster.api_client,
+        name,
+        MemoryProvisioner(),
+        fast_options(**leader_options(kube_cluster)),
+    )
+    task = asyncio.create_task(controller.run())
+    try:
+        await wait_ready(kube_cluster, controller)
+        kube_cluster.server.faults.fail(500, resource="leases", count=None)
+        with pytest.raises(LeaderElectionLostError, match=name.replace("/", "-")):
+            async with asyncio.timeout(10):
+                await task
+        assert not controller.healthy()
+        assert not controller.ready()
+    finally:
+        kube_cluster.server.faults.clear()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
