@@ -1,0 +1,230 @@
+"""Command line of ``python -m pyprovlib.examples.hostpath``: flags, the provisioner they
+describe, and the ProvisionController run by :mod:`pyprovlib.runtime` (or the ``--demo``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_namespace
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples.hostpath.helper_pod import (
+    DEFAULT_HELPER_IMAGE,
+    DEFAULT_HELPER_TIMEOUT,
+    HelperPodDirectories,
+)
+from pyprovlib.examples.hostpath.provisioner import (
+    DEFAULT_DIR_MODE,
+    DEFAULT_PROVISIONER_NAME,
+    HostPathProvisioner,
+    NodeHostPathProvisioner,
+)
+from pyprovlib.runtime import (
+    CommonOptions,
+    RuntimeArgumentParser,
+    RuntimeContext,
+    add_duration_flag,
+    add_flag,
+    common_parser,
+    run,
+)
+
+__all__ = [
+    "MODES",
+    "build_parser",
+    "controller_options",
+    "main",
+    "make_controller",
+    "make_provisioner",
+    "parse_mode",
+]
+
+MODES = ("node", "helper-pod")
+"""How the provisioner reaches the node's disk."""
+
+
+def parse_mode(text: str) -> int:
+    """Parse an octal permission mode such as ``0777`` or ``750``."""
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode such as 0777") from None
+    if not 0 <= mode <= 0o7777:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (0000..7777)")
+    return mode
+
+
+def _mode_choice(text: str) -> str:
+    if text not in MODES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(MODES)}, got {text!r}")
+    return text
+
+
+def build_parser() -> RuntimeArgumentParser:
+    """The parser: the runtime's common flags plus the hostpath flags."""
+    parser = common_parser(
+        "python -m pyprovlib.examples.hostpath",
+        "Provisions local PersistentVolumes as directories <basePath>/<pv name> on the node "
+        "the scheduler picked (StorageClass volumeBindingMode: WaitForFirstConsumer).",
+    )
+    group = parser.add_argument_group("hostpath provisioner")
+    add_flag(
+        parser,
+        "--provisioner-name",
+        default=DEFAULT_PROVISIONER_NAME,
+        help="the name StorageClasses give in 'provisioner:'",
+        extra_env=("PROVISIONER_NAME",),
+        metavar="NAME",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--mode",
+        default="node",
+        type=_mode_choice,
+        help="'node': run as a DaemonSet, one per node, creating directories locally (the "
+        "host's basePath mounted at the same path); 'helper-pod': one provisioner for the "
+        "cluster launching a short-lived pod on the node",
+        metavar="|".join(MODES),
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--node-name",
+        default="",
+        help="node mode: the node this provisioner serves (from the downward API "
+        "spec.nodeName); it takes only claims whose selected node is this one",
+        extra_env=("NODE_NAME",),
+        metavar="NODE",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--dir-mode",
+        default=DEFAULT_DIR_MODE,
+        type=parse_mode,
+        help="permissions of new volume directories, octal",
+        default_text=f"{DEFAULT_DIR_MODE:04o}",
+        metavar="MODE",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--helper-image",
+        default=DEFAULT_HELPER_IMAGE,
+        help="helper-pod mode: image of the helper pods (needs mkdir, rm, find and mv)",
+        metavar="IMAGE",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--helper-timeout",
+        default=DEFAULT_HELPER_TIMEOUT,
+        help="helper-pod mode: how long to wait for a helper pod to finish before reporting "
+        "a failure (the controller retries, reusing the pod)",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--helper-namespace",
+        default="",
+        help="helper-pod mode: namespace of the helper pods; empty means the provisioner's "
+        "own namespace (POD_NAMESPACE, the service account's namespace, else default)",
+        metavar="NAMESPACE",
+        default_text="the provisioner's namespace",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--helper-service-account",
+        default="",
+        help="helper-pod mode: service account of the helper pods (they need no API access; "
+        "empty means the namespace's default account)",
+        metavar="NAME",
+        group=group,
+    )
+    group.add_argument(
+        "--demo",
+        action="store_true",
+        help="run a self-contained demo: an in-memory API server, a temporary basePath and "
+        "three claims going Pending -> Bound through the real controller, then one deleted "
+        "again; ignores the Kubernetes flags (default: false)",
+    )
+    return parser
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject flag combinations that cannot work (exits with a usage error)."""
+    if args.demo:
+        return
+    if args.mode == "node":
+        if not args.node_name:
+            parser.error("--mode=node needs --node-name (or NODE_NAME from the downward API)")
+        if args.leader_election:
+            parser.error(
+                "--mode=node runs one provisioner per node, each for its own node: turn "
+                "--leader-election off (leader election is for --mode=helper-pod)"
+            )
+    if not args.provisioner_name:
+        parser.error("--provisioner-name must not be empty")
+
+
+def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> HostPathProvisioner:
+    """The provisioner the parsed flags describe."""
+    if args.mode == "node":
+        return NodeHostPathProvisioner(api_client, args.node_name, dir_mode=args.dir_mode)
+    directories = HelperPodDirectories(
+        api_client,
+        args.helper_namespace or in_cluster_namespace(),
+        image=args.helper_image,
+        timeout=args.helper_timeout,
+        dir_mode=args.dir_mode,
+        service_account=args.helper_service_account or None,
+    )
+    return HostPathProvisioner(api_client, directories)
+
+
+def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
+    """Controller options from the runtime's common flags."""
+    return ProvisionControllerOptions(
+        threadiness=options.worker_threads,
+        leader_election=options.leader_election,
+        leader_election_namespace=options.resolved_leader_election_namespace(),
+        lease_duration=options.leader_election_lease_duration,
+        renew_deadline=options.leader_election_renew_deadline,
+        retry_period=options.leader_election_retry_period,
+    )
+
+
+def make_controller(ctx: RuntimeContext) -> ProvisionController:
+    """The runtime's controller factory."""
+    args = ctx.args
+    ctx.log.info(
+        "hostpath provisioner",
+        provisioner=args.provisioner_name,
+        mode=args.mode,
+        node=args.node_name or None,
+    )
+    return ProvisionController(
+        ctx.api_client,
+        args.provisioner_name,
+        make_provisioner(args, ctx.api_client),
+        controller_options(ctx.options),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    if args.demo:
+        from pyprovlib.examples.hostpath.demo import run_demo
+
+        return asyncio.run(run_demo(dir_mode=args.dir_mode))
+    return run(make_controller, argv=argv, parser=parser)

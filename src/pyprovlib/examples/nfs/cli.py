@@ -1,0 +1,154 @@
+"""Command line of ``python -m pyprovlib.examples.nfs``: flags (or NFS_SERVER / NFS_PATH in the
+environment, as upstream), the provisioner they describe, and the ProvisionController run by
+:mod:`pyprovlib.runtime`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples._paths import UnsafePathError, validate_base_path
+from pyprovlib.examples.hostpath.cli import parse_mode
+from pyprovlib.examples.nfs.provisioner import (
+    DEFAULT_DIR_MODE,
+    DEFAULT_MOUNT_PATH,
+    DEFAULT_PROVISIONER_NAME,
+    NFSProvisioner,
+)
+from pyprovlib.runtime import (
+    CommonOptions,
+    RuntimeArgumentParser,
+    RuntimeContext,
+    add_flag,
+    common_parser,
+    run,
+)
+
+__all__ = ["build_parser", "controller_options", "main", "make_controller", "make_provisioner"]
+
+
+def build_parser() -> RuntimeArgumentParser:
+    """The parser: the runtime's common flags plus the NFS flags."""
+    parser = common_parser(
+        "python -m pyprovlib.examples.nfs",
+        "Provisions NFS PersistentVolumes as subdirectories of one NFS export, which is "
+        "mounted into this provisioner's container.",
+        # One Deployment serves the cluster; replicas must not provision the same claim.
+        defaults={"leader_election": True},
+    )
+    group = parser.add_argument_group("NFS provisioner")
+    add_flag(
+        parser,
+        "--provisioner-name",
+        default=DEFAULT_PROVISIONER_NAME,
+        help="the name StorageClasses give in 'provisioner:'",
+        extra_env=("PROVISIONER_NAME",),
+        metavar="NAME",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--nfs-server",
+        default="",
+        help="NFS server (host name or IP) written into every PV; required",
+        extra_env=("NFS_SERVER",),
+        metavar="HOST",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--nfs-path",
+        default="",
+        help="path of the export on the NFS server; PVs point at subdirectories of it; required",
+        extra_env=("NFS_PATH",),
+        metavar="PATH",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--nfs-mount-path",
+        default=DEFAULT_MOUNT_PATH,
+        help="where the export is mounted inside this container; volume directories are "
+        "created and removed there",
+        extra_env=("NFS_MOUNT_PATH",),
+        metavar="PATH",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--dir-mode",
+        default=DEFAULT_DIR_MODE,
+        type=parse_mode,
+        help="permissions of new volume directories, octal",
+        default_text=f"{DEFAULT_DIR_MODE:04o}",
+        metavar="MODE",
+        group=group,
+    )
+    return parser
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject missing or unusable settings (exits with a usage error)."""
+    if not args.nfs_server:
+        parser.error("--nfs-server (or NFS_SERVER) is required")
+    if not args.nfs_path:
+        parser.error("--nfs-path (or NFS_PATH) is required")
+    if not args.provisioner_name:
+        parser.error("--provisioner-name must not be empty")
+    try:
+        if args.nfs_path != "/":
+            validate_base_path(args.nfs_path, "--nfs-path")
+        validate_base_path(args.nfs_mount_path, "--nfs-mount-path")
+    except UnsafePathError as err:
+        parser.error(str(err))
+
+
+def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> NFSProvisioner:
+    """The provisioner the parsed flags describe."""
+    return NFSProvisioner(
+        api_client, args.nfs_server, args.nfs_path, args.nfs_mount_path, dir_mode=args.dir_mode
+    )
+
+
+def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
+    """Controller options from the runtime's common flags."""
+    return ProvisionControllerOptions(
+        threadiness=options.worker_threads,
+        leader_election=options.leader_election,
+        leader_election_namespace=options.resolved_leader_election_namespace(),
+        lease_duration=options.leader_election_lease_duration,
+        renew_deadline=options.leader_election_renew_deadline,
+        retry_period=options.leader_election_retry_period,
+    )
+
+
+def make_controller(ctx: RuntimeContext) -> ProvisionController:
+    """The runtime's controller factory."""
+    args = ctx.args
+    ctx.log.info(
+        "NFS provisioner",
+        provisioner=args.provisioner_name,
+        server=args.nfs_server,
+        export=args.nfs_path,
+        mount=args.nfs_mount_path,
+    )
+    return ProvisionController(
+        ctx.api_client,
+        args.provisioner_name,
+        make_provisioner(args, ctx.api_client),
+        controller_options(ctx.options),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    return run(make_controller, argv=argv, parser=parser)

@@ -1,0 +1,329 @@
+"""The NFS provisioner: each volume is a subdirectory of one NFS export
+(nfs-subdir-external-provisioner style).
+
+The export is mounted into the provisioner's container (default ``/persistentvolumes``); a
+volume is the directory ``${namespace}-${pvcName}-${pvName}`` there, or the class's
+``pathPattern`` expanded from the claim's metadata, and the PV is an ``nfs`` volume pointing
+at the same directory on the server. Every expanded path is checked to stay inside the export,
+and created or removed without following symlinks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import structlog
+from kubernetes_asyncio.client import (
+    ApiClient,
+    StorageV1Api,
+    V1NFSVolumeSource,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeClaim,
+    V1PersistentVolumeSpec,
+    V1StorageClass,
+)
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from pyprovlib.examples._paths import (
+    UnsafePathError,
+    archive_beneath,
+    make_directory_beneath,
+    remove_beneath,
+    split_relative_path,
+    validate_base_path,
+)
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.provisioner import (
+    IgnoredError,
+    Provisioner,
+    ProvisioningError,
+    ProvisionOptions,
+)
+
+__all__ = [
+    "DEFAULT_DIR_MODE",
+    "DEFAULT_MOUNT_PATH",
+    "DEFAULT_PROVISIONER_NAME",
+    "NFSParameters",
+    "NFSProvisioner",
+    "expand_path_pattern",
+    "parse_parameters",
+]
+
+DEFAULT_PROVISIONER_NAME = "pyprovlib.io/nfs"
+"""The provisioner name StorageClasses name in ``provisioner:`` unless ``--provisioner-name``
+says otherwise."""
+
+DEFAULT_MOUNT_PATH = "/persistentvolumes"
+"""Where the export is mounted inside the provisioner's container."""
+
+DEFAULT_DIR_MODE = 0o777
+"""Permissions of a new volume directory, as upstream creates them."""
+
+PARAM_PATH_PATTERN = "pathPattern"
+PARAM_ON_DELETE = "onDelete"
+PARAM_ARCHIVE_ON_DELETE = "archiveOnDelete"
+_KNOWN_PARAMETERS = frozenset({PARAM_PATH_PATTERN, PARAM_ON_DELETE, PARAM_ARCHIVE_ON_DELETE})
+
+# Upstream's pattern language: ${.PVC.namespace}, ${.PVC.name}, ${.PVC.labels.KEY},
+# ${.PVC.annotations.KEY}.
+_PATTERN = re.compile(r"\$\{\.PVC\.(?:(labels|annotations)\.(.*?)|(.*?))\}")
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+log = structlog.get_logger("pyprovlib.examples.nfs")
+
+
+@dataclass(frozen=True)
+class NFSParameters:
+    """A StorageClass's parameters, validated."""
+
+    path_pattern: str | None = None
+    """The subdirectory template, or None for ``${namespace}-${pvcName}-${pvName}``."""
+
+    on_delete: str | None = None
+    """``delete`` or ``retain``; when set, it wins over ``archive_on_delete``."""
+
+    archive_on_delete: bool = True
+    """Rename the directory to ``archived-<dir>`` instead of removing it (upstream default)."""
+
+    def action(self) -> str:
+        """What happens to the directory when its PV is deleted: delete, retain or archive."""
+        if self.on_delete is not None:
+            return self.on_delete
+        return "archive" if self.archive_on_delete else "delete"
+
+
+def _parse_bool(value: str) -> bool | None:
+    # Go's strconv.ParseBool, which upstream uses for archiveOnDelete.
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    return None
+
+
+def parse_parameters(storage_class: V1StorageClass) -> NFSParameters:
+    """Validate a StorageClass's parameters; :class:`ProvisioningError` says what to fix."""
+    name = storage_class.metadata.name if storage_class.metadata else "?"
+    params: dict[str, str] = dict(storage_class.parameters or {})
+    unknown = sorted(set(params) - _KNOWN_PARAMETERS)
+    if unknown:
+        raise ProvisioningError(
+            f"StorageClass {name!r} has unknown parameter(s) {', '.join(unknown)}; the NFS "
+            f"provisioner accepts only {', '.join(sorted(_KNOWN_PARAMETERS))}"
+        )
+    on_delete = params.get(PARAM_ON_DELETE)
+    if on_delete is not None and on_delete not in ("delete", "retain"):
+        raise ProvisioningError(
+            f"StorageClass {name!r}: parameter {PARAM_ON_DELETE}={on_delete!r} is invalid; "
+            "use delete or retain"
+        )
+    archive = True
+    if PARAM_ARCHIVE_ON_DELETE in params:
+        parsed = _parse_bool(params[PARAM_ARCHIVE_ON_DELETE])
+        if parsed is None:
+            raise ProvisioningError(
+                f"StorageClass {name!r}: parameter {PARAM_ARCHIVE_ON_DELETE}="
+                f'{params[PARAM_ARCHIVE_ON_DELETE]!r} is not a boolean; use "true" or "false"'
+            )
+        archive = parsed
+    pattern = params.get(PARAM_PATH_PATTERN)
+    if pattern is not None:
+        for match in _PATTERN.finditer(pattern):
+            field = match.group(3)
+            if field is not None and field not in ("name", "namespace"):
+                raise ProvisioningError(
+                    f"StorageClass {name!r}: {PARAM_PATH_PATTERN} uses unknown field "
+                    f"{match.group(0)}; use ${{.PVC.namespace}}, ${{.PVC.name}}, "
+                    "${.PVC.labels.KEY} or ${.PVC.annotations.KEY}"
+                )
+    return NFSParameters(path_pattern=pattern, on_delete=on_delete, archive_on_delete=archive)
+
+
+def expand_path_pattern(pattern: str, claim: V1PersistentVolumeClaim) -> str:
+    """Substitute the claim's metadata into ``pattern`` (missing labels/annotations expand to
+    the empty string, as upstream). The result is not yet validated."""
+    meta = claim.metadata
+    data = {"name": meta.name or "", "namespace": meta.namespace or ""}
+    labels: Mapping[str, str] = meta.labels or {}
+    annotations: Mapping[str, str] = meta.annotations or {}
+
+    def substitute(match: re.Match[str]) -> str:
+        kind, key, field = match.group(1), match.group(2), match.group(3)
+        if kind == "labels":
+            return str(labels.get(key, ""))
+        if kind == "annotations":
+            return str(annotations.get(key, ""))
+        return data.get(field, "")
+
+    # One pass over the pattern: substituted values are never themselves re-expanded.
+    return _PATTERN.sub(substitute, pattern)
+
+
+class NFSProvisioner(Provisioner):
+    """Provisions ``nfs`` PVs as subdirectories of ``server:export_path``, mounted locally at
+    ``mount_path``. ``api_client`` reads the StorageClass on delete."""
+
+    def __init__(
+        self,
+        api_client: ApiClient | None,
+        server: str,
+        export_path: str,
+        mount_path: str = DEFAULT_MOUNT_PATH,
+        *,
+        dir_mode: int = DEFAULT_DIR_MODE,
+    ) -> None:
+        if not server or "\x00" in server:
+            raise ValueError("NFS server must be set (--nfs-server or NFS_SERVER)")
+        self.server = server
+        # The export path appears in PVs; "/" is a legitimate export, so it is allowed here.
+        self.export_path = (
+            "/" if export_path == "/" else validate_base_path(export_path, "NFS export path")
+        )
+        self.mount_path = validate_base_path(mount_path, "NFS mount path")
+        self.dir_mode = dir_mode
+        self._storage = StorageV1Api(api_client) if api_client is not None else None
+
+    def subdirectory(self, options: ProvisionOptions, params: NFSParameters) -> tuple[str, ...]:
+        """The volume's path components relative to the export; raises
+        :class:`UnsafePathError` when the expansion would leave the export."""
+        claim = options.pvc
+        default = f"{claim.metadata.namespace}-{claim.metadata.name}-{options.pv_name}"
+        if params.path_pattern is not None:
+            parts = split_relative_path(
+                expand_path_pattern(params.path_pattern, claim), "expanded pathPattern"
+            )
+            if parts:
+                return parts
+        return split_relative_path(default, "volume directory name")
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        """Create the subdirectory in the export and return an ``nfs`` PV for it."""
+        sc = options.storage_class
+        sc_name = sc.metadata.name if sc.metadata else "?"
+        claim = f"{options.pvc.metadata.namespace}/{options.pvc.metadata.name}"
+        spec = options.pvc.spec
+        selector: object = spec.selector if spec is not None else None
+        if selector is not None:
+            raise ProvisioningError(
+                f"claim {claim}: spec.selector is not supported by the NFS provisioner; remove "
+                "the selector"
+            )
+        params = parse_parameters(sc)
+        try:
+            parts = self.subdirectory(options, params)
+        except UnsafePathError as err:
+            raise ProvisioningError(
+                f"claim {claim} (StorageClass {sc_name!r}): {err}; the volume directory must "
+                "stay inside the NFS export — fix the claim's name/labels/annotations or the "
+                f"class's {PARAM_PATH_PATTERN}"
+            ) from err
+        relative = "/".join(parts)
+        try:
+            local = await asyncio.to_thread(
+                make_directory_beneath, self.mount_path, parts, self.dir_mode
+            )
+        except UnsafePathError as err:
+            raise ProvisioningError(
+                f"claim {claim} (StorageClass {sc_name!r}): {err}; nothing was created"
+            ) from err
+        except OSError as err:
+            raise ProvisioningError(
+                f"claim {claim}: cannot create {relative} in the NFS export mounted at "
+                f"{self.mount_path}: {err.strerror or err}; check the mount and its permissions"
+            ) from err
+        log.info("volume directory ready", claim=claim, pv=options.pv_name, path=local)
+        requests = (spec.resources.requests if spec and spec.resources else None) or {}
+        return V1PersistentVolume(
+            api_version="v1",
+            kind="PersistentVolume",
+            metadata=V1ObjectMeta(name=options.pv_name),
+            spec=V1PersistentVolumeSpec(
+                capacity={"storage": requests["storage"]} if "storage" in requests else None,
+                access_modes=list(spec.access_modes or []) if spec else [],
+                volume_mode=(spec.volume_mode if spec else None) or "Filesystem",
+                mount_options=list(sc.mount_options) if sc.mount_options else None,
+                nfs=V1NFSVolumeSource(
+                    server=self.server,
+                    path=posixpath.join(self.export_path, relative),
+                    read_only=False,
+                ),
+            ),
+        )
+
+    def _relative_parts(self, volume: V1PersistentVolume) -> tuple[str, ...]:
+        pv_name = volume.metadata.name
+        path = str(volume.spec.nfs.path or "")
+        prefix = self.export_path.rstrip("/") + "/"
+        if not path.startswith(prefix):
+            raise IgnoredError(
+                f"PersistentVolume {pv_name}: path {path!r} is not inside this provisioner's "
+                f"export {self.export_path}"
+            )
+        parts = split_relative_path(path[len(prefix) :], f"PersistentVolume {pv_name} path")
+        if not parts:
+            raise RuntimeError(
+                f"PersistentVolume {pv_name} points at the export root; refusing to delete it"
+            )
+        return parts
+
+    async def _params_for(self, volume: V1PersistentVolume) -> NFSParameters:
+        class_name = volume.spec.storage_class_name
+        if not class_name:
+            raise RuntimeError(
+                f"PersistentVolume {volume.metadata.name} has no storage class; cannot tell "
+                "whether to delete or archive its directory"
+            )
+        if self._storage is None:
+            raise RuntimeError("the NFS provisioner needs an API client to delete volumes")
+        try:
+            sc = await self._storage.read_storage_class(class_name)
+        except ApiException as err:
+            if is_not_found(err):
+                raise RuntimeError(
+                    f"PersistentVolume {volume.metadata.name}: StorageClass {class_name!r} not "
+                    "found; recreate it so the onDelete/archiveOnDelete policy is known"
+                ) from err
+            raise
+        try:
+            return parse_parameters(sc)
+        except ProvisioningError as err:
+            raise RuntimeError(str(err)) from err
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        """Delete, retain or archive the volume's directory per the class's ``onDelete`` /
+        ``archiveOnDelete``. A directory already gone is success."""
+        nfs = volume.spec.nfs if volume.spec else None
+        if nfs is None:
+            raise IgnoredError(f"PersistentVolume {volume.metadata.name} is not an NFS volume")
+        if nfs.server != self.server:
+            raise IgnoredError(
+                f"PersistentVolume {volume.metadata.name} is on server {nfs.server}, this "
+                f"provisioner serves {self.server}"
+            )
+        parts = self._relative_parts(volume)
+        exists = await asyncio.to_thread(posixpath.lexists, posixpath.join(self.mount_path, *parts))
+        if not exists:
+            log.warning("volume directory already gone", pv=volume.metadata.name)
+            return
+        action = (await self._params_for(volume)).action()
+        log.info("deleting volume directory", pv=volume.metadata.name, action=action)
+        if action == "retain":
+            return
+        if action == "delete":
+            await asyncio.to_thread(remove_beneath, self.mount_path, parts)
+            return
+        archived = "archived-" + parts[-1]
+        try:
+            await asyncio.to_thread(archive_beneath, self.mount_path, parts, archived)
+        except FileExistsError:
+            # Patterns may map several claims onto one name; keep every archive apart.
+            await asyncio.to_thread(
+                archive_beneath, self.mount_path, parts, f"{archived}-{volume.metadata.name}"
+            )

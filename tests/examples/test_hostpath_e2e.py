@@ -1,0 +1,292 @@
+"""End to end: the hostpath example under the real ProvisionController, against the
+``kube_cluster`` (the in-memory API server with its PV binder, or a real cluster when
+PYPROVLIB_E2E_KUBECONFIG is set), with real temporary directories standing for the node's disk.
+
+On a real cluster the directories are made on the machine running the tests (they stand in
+for the node's disk); the claims, PVs, binding, release and deletion are the cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    StorageV1Api,
+    V1Node,
+    V1ObjectMeta,
+    V1PersistentVolumeClaim,
+    V1PersistentVolumeClaimSpec,
+    V1StorageClass,
+    V1VolumeResourceRequirements,
+)
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples.hostpath import (
+    HostPathProvisioner,
+    LocalDirectories,
+    NodeHostPathProvisioner,
+)
+from pyprovlib.kube.resources import NODES, STORAGE_CLASSES
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.provisioner import Provisioner
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+def fast_options(**kw: Any) -> ProvisionControllerOptions:
+    # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
+    return ProvisionControllerOptions(
+        leader_election=False,
+        threadiness=2,
+        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
+        **kw,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(
+    client: ApiClient, name: str, provisioner: Provisioner, **kw: Any
+) -> AsyncIterator[ProvisionController]:
+    controller = ProvisionController(client, name, provisioner, fast_options(**kw))
+    task = asyncio.create_task(controller.run())
+    try:
+        yield controller
+    finally:
+        controller.stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 15)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def make_class(
+    c: TestCluster,
+    provisioner: str,
+    params: dict[str, str] | None,
+    binding: str = "WaitForFirstConsumer",
+) -> str:
+    name = c.unique_name("hostpath")
+    await StorageV1Api(c.api_client).create_storage_class(
+        V1StorageClass(
+            metadata=V1ObjectMeta(name=name),
+            provisioner=provisioner,
+            parameters=params,
+            volume_binding_mode=binding,
+            reclaim_policy="Delete",
+        )
+    )
+    c.track(STORAGE_CLASSES, name)
+    return name
+
+
+async def make_claim(c: TestCluster, sc: str, name: str | None = None) -> str:
+    name = name or c.unique_name("data")
+    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
+        c.namespace,
+        V1PersistentVolumeClaim(
+            metadata=V1ObjectMeta(name=name),
+            spec=V1PersistentVolumeClaimSpec(
+                storage_class_name=sc,
+                access_modes=["ReadWriteOnce"],
+                resources=V1VolumeResourceRequirements(requests={"storage": "64Mi"}),
+            ),
+        ),
+    )
+    return name
+
+
+async def wait_bound(c: TestCluster, claim: str) -> Any:
+    core = CoreV1Api(c.api_client)
+
+    async def bound() -> Any:
+        pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
+        if pvc.status and pvc.status.phase == "Bound":
+            return await core.read_persistent_volume(pvc.spec.volume_name)
+        return None
+
+    return await c.wait_for(bound, timeout=30, message=f"claim {claim} Bound")
+
+
+async def wait_pv_gone(c: TestCluster, pv: str) -> None:
+    core = CoreV1Api(c.api_client)
+
+    async def gone() -> bool:
+        try:
+            await core.read_persistent_volume(pv)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    await c.wait_for(gone, timeout=60, message=f"PV {pv} deleted")
+
+
+async def wait_event(c: TestCluster, claim: str, reason: str, fragment: str) -> str:
+    core = CoreV1Api(c.api_client)
+
+    async def found() -> str | None:
+        events = await core.list_namespaced_event(c.namespace)
+        for ev in events.items:
+            if (
+                ev.involved_object.name == claim
+                and ev.reason == reason
+                and fragment in (ev.message or "")
+            ):
+                return str(ev.message)
+        return None
+
+    return await c.wait_for(found, timeout=30, message=f"{reason} event containing {fragment!r}")
+
+
+async def delete_claim_and_pods(c: TestCluster, claim: str) -> None:
+    core = CoreV1Api(c.api_client)
+    for pod in (await core.list_namespaced_pod(c.namespace)).items:
+        await core.delete_namespaced_pod(pod.metadata.name, c.namespace, grace_period_seconds=0)
+    await core.delete_namespaced_persistent_volume_claim(claim, c.namespace)
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+async def node_hostname(c: TestCluster, pv: Any) -> tuple[str, str]:
+    """(selected node name, its hostname label) for a provisioned PV."""
+    claim = await CoreV1Api(c.api_client).read_namespaced_persistent_volume_claim(
+        pv.spec.claim_ref.name, c.namespace
+    )
+    node_name = claim.metadata.annotations["volume.kubernetes.io/selected-node"]
+    node = await CoreV1Api(c.api_client).read_node(node_name)
+    return node_name, node.metadata.labels.get("kubernetes.io/hostname", node_name)
+
+
+@pytest.mark.parametrize("on_delete", ["delete", "retain"])
+async def test_create_bind_write_delete(
+    kube_cluster: TestCluster, tmp_path: Path, on_delete: str
+) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/hostpath-e2e")
+    sc = await make_class(c, name, {"basePath": str(tmp_path), "onDelete": on_delete})
+    claim = await make_claim(c, sc)
+    prov = HostPathProvisioner(c.api_client, LocalDirectories())
+    async with running(c.api_client, name, prov):
+        await c.create_consumer_pod(claim)
+        pv = await wait_bound(c, claim)
+        pv_dir = tmp_path / pv.metadata.name
+        assert pv_dir.is_dir()
+        assert pv.spec.local.path == str(pv_dir)
+        assert pv.spec.capacity["storage"] == "64Mi"
+        assert pv.spec.access_modes == ["ReadWriteOnce"]
+        assert pv.spec.storage_class_name == sc
+        assert pv.spec.persistent_volume_reclaim_policy == "Delete"
+        assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == name
+        _, hostname = await node_hostname(c, pv)
+        req = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+        assert (req.key, req.operator, req.values) == ("kubernetes.io/hostname", "In", [hostname])
+
+        (pv_dir / "hello.txt").write_text("written by a pod")
+        await delete_claim_and_pods(c, claim)
+        await wait_pv_gone(c, pv.metadata.name)
+
+    if on_delete == "retain":
+        assert tree(tmp_path) == [
+            f"archived-{pv.metadata.name}",
+            f"archived-{pv.metadata.name}/hello.txt",
+        ]
+    else:
+        assert tree(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ({"basePath": "/"}, "must not be the root directory"),
+        ({"basePath": "relative/path"}, "must be an absolute path"),
+        ({"basePath": "/a/../b"}, "must not contain '..'"),
+        ({"basePath": "/" + "x" * 300}, "longer than 255 bytes"),
+        ({"basePath": "/var/lib\x00/x"}, "contains a NUL byte"),
+        ({"basePath": "/tmp", "size": "1Gi"}, "unknown parameter(s) size"),
+        ({"onDelete": "archive"}, "onDelete='archive' is invalid"),
+    ],
+)
+async def test_bad_parameters_get_an_event(
+    kube_cluster: TestCluster, tmp_path: Path, params: dict[str, str], fragment: str
+) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/hostpath-e2e")
+    sc = await make_class(c, name, params)
+    claim = await make_claim(c, sc)
+    prov = HostPathProvisioner(c.api_client, LocalDirectories())
+    async with running(c.api_client, name, prov):
+        await c.create_consumer_pod(claim)
+        message = await wait_event(c, claim, "ProvisioningFailed", fragment)
+    assert f"StorageClass '{sc}'" in message
+    pvc = await CoreV1Api(c.api_client).read_namespaced_persistent_volume_claim(claim, c.namespace)
+    assert pvc.status.phase == "Pending"
+    assert tree(tmp_path) == []
+
+
+async def test_immediate_class_gets_an_event(kube_cluster: TestCluster, tmp_path: Path) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/hostpath-e2e")
+    sc = await make_class(c, name, {"basePath": str(tmp_path)}, binding="Immediate")
+    claim = await make_claim(c, sc)
+    prov = HostPathProvisioner(c.api_client, LocalDirectories())
+    async with running(c.api_client, name, prov):
+        message = await wait_event(
+            c, claim, "ProvisioningFailed", "requires volumeBindingMode: WaitForFirstConsumer"
+        )
+    assert sc in message
+    assert tree(tmp_path) == []
+
+
+async def test_node_mode_serves_only_its_node(kube_cluster: TestCluster, tmp_path: Path) -> None:
+    """Two DaemonSet pods, two nodes, two disks: each provisioner takes only the claims
+    scheduled to its node and deletes only its node's volumes."""
+    c = kube_cluster
+    c.require_in_memory("places claims on chosen nodes by playing the scheduler")
+    core = CoreV1Api(c.api_client)
+    disks: dict[str, Path] = {}
+    for node in ("node-a", "node-b"):
+        await core.create_node(
+            V1Node(
+                metadata=V1ObjectMeta(
+                    name=node, labels={"kubernetes.io/hostname": f"{node}.internal"}
+                )
+            )
+        )
+        c.track(NODES, node)
+        disks[node] = tmp_path / node
+        disks[node].mkdir()
+    name = c.unique_name("pyprovlib.io/hostpath-e2e")
+    # The class's basePath is the same on every node; each node's "disk" is mounted there.
+    # Here each provisioner gets its own disk through its own LocalDirectories root.
+    sc_a = await make_class(c, name, {"basePath": str(disks["node-a"])})
+    sc_b = await make_class(c, name, {"basePath": str(disks["node-b"])})
+    claim_a = await make_claim(c, sc_a, "claim-a")
+    claim_b = await make_claim(c, sc_b, "claim-b")
+    prov_a = NodeHostPathProvisioner(c.api_client, "node-a")
+    prov_b = NodeHostPathProvisioner(c.api_client, "node-b")
+    async with running(c.api_client, name, prov_a), running(c.api_client, name, prov_b):
+        await c.schedule(claim_a, "node-a")
+        await c.schedule(claim_b, "node-b")
+        pv_a = await wait_bound(c, claim_a)
+        pv_b = await wait_bound(c, claim_b)
+        assert tree(disks["node-a"]) == [pv_a.metadata.name]
+        assert tree(disks["node-b"]) == [pv_b.metadata.name]
+        values = pv_b.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+        assert values.values == ["node-b.internal"]
+        await core.delete_namespaced_persistent_volume_claim(claim_a, c.namespace)
+        await wait_pv_gone(c, pv_a.metadata.name)
+        assert tree(disks["node-a"]) == []
+        assert tree(disks["node-b"]) == [pv_b.metadata.name]

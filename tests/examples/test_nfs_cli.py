@@ -1,0 +1,155 @@
+"""The NFS entry point: ``--help``, usage errors, and the real process against the in-memory
+API server through a kubeconfig (configured the upstream way, NFS_SERVER / NFS_PATH in the
+environment), stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio.client import (
+    CoreV1Api,
+    StorageV1Api,
+    V1ObjectMeta,
+    V1PersistentVolumeClaim,
+    V1PersistentVolumeClaimSpec,
+    V1StorageClass,
+    V1VolumeResourceRequirements,
+)
+
+from pyprovlib.examples.nfs.cli import build_parser, main
+from pyprovlib.testing.server import ApiServer
+
+_CLEAN_ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(("PYPROVLIB_", "NFS_")) and k != "PROVISIONER_NAME"
+}
+
+
+async def test_help_documents_every_flag() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.examples.nfs",
+        "--help",
+        stdout=asyncio.subprocess.PIPE,
+        env={**_CLEAN_ENV, "COLUMNS": "120"},
+    )
+    out_bytes, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    out = out_bytes.decode()
+    parser = build_parser()
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--"):
+                assert flag in out, flag
+        if action.option_strings and action.dest not in ("help", "version"):
+            assert "default:" in (action.help or ""), action.option_strings
+    flat = " ".join(out.split())
+    for text in (
+        "--nfs-server",
+        "--nfs-path",
+        "--nfs-mount-path",
+        "default: pyprovlib.io/nfs",
+        "default: /persistentvolumes",
+        "NFS_SERVER",
+        "NFS_PATH",
+        "run only while holding a coordination.k8s.io Lease",
+    ):
+        assert text in flat, text
+    # One Deployment for the cluster: leader election is on by default.
+    assert parser.parse_args([]).leader_election is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--nfs-server (or NFS_SERVER) is required"),
+        (["--nfs-server", "s"], "--nfs-path (or NFS_PATH) is required"),
+        (["--nfs-server", "s", "--nfs-path", "srv"], "must be an absolute path"),
+        (["--nfs-server", "s", "--nfs-path", "/srv/../etc"], "must not contain '..'"),
+        (["--nfs-server", "s", "--nfs-path", "/srv", "--nfs-mount-path", "/"], "root directory"),
+    ],
+)
+def test_usage_errors(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for var in ("NFS_SERVER", "NFS_PATH", "PYPROVLIB_NFS_SERVER", "PYPROVLIB_NFS_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
+    export = tmp_path / "export"
+    export.mkdir()
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        core = CoreV1Api(client)
+        await StorageV1Api(client).create_storage_class(
+            V1StorageClass(
+                metadata=V1ObjectMeta(name="nfs"),
+                provisioner="pyprovlib.io/nfs",
+                mount_options=["nfsvers=4.1"],
+            )
+        )
+        await core.create_namespaced_persistent_volume_claim(
+            "default",
+            V1PersistentVolumeClaim(
+                metadata=V1ObjectMeta(name="shared"),
+                spec=V1PersistentVolumeClaimSpec(
+                    storage_class_name="nfs",
+                    access_modes=["ReadWriteMany"],
+                    resources=V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
+                ),
+            ),
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pyprovlib.examples.nfs",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--nfs-mount-path",
+            str(export),
+            "--leader-election-namespace",
+            "default",
+            "--log-format",
+            "json",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**_CLEAN_ENV, "NFS_SERVER": "10.0.0.5", "NFS_PATH": "/export"},
+        )
+        try:
+            for _ in range(600):
+                pvc = await core.read_namespaced_persistent_volume_claim("shared", "default")
+                if pvc.status.phase == "Bound" or proc.returncode is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert pvc.status.phase == "Bound"
+            pv = await core.read_persistent_volume(pvc.spec.volume_name)
+            subdir = f"default-shared-{pv.metadata.name}"
+            assert pv.spec.nfs.server == "10.0.0.5"
+            assert pv.spec.nfs.path == f"/export/{subdir}"
+            assert pv.spec.mount_options == ["nfsvers=4.1"]
+            assert (export / subdir).is_dir()
+            # Leader election is on by default: the process held a Lease to do this.
+            lease = server.storage.get("leases", "default", "pyprovlib.io-nfs")
+            assert lease is not None
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 0, err.decode()

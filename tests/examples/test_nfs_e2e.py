@@ -1,0 +1,240 @@
+"""End to end: the NFS example under the real ProvisionController, against the ``kube_cluster``
+(in memory, or a real cluster with PYPROVLIB_E2E_KUBECONFIG). A temporary directory stands for
+the export mounted into the provisioner; the PVs name a fake server, which is fine since no pod
+mounts them (the classes bind immediately)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    StorageV1Api,
+    V1ObjectMeta,
+    V1PersistentVolumeClaim,
+    V1PersistentVolumeClaimSpec,
+    V1StorageClass,
+    V1VolumeResourceRequirements,
+)
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples.nfs import NFSProvisioner
+from pyprovlib.kube.resources import STORAGE_CLASSES
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+SERVER = "nfs.example.test"
+EXPORT = "/exports/k8s"
+
+
+@contextlib.asynccontextmanager
+async def running(
+    client: ApiClient, name: str, provisioner: NFSProvisioner
+) -> AsyncIterator[ProvisionController]:
+    options = ProvisionControllerOptions(
+        leader_election=False,
+        threadiness=2,
+        # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
+        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
+    )
+    controller = ProvisionController(client, name, provisioner, options)
+    task = asyncio.create_task(controller.run())
+    try:
+        yield controller
+    finally:
+        controller.stop()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 15)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    path = tmp_path / "export"
+    path.mkdir()
+    return path
+
+
+async def make_class(
+    c: TestCluster, provisioner: str, params: dict[str, str], mount_options: list[str] | None = None
+) -> str:
+    name = c.unique_name("nfs")
+    await StorageV1Api(c.api_client).create_storage_class(
+        V1StorageClass(
+            metadata=V1ObjectMeta(name=name),
+            provisioner=provisioner,
+            parameters=params or None,
+            mount_options=mount_options,
+            reclaim_policy="Delete",
+        )
+    )
+    c.track(STORAGE_CLASSES, name)
+    return name
+
+
+async def make_claim(
+    c: TestCluster,
+    sc: str,
+    name: str = "data",
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> str:
+    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
+        c.namespace,
+        V1PersistentVolumeClaim(
+            metadata=V1ObjectMeta(name=name, annotations=annotations, labels=labels),
+            spec=V1PersistentVolumeClaimSpec(
+                storage_class_name=sc,
+                access_modes=["ReadWriteMany"],
+                resources=V1VolumeResourceRequirements(requests={"storage": "5Gi"}),
+            ),
+        ),
+    )
+    return name
+
+
+async def wait_bound(c: TestCluster, claim: str) -> Any:
+    core = CoreV1Api(c.api_client)
+
+    async def bound() -> Any:
+        pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
+        if pvc.status and pvc.status.phase == "Bound":
+            return await core.read_persistent_volume(pvc.spec.volume_name)
+        return None
+
+    return await c.wait_for(bound, timeout=30, message=f"claim {claim} Bound")
+
+
+async def wait_pv_gone(c: TestCluster, pv: str) -> None:
+    core = CoreV1Api(c.api_client)
+
+    async def gone() -> bool:
+        try:
+            await core.read_persistent_volume(pv)
+        except ApiException as err:
+            return err.status == 404
+        return False
+
+    await c.wait_for(gone, timeout=60, message=f"PV {pv} deleted")
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("params", "outcome"),
+    [
+        ({}, "archived"),
+        ({"archiveOnDelete": "true"}, "archived"),
+        ({"archiveOnDelete": "false"}, "removed"),
+        ({"onDelete": "delete", "archiveOnDelete": "true"}, "removed"),
+        ({"onDelete": "retain"}, "kept"),
+    ],
+)
+async def test_create_bind_write_delete(
+    kube_cluster: TestCluster, export: Path, params: dict[str, str], outcome: str
+) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(c, name, params, mount_options=["nfsvers=4.1", "hard"])
+    claim = await make_claim(c, sc)
+    prov = NFSProvisioner(c.api_client, SERVER, EXPORT, str(export))
+    async with running(c.api_client, name, prov):
+        pv = await wait_bound(c, claim)
+        subdir = f"{c.namespace}-{claim}-{pv.metadata.name}"
+        assert pv.spec.nfs.server == SERVER
+        assert pv.spec.nfs.path == f"{EXPORT}/{subdir}"
+        assert pv.spec.mount_options == ["nfsvers=4.1", "hard"]
+        assert pv.spec.capacity["storage"] == "5Gi"
+        assert pv.spec.access_modes == ["ReadWriteMany"]
+        (export / subdir / "f.txt").write_text("data")
+
+        await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
+        await wait_pv_gone(c, pv.metadata.name)
+    expected = {
+        "archived": [f"archived-{subdir}", f"archived-{subdir}/f.txt"],
+        "removed": [],
+        "kept": [subdir, f"{subdir}/f.txt"],
+    }[outcome]
+    assert tree(export) == expected
+
+
+async def test_path_pattern(kube_cluster: TestCluster, export: Path) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(
+        c,
+        name,
+        {
+            "pathPattern": "${.PVC.namespace}/${.PVC.labels.team}/${.PVC.annotations.app}",
+            "archiveOnDelete": "false",
+        },
+    )
+    claim = await make_claim(c, sc, labels={"team": "blue"}, annotations={"app": "web"})
+    prov = NFSProvisioner(c.api_client, SERVER, EXPORT, str(export))
+    async with running(c.api_client, name, prov):
+        pv = await wait_bound(c, claim)
+        assert pv.spec.nfs.path == f"{EXPORT}/{c.namespace}/blue/web"
+        assert (export / c.namespace / "blue" / "web").is_dir()
+        await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
+        await wait_pv_gone(c, pv.metadata.name)
+    # Only the leaf is the volume; the parents made for it stay, as upstream.
+    assert tree(export) == [c.namespace, f"{c.namespace}/blue"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "annotations", "fragment"),
+    [
+        ("../x", {}, "must not contain '..'"),
+        ("${.PVC.annotations.p}", {"p": "../../etc"}, "must not contain '..'"),
+        ("${.PVC.annotations.p}/x", {"p": "/etc"}, "must be relative"),
+        ("${.PVC.annotations.p}", {"p": "n" * 300}, "longer than 255 bytes"),
+        ("${.PVC.annotations.p}", {"p": "a\x00b"}, "contains a NUL byte"),
+    ],
+)
+async def test_escaping_paths_get_an_event(
+    kube_cluster: TestCluster,
+    tmp_path: Path,
+    export: Path,
+    pattern: str,
+    annotations: dict[str, str],
+    fragment: str,
+) -> None:
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(c, name, {"pathPattern": pattern})
+    claim = await make_claim(c, sc, annotations=annotations)
+    prov = NFSProvisioner(c.api_client, SERVER, EXPORT, str(export))
+    core = CoreV1Api(c.api_client)
+    async with running(c.api_client, name, prov):
+
+        async def failed() -> str | None:
+            for ev in (await core.list_namespaced_event(c.namespace)).items:
+                if (
+                    ev.involved_object.name == claim
+                    and ev.reason == "ProvisioningFailed"
+                    and fragment in (ev.message or "")
+                ):
+                    return str(ev.message)
+            return None
+
+        message = await c.wait_for(failed, message=f"ProvisioningFailed with {fragment!r}")
+    assert f"claim {c.namespace}/{claim}" in message
+    assert "stay inside the NFS export" in message
+    pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
+    assert pvc.status.phase == "Pending"
+    assert tree(tmp_path) == ["export"]
