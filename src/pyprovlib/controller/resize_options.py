@@ -1,0 +1,104 @@
+"""Options of the :class:`~pyprovlib.controller.resize.ResizeController`, carrying
+kubernetes-csi/external-resizer's flag defaults (``cmd/csi-resizer``) in one frozen dataclass.
+
+Durations are seconds (floats).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from pyprovlib.controller.attach_options import sanitize_driver_name
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+__all__ = [
+    "DEFAULT_LEASE_DURATION",
+    "DEFAULT_RENEW_DEADLINE",
+    "DEFAULT_RESYNC",
+    "DEFAULT_RETRY_INTERVAL_MAX",
+    "DEFAULT_RETRY_INTERVAL_START",
+    "DEFAULT_RETRY_PERIOD",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_WORKERS",
+    "LEASE_NAME_PREFIX",
+    "InvalidResizeOptionsError",
+    "ResizeControllerOptions",
+    "lease_name",
+]
+
+DEFAULT_RESYNC: Final = 10 * 60.0
+"""Informer resync period (``--resync-period``): a claim whose request changed again while it
+was being expanded is looked at again at the latest then."""
+DEFAULT_TIMEOUT: Final = 10.0
+"""How long one expand call may take (``--timeout``)."""
+DEFAULT_WORKERS: Final = 10
+"""Claims expanded concurrently (``--workers``)."""
+DEFAULT_RETRY_INTERVAL_START: Final = 1.0
+"""First retry delay of a failed expansion; it doubles per failure
+(``--retry-interval-start``)."""
+DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
+"""Longest retry delay (``--retry-interval-max``); also how long an infeasible expansion
+waits before it is tried again at the same size (upstream's slow set)."""
+DEFAULT_LEASE_DURATION: Final = 15.0
+"""csi-lib-utils' leader election lease duration."""
+DEFAULT_RENEW_DEADLINE: Final = 10.0
+"""csi-lib-utils' leader election renew deadline."""
+DEFAULT_RETRY_PERIOD: Final = 5.0
+"""csi-lib-utils' leader election retry period."""
+LEASE_NAME_PREFIX: Final = "external-resizer-"
+"""The leader election Lease is ``external-resizer-<sanitized resizer name>``."""
+
+
+def lease_name(resizer_name: str) -> str:
+    """The leader election Lease name of the resizer ``resizer_name`` (upstream's
+    ``"external-resizer-" + util.SanitizeName(resizerName)``)."""
+    return LEASE_NAME_PREFIX + sanitize_driver_name(resizer_name)
+
+
+class InvalidResizeOptionsError(ValueError):
+    """A :class:`ResizeControllerOptions` field is out of range."""
+
+
+@dataclass(frozen=True)
+class ResizeControllerOptions:
+    """How a :class:`~pyprovlib.controller.resize.ResizeController` runs.
+
+    ``handle_volume_in_use_error`` (``--handle-volume-inuse-error``): after the backend said it
+    can only expand an unused volume (FAILED_PRECONDITION), do not call it again while a pod
+    uses the claim. With ``leader_election`` the control loop runs only while holding the
+    Lease ``lease`` (default :func:`lease_name` of the resizer) in
+    ``leader_election_namespace`` (default: the pod's). Work queue metrics go to ``registry``
+    (prometheus_client's default when None).
+    """
+
+    resync_period: float = DEFAULT_RESYNC
+    timeout: float = DEFAULT_TIMEOUT
+    workers: int = DEFAULT_WORKERS
+    retry_interval_start: float = DEFAULT_RETRY_INTERVAL_START
+    retry_interval_max: float = DEFAULT_RETRY_INTERVAL_MAX
+    handle_volume_in_use_error: bool = True
+    leader_election: bool = False
+    leader_election_namespace: str = ""
+    lease: str | None = None
+    lease_duration: float = DEFAULT_LEASE_DURATION
+    renew_deadline: float = DEFAULT_RENEW_DEADLINE
+    retry_period: float = DEFAULT_RETRY_PERIOD
+    registry: CollectorRegistry | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise InvalidResizeOptionsError(f"workers must be at least 1, got {self.workers}")
+        if self.timeout <= 0:
+            raise InvalidResizeOptionsError(f"timeout must be positive, got {self.timeout}")
+        if self.retry_interval_start <= 0 or self.retry_interval_max < self.retry_interval_start:
+            raise InvalidResizeOptionsError(
+                "retry intervals must satisfy 0 < retry_interval_start <= retry_interval_max, "
+                f"got {self.retry_interval_start} and {self.retry_interval_max}"
+            )
+        if self.resync_period < 0:
+            raise InvalidResizeOptionsError(
+                f"resync_period must not be negative, got {self.resync_period}"
+            )
