@@ -1,0 +1,39 @@
+"""Ceph RBD example backend: the in-tree Kubernetes RBD provisioner's behaviour on pyprovlib,
+each volume an RBD image created and deleted with the ``rbd`` command. Run it with
+``python -m pyprovlib.examples.rbd``."""
+
+from pyprovlib.examples.rbd.provisioner import (
+    DEFAULT_PROVISIONER_NAME,
+    IMAGE_PREFIX,
+    RBDParameters,
+    RBDProvisioner,
+    RBDVolumeRef,
+    VolumeInUseError,
+    image_name_for,
+    parse_parameters,
+)
+from pyprovlib.examples.rbd.rbd_cli import (
+    CephCredentials,
+    ImageInfo,
+    RbdBinaryNotFoundError,
+    RbdError,
+    RbdRunner,
+)
+from pyprovlib.examples.rbd.resizer import RBDResizer
+
+__all__ = [
+    "DEFAULT_PROVISIONER_NAME",
+    "IMAGE_PREFIX",
+    "CephCredentials",
+    "ImageInfo",
+    "RBDParameters",
+    "RBDProvisioner",
+    "RBDResizer",
+    "RBDVolumeRef",
+    "RbdBinaryNotFoundError",
+    "RbdError",
+    "RbdRunner",
+    "VolumeInUseError",
+    "image_name_for",
+    "parse_parameters",
+]

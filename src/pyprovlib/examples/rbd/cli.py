@@ -1,0 +1,131 @@
+"""Command line of ``python -m pyprovlib.examples.rbd``: flags, the start-up check that the
+``rbd`` program exists, the provisioner, and the ProvisionController run by
+:mod:`pyprovlib.runtime`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples.rbd.provisioner import DEFAULT_PROVISIONER_NAME, RBDProvisioner
+from pyprovlib.examples.rbd.rbd_cli import (
+    DEFAULT_BINARY,
+    DEFAULT_TIMEOUT,
+    RbdBinaryNotFoundError,
+    RbdRunner,
+)
+from pyprovlib.runtime import (
+    CommonOptions,
+    RuntimeArgumentParser,
+    RuntimeContext,
+    add_duration_flag,
+    add_flag,
+    common_parser,
+    run,
+)
+
+__all__ = [
+    "build_parser",
+    "check_arguments",
+    "controller_options",
+    "main",
+    "make_controller",
+    "make_provisioner",
+]
+
+
+def build_parser() -> RuntimeArgumentParser:
+    """The parser: the runtime's common flags plus the RBD flags."""
+    parser = common_parser(
+        "python -m pyprovlib.examples.rbd",
+        "Provisions Ceph RBD PersistentVolumes: each claim becomes an RBD image created with "
+        "the rbd command (the in-tree kubernetes.io/rbd provisioner's behaviour).",
+        # One Deployment serves the cluster; replicas must not provision the same claim.
+        defaults={"leader_election": True},
+    )
+    group = parser.add_argument_group("RBD provisioner")
+    add_flag(
+        parser,
+        "--provisioner-name",
+        default=DEFAULT_PROVISIONER_NAME,
+        help="the name StorageClasses give in 'provisioner:'",
+        extra_env=("PROVISIONER_NAME",),
+        metavar="NAME",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--rbd-binary",
+        default=DEFAULT_BINARY,
+        help="the rbd program (from ceph-common), a name looked up in PATH or a path",
+        metavar="PATH",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--rbd-timeout",
+        default=DEFAULT_TIMEOUT,
+        help="how long rbd waits to reach the monitors and for each monitor or OSD operation "
+        "(--client_mount_timeout, --rados_mon_op_timeout, --rados_osd_op_timeout); each rbd "
+        "command is killed after three times this plus 5s",
+        group=group,
+    )
+    return parser
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject unusable settings (exits with a usage error), including a missing ``rbd``."""
+    if not args.provisioner_name:
+        parser.error("--provisioner-name must not be empty")
+    if args.rbd_timeout <= 0:
+        parser.error("--rbd-timeout must be positive")
+    try:
+        RbdRunner(args.rbd_binary, timeout=args.rbd_timeout).resolve_binary()
+    except RbdBinaryNotFoundError as err:
+        parser.error(str(err))
+
+
+def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> RBDProvisioner:
+    """The provisioner the parsed flags describe."""
+    return RBDProvisioner(api_client, RbdRunner(args.rbd_binary, timeout=args.rbd_timeout))
+
+
+def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
+    """Controller options from the runtime's common flags."""
+    return ProvisionControllerOptions(
+        threadiness=options.worker_threads,
+        leader_election=options.leader_election,
+        leader_election_namespace=options.resolved_leader_election_namespace(),
+        lease_duration=options.leader_election_lease_duration,
+        renew_deadline=options.leader_election_renew_deadline,
+        retry_period=options.leader_election_retry_period,
+    )
+
+
+def make_controller(ctx: RuntimeContext) -> ProvisionController:
+    """The runtime's controller factory."""
+    args = ctx.args
+    provisioner = make_provisioner(args, ctx.api_client)
+    ctx.log.info(
+        "RBD provisioner",
+        provisioner=args.provisioner_name,
+        rbd=provisioner.runner.resolve_binary(),
+        rbd_timeout=args.rbd_timeout,
+    )
+    return ProvisionController(
+        ctx.api_client, args.provisioner_name, provisioner, controller_options(ctx.options)
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_arguments(parser, args)
+    return run(make_controller, argv=argv, parser=parser)

@@ -1,0 +1,68 @@
+"""Fixtures for the example backends' tests: ``ceph``, one real single-node Ceph cluster per
+test session (see ``tests/ceph/cluster.py``), started on first use.
+
+Tests that need it skip with the reason when the ceph packages are not installed — unless
+``PYPROVLIB_REQUIRE_CEPH=1`` is set (as in CI), in which case they fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+_CLUSTER_PY = Path(__file__).resolve().parents[1] / "ceph" / "cluster.py"
+
+
+def _load_cluster_module() -> ModuleType:
+    name = "pyprovlib_tests_ceph_cluster"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, _CLUSTER_PY)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ceph_cluster = _load_cluster_module()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "ceph: needs the real single-node Ceph cluster of tests/ceph (ceph packages)"
+    )
+
+
+@pytest.fixture(scope="session")
+def ceph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A running ``CephCluster`` (one mon, one memstore OSD, pool ``rbd``) for the session."""
+    missing = ceph_cluster.missing_binaries()
+    if missing:
+        reason = (
+            f"ceph packages not installed (missing {', '.join(missing)}); run "
+            "tests/ceph/install-ceph.sh (as root) to install ceph-mon, ceph-osd and ceph-common"
+        )
+        if os.environ.get("PYPROVLIB_REQUIRE_CEPH") == "1":
+            pytest.fail(reason + " — PYPROVLIB_REQUIRE_CEPH=1 demands them")
+        pytest.skip(reason)
+    cluster = ceph_cluster.CephCluster(tmp_path_factory.mktemp("ceph"))
+    started = time.monotonic()
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.stop()
+        raise
+    print(f"\nceph cluster up in {time.monotonic() - started:.1f}s at {cluster.monitors}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
