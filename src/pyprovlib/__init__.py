@@ -1,4 +1,4 @@
-"""pyprovlib: write Kubernetes storage controllers (provisioners, attachers) in Python.
+"""pyprovlib: write Kubernetes storage controllers (provisioners, attachers, resizers) in Python.
 
 This module only re-exports the public API::
 
@@ -20,6 +20,8 @@ from pyprovlib.controller.options import (
     ProvisionControllerOptions,
 )
 from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
+from pyprovlib.controller.resize import ResizeController
+from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.provisioner import (
     BlockProvisioner,
     DeletionGuard,
@@ -32,6 +34,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.resizer import ExpansionResult, NotExpandable, ResizeError, Resizer
 
 __all__ = [
     "AttachController",
@@ -43,11 +46,13 @@ __all__ = [
     "Backoff",
     "BlockProvisioner",
     "DeletionGuard",
+    "ExpansionResult",
     "IgnoredError",
     "InfeasibleError",
     "InvalidOptionsError",
     "LeaderElectionLostError",
     "MountOptionsProvisioner",
+    "NotExpandable",
     "ProvisionController",
     "ProvisionControllerOptions",
     "ProvisionOptions",
@@ -55,5 +60,9 @@ __all__ = [
     "ProvisioningError",
     "ProvisioningState",
     "Qualifier",
+    "ResizeController",
+    "ResizeControllerOptions",
+    "ResizeError",
+    "Resizer",
     "__version__",
 ]
