@@ -1,0 +1,1314 @@
+"""CSIProvisioner: a :class:`~pyprovlib.provisioner.Provisioner` that creates and deletes
+volumes through a CSI driver's Controller service, and the sidecar running it
+(``python -m pyprovlib.csi.provisioner``).
+
+A port of kubernetes-csi/external-provisioner's ``pkg/controller`` (Provision, Delete,
+checkError, getVolumeCapabilities, makeVolumeName, getSecretReference / resolveTemplate,
+GenerateAccessibilityRequirements, cloning protection). Differences, each on purpose:
+
+- A claim deleted while its volume was still being created in the background (a CreateVolume
+  that timed out or lost its connection) does not leak the volume (upstream issues #486 and
+  #1469): the provisioner remembers in-flight volume names and, when the controller retries
+  such a claim and finds it gone, finishes the CreateVolume and deletes the volume.
+- A volume the driver created smaller than requested is deleted and the attempt FINISHED once
+  the delete succeeded (upstream reports IN_BACKGROUND either way).
+- Cloning protection is held while a clone is provisioned by this process and released when
+  no clone of that source is in flight any more, without a separate controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import itertools
+import random
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import structlog
+from grpclib.const import Status
+from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
+
+from pyprovlib.controller._convert import from_model, to_model
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi.connection import CSICallError, CSIConnection
+from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
+from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.quantity import Format, Quantity, parse_storage_size
+from pyprovlib.kube.resources import (
+    CSINODES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    SECRETS,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+    Resource,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.provisioner import (
+    BlockProvisioner,
+    IgnoredError,
+    InfeasibleError,
+    Provisioner,
+    ProvisioningError,
+    ProvisioningState,
+    ProvisionOptions,
+)
+
+__all__ = [
+    "ANN_DELETION_SECRET_NAME",
+    "ANN_DELETION_SECRET_NAMESPACE",
+    "CLONE_FINALIZER",
+    "CONTROLLER_EXPAND_SECRET",
+    "CONTROLLER_PUBLISH_SECRET",
+    "CSI_PARAMETER_PREFIX",
+    "NODE_EXPAND_SECRET",
+    "NODE_PUBLISH_SECRET",
+    "NODE_STAGE_SECRET",
+    "PROVISIONER_ID_KEY",
+    "PROVISIONER_SECRET",
+    "CSIProvisioner",
+    "CSIProvisionerOptions",
+    "SecretParams",
+    "SecretRef",
+    "TopologyError",
+    "check_error",
+    "generate_accessibility_requirements",
+    "main",
+    "make_volume_name",
+    "resolve_template",
+    "secret_reference",
+    "volume_capabilities",
+]
+
+log = structlog.get_logger(__name__)
+
+CSI_PARAMETER_PREFIX: Final = "csi.storage.k8s.io/"
+"""StorageClass parameters under this prefix are for the provisioner, not the driver."""
+PROVISIONER_ID_KEY: Final = "storage.kubernetes.io/csiProvisionerIdentity"
+"""Volume attribute recording which provisioner instance created the volume."""
+ANN_DELETION_SECRET_NAME: Final = "volume.kubernetes.io/provisioner-deletion-secret-name"  # noqa: S105 - a key, not a secret
+ANN_DELETION_SECRET_NAMESPACE: Final = "volume.kubernetes.io/provisioner-deletion-secret-namespace"  # noqa: S105 - a key, not a secret
+CLONE_FINALIZER: Final = "provisioner.storage.kubernetes.io/cloning-protection"
+"""Finalizer on a clone's source claim while the clone is being provisioned."""
+
+FSTYPE_KEY: Final = CSI_PARAMETER_PREFIX + "fstype"
+PVC_NAME_KEY: Final = CSI_PARAMETER_PREFIX + "pvc/name"
+PVC_NAMESPACE_KEY: Final = CSI_PARAMETER_PREFIX + "pvc/namespace"
+PV_NAME_KEY: Final = CSI_PARAMETER_PREFIX + "pv/name"
+"""The reserved parameter keys: the class's fsType, and the claim and PV names passed to
+CreateVolume with ``extra_create_metadata``."""
+
+_TOKEN_PV_NAME: Final = "pv.name"  # noqa: S105 - a key, not a secret
+_TOKEN_PVC_NAME: Final = "pvc.name"  # noqa: S105 - a key, not a secret
+_TOKEN_PVC_NAMESPACE: Final = "pvc.namespace"  # noqa: S105 - a key, not a secret
+
+
+@dataclass(frozen=True)
+class SecretParams:
+    """The StorageClass parameter keys naming one kind of secret (name and namespace)."""
+
+    kind: str
+    name_key: str
+    namespace_key: str
+
+
+PROVISIONER_SECRET = SecretParams(
+    "provisioner",
+    CSI_PARAMETER_PREFIX + "provisioner-secret-name",
+    CSI_PARAMETER_PREFIX + "provisioner-secret-namespace",
+)
+CONTROLLER_PUBLISH_SECRET = SecretParams(
+    "controller publish",
+    CSI_PARAMETER_PREFIX + "controller-publish-secret-name",
+    CSI_PARAMETER_PREFIX + "controller-publish-secret-namespace",
+)
+NODE_STAGE_SECRET = SecretParams(
+    "node stage",
+    CSI_PARAMETER_PREFIX + "node-stage-secret-name",
+    CSI_PARAMETER_PREFIX + "node-stage-secret-namespace",
+)
+NODE_PUBLISH_SECRET = SecretParams(
+    "node publish",
+    CSI_PARAMETER_PREFIX + "node-publish-secret-name",
+    CSI_PARAMETER_PREFIX + "node-publish-secret-namespace",
+)
+CONTROLLER_EXPAND_SECRET = SecretParams(
+    "controller expand",
+    CSI_PARAMETER_PREFIX + "controller-expand-secret-name",
+    CSI_PARAMETER_PREFIX + "controller-expand-secret-namespace",
+)
+NODE_EXPAND_SECRET = SecretParams(
+    "node expand",
+    CSI_PARAMETER_PREFIX + "node-expand-secret-name",
+    CSI_PARAMETER_PREFIX + "node-expand-secret-namespace",
+)
+"""Each ``*_SECRET`` names the class parameters of one secret: the provisioner's (read and sent
+with CreateVolume/DeleteVolume) and the ones only referenced from the PV."""
+_PV_SECRETS: Final = (
+    ("controllerPublishSecretRef", CONTROLLER_PUBLISH_SECRET),
+    ("nodeStageSecretRef", NODE_STAGE_SECRET),
+    ("nodePublishSecretRef", NODE_PUBLISH_SECRET),
+    ("controllerExpandSecretRef", CONTROLLER_EXPAND_SECRET),
+    ("nodeExpandSecretRef", NODE_EXPAND_SECRET),
+)
+_KNOWN_KEYS: Final = frozenset(
+    {FSTYPE_KEY, PVC_NAME_KEY, PVC_NAMESPACE_KEY, PV_NAME_KEY}
+    | {
+        key
+        for params in (
+            PROVISIONER_SECRET,
+            CONTROLLER_PUBLISH_SECRET,
+            NODE_STAGE_SECRET,
+            NODE_PUBLISH_SECRET,
+            CONTROLLER_EXPAND_SECRET,
+            NODE_EXPAND_SECRET,
+        )
+        for key in (params.name_key, params.namespace_key)
+    }
+)
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_TEMPLATE_TOKEN = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z0-9_]+)|(?P<bad>\{|$))")
+
+AccessMode = v1.VolumeCapabilityAccessModeMode
+ControllerCap = v1.ControllerServiceCapabilityRpcType
+
+
+@dataclass(frozen=True)
+class CSIProvisionerOptions:
+    """external-provisioner's flags that shape Provision and Delete, with their defaults."""
+
+    volume_name_prefix: str = "pvc"
+    """``--volume-name-prefix``: prefix of the name passed to CreateVolume."""
+    volume_name_uuid_length: int = -1
+    """``--volume-name-uuid-length``: claim-UID characters kept in the name (-1: all)."""
+    default_fstype: str = ""
+    """``--default-fstype``: fsType when the class names none ('' leaves it to the driver)."""
+    extra_create_metadata: bool = False
+    """``--extra-create-metadata``: pass the claim and PV names as CreateVolume parameters."""
+    strict_topology: bool = False
+    """``--strict-topology``: with a selected node, require exactly its topology."""
+    immediate_topology: bool = True
+    """``--immediate-topology``: for Immediate binding without allowedTopologies, request the
+    topology of all nodes with the driver."""
+    clean_up_deleted_claims: bool = True
+    """Delete volumes whose claim was deleted while they were created in the background
+    (instead of saving a PV for a claim that no longer exists)."""
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A resolved Secret reference."""
+
+    name: str
+    namespace: str
+
+    def as_dict(self) -> dict[str, str]:
+        """The ``{"name", "namespace"}`` form of a PV's SecretReference."""
+        return {"name": self.name, "namespace": self.namespace}
+
+
+# -- pure helpers (upstream's free functions) ------------------------------------------------
+
+
+def make_volume_name(prefix: str, claim_uid: str, uuid_length: int) -> str:
+    """The CreateVolume name: ``<prefix>-<claim uid>``, the uid cut to ``uuid_length``
+    characters (dashes removed) unless that is -1 (upstream's ``makeVolumeName``)."""
+    if not prefix:
+        raise ValueError("volume name prefix cannot be empty")
+    if not claim_uid:
+        raise ValueError("claim has no UID")
+    if uuid_length == -1:
+        return f"{prefix}-{claim_uid}"
+    if uuid_length < 0:
+        raise ValueError(f"volume name UUID length {uuid_length} must be -1 or positive")
+    return f"{prefix}-{claim_uid.replace('-', '')[:uuid_length]}"
+
+
+def resolve_template(template: str, params: Mapping[str, str]) -> str:
+    """Expand ``${token}`` (and ``$token``) in ``template`` from ``params``.
+
+    Unknown tokens and a malformed ``${`` are errors naming them (upstream: ``invalid tokens``).
+    """
+    missing: list[str] = []
+    malformed = False
+
+    def expand(match: re.Match[str]) -> str:
+        nonlocal malformed
+        if match.group("bad") is not None:
+            malformed = True
+            return ""
+        token = match.group("braced")
+        if token is None:
+            token = match.group("bare")
+        if token in params:
+            return params[token]
+        missing.append(token)
+        return ""
+
+    resolved = _TEMPLATE_TOKEN.sub(expand, template)
+    if malformed:
+        raise ValueError(f"malformed template {template!r}: a '$' must start ${{token}}")
+    if missing:
+        raise ValueError(f"invalid tokens: {sorted(set(missing))!r}")
+    return resolved
+
+
+def secret_reference(
+    params: SecretParams,
+    class_parameters: Mapping[str, str],
+    pv_name: str,
+    claim: Obj | None,
+) -> SecretRef | None:
+    """Resolve a class's secret name/namespace templates (upstream's ``getSecretReference``).
+
+    Namespace templates may use ``${pv.name}`` and ``${pvc.namespace}``; name templates also
+    ``${pvc.name}`` and ``${pvc.annotations['KEY']}``. Claim tokens are unavailable when
+    ``claim`` is None (deletion). Returns None when the class configures no such secret.
+    Raises ValueError with a message for the user otherwise.
+    """
+    name_template = class_parameters.get(params.name_key, "")
+    namespace_template = class_parameters.get(params.namespace_key, "")
+    if not name_template and not namespace_template:
+        return None
+    if not name_template or not namespace_template:
+        raise ValueError(
+            f"either name and namespace for {params.kind} secrets specified, both must be "
+            f"specified ({params.name_key}, {params.namespace_key})"
+        )
+    namespace_params = {_TOKEN_PV_NAME: pv_name}
+    name_params = {_TOKEN_PV_NAME: pv_name}
+    if claim is not None:
+        metadata = claim.get("metadata") or {}
+        namespace_params[_TOKEN_PVC_NAMESPACE] = metadata.get("namespace", "")
+        name_params[_TOKEN_PVC_NAMESPACE] = metadata.get("namespace", "")
+        name_params[_TOKEN_PVC_NAME] = metadata.get("name", "")
+        for key, value in (metadata.get("annotations") or {}).items():
+            name_params[f"pvc.annotations['{key}']"] = value
+    try:
+        namespace = resolve_template(namespace_template, namespace_params)
+    except ValueError as err:
+        raise ValueError(
+            f"error resolving value {namespace_template!r} of {params.namespace_key}: {err}"
+        ) from None
+    if not _DNS1123_LABEL.match(namespace) or len(namespace) > 63:
+        if namespace_template != namespace:
+            raise ValueError(
+                f"{params.namespace_key} {namespace_template!r} resolved to {namespace!r} "
+                "which is not a valid namespace name (a DNS-1123 label)"
+            )
+        raise ValueError(
+            f"{params.namespace_key} {namespace_template!r} is not a valid namespace name"
+            " (a DNS-1123 label)"
+        )
+    try:
+        name = resolve_template(name_template, name_params)
+    except ValueError as err:
+        raise ValueError(
+            f"error resolving value {name_template!r} of {params.name_key}: {err}"
+        ) from None
+    if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+        if name_template != name:
+            raise ValueError(
+                f"{params.name_key} {name_template!r} resolved to {name!r} which is not a "
+                "valid secret name (a DNS-1123 subdomain)"
+            )
+        raise ValueError(
+            f"{params.name_key} {name_template!r} is not a valid secret name (a DNS-1123 subdomain)"
+        )
+    return SecretRef(name, namespace)
+
+
+def volume_capabilities(
+    access_modes: Sequence[str],
+    *,
+    block: bool,
+    fs_type: str,
+    mount_flags: Sequence[str],
+    single_node_multi_writer: bool = False,
+) -> list[v1.VolumeCapability]:
+    """One VolumeCapability per access mode, mount (fsType, flags) or block
+    (upstream's ``getVolumeCapabilities``)."""
+    if not access_modes:
+        raise ValueError("claim has no access modes")
+    caps: list[v1.VolumeCapability] = []
+    for mode in access_modes:
+        if mode == "ReadWriteOnce":
+            csi_mode = (
+                AccessMode.SINGLE_NODE_MULTI_WRITER
+                if single_node_multi_writer
+                else AccessMode.SINGLE_NODE_WRITER
+            )
+        elif mode == "ReadWriteOncePod":
+            csi_mode = (
+                AccessMode.SINGLE_NODE_SINGLE_WRITER
+                if single_node_multi_writer
+                else AccessMode.SINGLE_NODE_WRITER
+            )
+        elif mode == "ReadOnlyMany":
+            csi_mode = AccessMode.MULTI_NODE_READER_ONLY
+        elif mode == "ReadWriteMany":
+            csi_mode = AccessMode.MULTI_NODE_MULTI_WRITER
+        else:
+            raise ValueError(f"unknown access mode {mode!r}")
+        cap = v1.VolumeCapability(access_mode=v1.VolumeCapabilityAccessMode(mode=csi_mode))
+        if block:
+            cap.block = v1.VolumeCapabilityBlockVolume()
+        else:
+            cap.mount = v1.VolumeCapabilityMountVolume(
+                fs_type=fs_type, mount_flags=list(mount_flags)
+            )
+        caps.append(cap)
+    return caps
+
+
+def check_error(err: BaseException, may_reschedule: bool) -> ProvisioningState:
+    """The state a failed CreateVolume left the driver in (upstream's ``checkError``)."""
+    if not isinstance(err, CSICallError):
+        # Not a gRPC status: we cannot know what the driver did.
+        return ProvisioningState.IN_BACKGROUND
+    if err.status is Status.RESOURCE_EXHAUSTED:
+        return ProvisioningState.RESCHEDULE if may_reschedule else ProvisioningState.FINISHED
+    if err.status in (
+        Status.CANCELLED,
+        Status.DEADLINE_EXCEEDED,
+        Status.UNAVAILABLE,
+        Status.ABORTED,
+    ):
+        return ProvisioningState.IN_BACKGROUND
+    return ProvisioningState.FINISHED
+
+
+class TopologyError(Exception):
+    """The selected node's Node or CSINode is missing or inconsistent: reschedule."""
+
+
+def _flatten_allowed_topologies(terms: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Each term's label expressions, as the cartesian product of their values."""
+    segments: list[dict[str, str]] = []
+    for term in terms:
+        expressions = term.get("matchLabelExpressions") or []
+        keys = [e["key"] for e in expressions]
+        for values in itertools.product(*[e.get("values") or [] for e in expressions]):
+            segment = dict(zip(keys, values, strict=True))
+            if segment and segment not in segments:
+                segments.append(segment)
+    return segments
+
+
+def _topology_keys(csinode: Mapping[str, Any], driver: str) -> list[str] | None:
+    for entry in (csinode.get("spec") or {}).get("drivers") or []:
+        if entry.get("name") == driver:
+            return list(entry.get("topologyKeys") or [])
+    return None
+
+
+def _sorted_segments(segments: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    unique: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+    for segment in segments:
+        unique.setdefault(tuple(sorted(segment.items())), segment)
+    return [unique[k] for k in sorted(unique)]
+
+
+def _rotate(segments: list[dict[str, str]], start: int) -> list[dict[str, str]]:
+    if not segments:
+        return segments
+    start %= len(segments)
+    return segments[start:] + segments[:start]
+
+
+def _stable_offset(name: str) -> int:
+    # Spreads claims across segments deterministically (upstream hashes the claim name).
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+
+
+def generate_accessibility_requirements(
+    driver: str,
+    claim_name: str,
+    allowed_topologies: Sequence[Mapping[str, Any]],
+    *,
+    selected_node: Obj | None,
+    selected_csinode: Obj | None,
+    all_nodes: Sequence[Obj],
+    all_csinodes: Sequence[Obj],
+    strict_topology: bool = False,
+    immediate_topology: bool = True,
+) -> v1.TopologyRequirement | None:
+    """Requisite and preferred topologies for CreateVolume (upstream's
+    ``GenerateAccessibilityRequirements``).
+
+    With a selected node: its CSINode's topology keys and its labels give the selected segment,
+    preferred first. Without: the class's allowedTopologies, else (``immediate_topology``) the
+    segments of every node running the driver, else no requirement.
+    """
+    selected_segment: dict[str, str] | None = None
+    if selected_node is not None:
+        node_name = (selected_node.get("metadata") or {}).get("name", "")
+        if selected_csinode is None:
+            raise TopologyError(f"CSINode {node_name!r} of the selected node not found")
+        keys = _topology_keys(selected_csinode, driver)
+        if keys is None:
+            raise TopologyError(f"driver {driver} is not registered on node {node_name!r}")
+        labels = (selected_node.get("metadata") or {}).get("labels") or {}
+        missing = [k for k in keys if k not in labels]
+        if missing:
+            raise TopologyError(
+                f"topology labels of the selected node {node_name!r} do not match the "
+                f"topology keys of its CSINode: missing {missing}"
+            )
+        selected_segment = {k: labels[k] for k in keys}
+
+    if allowed_topologies:
+        requisite = _sorted_segments(_flatten_allowed_topologies(allowed_topologies))
+        if selected_segment is not None and strict_topology:
+            requisite = [
+                s for s in requisite if all(selected_segment.get(k) == v for k, v in s.items())
+            ] or [selected_segment]
+    elif selected_segment is not None and strict_topology:
+        requisite = [selected_segment]
+    elif selected_segment is not None or immediate_topology:
+        requisite = _aggregate_segments(
+            driver,
+            all_nodes,
+            all_csinodes,
+            keys=list(selected_segment) if selected_segment is not None else None,
+        )
+        if selected_segment is not None and selected_segment not in requisite:
+            requisite = _sorted_segments([*requisite, selected_segment])
+    else:
+        requisite = []
+    if not requisite:
+        return None
+
+    if selected_segment is not None:
+        matching = [
+            i
+            for i, s in enumerate(requisite)
+            if all(selected_segment.get(k) == v for k, v in s.items())
+        ]
+        preferred = _rotate(requisite, matching[0] if matching else 0)
+        if not matching:
+            preferred = [selected_segment, *preferred]
+    else:
+        preferred = _rotate(requisite, _stable_offset(claim_name))
+    return v1.TopologyRequirement(
+        requisite=[v1.Topology(segments=s) for s in requisite],
+        preferred=[v1.Topology(segments=s) for s in preferred],
+    )
+
+
+def _aggregate_segments(
+    driver: str,
+    nodes: Sequence[Obj],
+    csinodes: Sequence[Obj],
+    *,
+    keys: list[str] | None,
+) -> list[dict[str, str]]:
+    """Segments of all nodes running ``driver`` (with the same topology keys when given)."""
+    labels_by_node = {
+        (n.get("metadata") or {}).get("name"): (n.get("metadata") or {}).get("labels") or {}
+        for n in nodes
+    }
+    segments: list[dict[str, str]] = []
+    for csinode in csinodes:
+        node_keys = _topology_keys(csinode, driver)
+        if not node_keys:
+            continue
+        if keys is not None and sorted(node_keys) != sorted(keys):
+            continue
+        labels = labels_by_node.get((csinode.get("metadata") or {}).get("name"))
+        if labels is None or any(k not in labels for k in node_keys):
+            continue
+        segments.append({k: labels[k] for k in node_keys})
+    return _sorted_segments(segments)
+
+
+def _node_affinity(topologies: Iterable[v1.Topology]) -> Obj | None:
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": key, "operator": "In", "values": [value]}
+                for key, value in sorted(t.segments.items())
+            ]
+        }
+        for t in topologies
+        if t.segments
+    ]
+    if not terms:
+        return None
+    return {"required": {"nodeSelectorTerms": terms}}
+
+
+# -- the provisioner -------------------------------------------------------------------------
+
+
+@dataclass
+class _InFlight:
+    """A CreateVolume that may still be running in the driver."""
+
+    volume_name: str
+    claim_namespace: str
+    claim_name: str
+    request: v1.CreateVolumeRequest
+    clone_source: tuple[str, str] | None
+
+
+class _PreparationError(ProvisioningError):
+    """The request could not be built: nothing was sent to the driver (NO_CHANGE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ProvisioningState.NO_CHANGE)
+
+
+def _pending_clone_sources(claims: Iterable[Obj]) -> set[tuple[str, str]]:
+    """(namespace, name) of the claims that a not yet Bound claim wants to clone."""
+    sources: set[tuple[str, str]] = set()
+    for claim in claims:
+        metadata = claim.get("metadata") or {}
+        spec = claim.get("spec") or {}
+        source = spec.get("dataSourceRef") or spec.get("dataSource") or {}
+        if source.get("kind") != "PersistentVolumeClaim" or source.get("apiGroup"):
+            continue
+        if (claim.get("status") or {}).get("phase") == "Bound" or metadata.get("deletionTimestamp"):
+            continue
+        namespace = source.get("namespace") or metadata.get("namespace", "")
+        sources.add((namespace, source.get("name", "")))
+    return sources
+
+
+class _Reader:
+    """Reads one cluster-scoped resource from an informer's cache once it has synced (like
+    upstream's listers), else from the API server."""
+
+    def __init__(
+        self, client: ApiClient, resource: Resource, factory: SharedInformerFactory | None
+    ) -> None:
+        self.rest = ResourceClient(client, resource)
+        self.informer = factory.informer_for(resource) if factory is not None else None
+
+    async def get(self, name: str) -> Obj:
+        """The object (ApiException 404 when it does not exist)."""
+        if self.informer is not None and self.informer.has_synced():
+            cached = self.informer.store.get_by_key(name)
+            if cached is not None:
+                return cached
+            # A miss may be a cache behind the API server (a Node that just registered):
+            # ask the server before acting on it, e.g. rescheduling the claim.
+        return await self.rest.get(name)
+
+    async def list(self) -> list[Obj]:
+        """Every object."""
+        if self.informer is not None and self.informer.has_synced():
+            return self.informer.store.list()
+        items: list[Obj] = (await self.rest.list()).get("items") or []
+        return items
+
+
+class CSIProvisioner(Provisioner, BlockProvisioner):
+    """Provisions and deletes volumes through a CSI driver (external-provisioner's core).
+
+    ``client`` is a kubernetes-asyncio ApiClient used for Secrets, Nodes, CSINodes, claims,
+    PVs, StorageClasses and VolumeAttachments; ``connection`` an opened
+    :class:`~pyprovlib.csi.connection.CSIConnection` (its driver name is the provisioner name).
+    With ``informer_factory`` (the one the ProvisionController shares, started by the caller)
+    StorageClasses, VolumeAttachments, Nodes and CSINodes are read from its caches.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        connection: CSIConnection,
+        options: CSIProvisionerOptions | None = None,
+        *,
+        identity: str | None = None,
+        informer_factory: SharedInformerFactory | None = None,
+    ) -> None:
+        if not connection.driver_name:
+            raise ValueError("the CSI connection is not identified yet: use CSIConnection.open")
+        self.client = client
+        self.connection = connection
+        self.options = options or CSIProvisionerOptions()
+        self.driver_name = connection.driver_name
+        # Upstream's identity: start time in ms, a random number, the driver name.
+        self.identity = identity or (
+            f"{int(time.time() * 1000)}-{random.randint(0, 9999)}-{self.driver_name}"  # noqa: S311
+        )
+        self._secrets = ResourceClient(client, SECRETS)
+        self._claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+        self._volumes = ResourceClient(client, PERSISTENT_VOLUMES)
+        self._claim_cache = _Reader(client, PERSISTENT_VOLUME_CLAIMS, informer_factory)
+        self._classes = _Reader(client, STORAGE_CLASSES, informer_factory)
+        self._attachments = _Reader(client, VOLUME_ATTACHMENTS, informer_factory)
+        # Topology needs Nodes and CSINodes: watch them only for drivers that have it.
+        topology_factory = informer_factory if self.supports_topology else None
+        self._nodes = _Reader(client, NODES, topology_factory)
+        self._csinodes = _Reader(client, CSINODES, topology_factory)
+        self._in_flight: dict[str, _InFlight] = {}
+        self._clones_in_flight: dict[tuple[str, str], set[str]] = {}
+        self._clone_lock = asyncio.Lock()
+        self._log = log.bind(driver=self.driver_name)
+
+    # -- capabilities ---------------------------------------------------------------------
+
+    def supports_block(self) -> bool:
+        """CSI drivers declare block support per request; the driver refuses what it cannot."""
+        return True
+
+    @property
+    def supports_topology(self) -> bool:
+        """The driver has VOLUME_ACCESSIBILITY_CONSTRAINTS."""
+        return self.connection.plugin_capabilities.accessibility_constraints
+
+    @property
+    def supports_clone(self) -> bool:
+        """The driver has CLONE_VOLUME."""
+        return ControllerCap.CLONE_VOLUME in self.connection.controller_capabilities
+
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """UIDs of claims whose CreateVolume may still be running in the driver."""
+        return frozenset(self._in_flight)
+
+    # -- provision ------------------------------------------------------------------------
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        """Create the volume with CreateVolume and return its CSI PersistentVolume."""
+        claim = from_model(options.pvc)
+        storage_class = from_model(options.storage_class)
+        metadata = claim.get("metadata") or {}
+        uid = metadata.get("uid", "")
+        claim_key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        logger = self._log.bind(claim=claim_key, pv=options.pv_name)
+
+        previous = self._in_flight.get(uid)
+        if previous is not None and self.options.clean_up_deleted_claims:
+            await self._clean_up_if_claim_deleted(previous, uid, storage_class, logger)
+
+        request, provisioner_secret, clone_source = await self._prepare(
+            options, claim, storage_class
+        )
+        may_reschedule = self.supports_topology and options.selected_node_name is not None
+        self._in_flight[uid] = _InFlight(
+            request.name,
+            metadata.get("namespace", ""),
+            metadata.get("name", ""),
+            request,
+            clone_source,
+        )
+        logger.debug("calling CreateVolume", volume_name=request.name)
+        try:
+            response = await self.connection.create_volume(request)
+        except Exception as err:
+            state = check_error(err, may_reschedule)
+            if state is not ProvisioningState.IN_BACKGROUND:
+                await self._finish(uid)
+            if isinstance(err, CSICallError) and err.status is Status.INVALID_ARGUMENT:
+                # The driver refuses the request as it stands: the controller retries it only
+                # after retry_interval_max, or at once when the class is replaced.
+                raise InfeasibleError(f"rpc error: {err}") from None
+            raise ProvisioningError(f"rpc error: {err}", state) from None
+        volume = response.volume
+        if volume is None or not volume.volume_id:
+            await self._finish(uid)
+            raise ProvisioningError(
+                f"CSI driver {self.driver_name} returned no volume for CreateVolume",
+                ProvisioningState.FINISHED,
+            )
+        requested = request.capacity_range.required_bytes if request.capacity_range else 0
+        capacity = volume.capacity_bytes or requested
+        if capacity < requested:
+            await self._delete_undersized(volume.volume_id, request, capacity, requested, uid)
+        await self._finish(uid)
+        pv = self._build_volume(
+            options,
+            claim,
+            storage_class,
+            request=request,
+            volume=volume,
+            capacity=capacity,
+            provisioner_secret=provisioner_secret,
+        )
+        logger.info("volume created", volume_id=volume.volume_id, capacity=capacity)
+        return pv
+
+    async def _finish(self, uid: str) -> None:
+        entry = self._in_flight.pop(uid, None)
+        if entry is not None and entry.clone_source is not None:
+            await self._release_clone(entry.clone_source, uid)
+
+    async def _delete_undersized(
+        self,
+        volume_id: str,
+        request: v1.CreateVolumeRequest,
+        capacity: int,
+        requested: int,
+        uid: str,
+    ) -> None:
+        message = f"created volume capacity {capacity} less than requested capacity {requested}"
+        try:
+            await self.connection.delete_volume(
+                v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(request.secrets))
+            )
+        except Exception as err:
+            # The volume still exists: retry, so the next attempt cleans up again.
+            raise ProvisioningError(
+                f"{message}. Cleanup of volume {volume_id} failed, volume is orphaned: {err}",
+                ProvisioningState.IN_BACKGROUND,
+            ) from None
+        await self._finish(uid)
+        raise ProvisioningError(f"{message}; the volume was deleted", ProvisioningState.FINISHED)
+
+    async def _clean_up_if_claim_deleted(
+        self,
+        entry: _InFlight,
+        uid: str,
+        storage_class: Obj,
+        logger: Any,
+    ) -> None:
+        """A retry of a claim whose volume may be being created: if the claim is gone, finish
+        the CreateVolume (idempotent by name) and delete the volume instead of saving a PV."""
+        if storage_class.get("reclaimPolicy", "Delete") != "Delete":
+            # Retain: a PV is what lets an administrator find the volume; keep creating it.
+            return
+        try:
+            current = await self._claims.get(entry.claim_name, entry.claim_namespace)
+        except ApiException as err:
+            if not is_not_found(err):
+                raise ProvisioningError(
+                    f"cannot check whether claim {entry.claim_namespace}/{entry.claim_name} "
+                    f"still exists: {err.status} {err.reason}",
+                    ProvisioningState.IN_BACKGROUND,
+                ) from None
+            current = None
+        current_meta = (current or {}).get("metadata") or {}
+        if current_meta.get("uid") == uid and not current_meta.get("deletionTimestamp"):
+            return
+        logger.info(
+            "claim was deleted while its volume was being created; cleaning up",
+            volume_name=entry.volume_name,
+        )
+        try:
+            response = await self.connection.create_volume(entry.request)
+        except CSICallError as err:
+            state = check_error(err, False)
+            if state is ProvisioningState.IN_BACKGROUND:
+                raise ProvisioningError(
+                    f"claim deleted; waiting for volume {entry.volume_name} to finish creating "
+                    f"so it can be deleted: {err}",
+                    state,
+                ) from None
+            # A final error: the driver created nothing under this name.
+            await self._finish(uid)
+            raise IgnoredError(
+                f"claim deleted while provisioning; the driver reports no volume: {err}"
+            ) from None
+        volume_id = response.volume.volume_id if response.volume else ""
+        if volume_id:
+            try:
+                await self.connection.delete_volume(
+                    v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(entry.request.secrets))
+                )
+            except CSICallError as err:
+                raise ProvisioningError(
+                    f"claim deleted; deleting its volume {volume_id} failed: {err}",
+                    ProvisioningState.IN_BACKGROUND,
+                ) from None
+        await self._finish(uid)
+        logger.info("volume of deleted claim deleted", volume_id=volume_id)
+        raise IgnoredError(
+            f"claim was deleted while provisioning; volume {volume_id or entry.volume_name} "
+            "was deleted"
+        )
+
+    async def _prepare(
+        self, options: ProvisionOptions, claim: Obj, storage_class: Obj
+    ) -> tuple[v1.CreateVolumeRequest, SecretRef | None, tuple[str, str] | None]:
+        metadata = claim.get("metadata") or {}
+        spec = claim.get("spec") or {}
+        class_name = (storage_class.get("metadata") or {}).get("name", "")
+        parameters: dict[str, str] = dict(storage_class.get("parameters") or {})
+        try:
+            volume_name = make_volume_name(
+                self.options.volume_name_prefix,
+                metadata.get("uid", ""),
+                self.options.volume_name_uuid_length,
+            )
+        except ValueError as err:
+            raise _PreparationError(str(err)) from None
+
+        fs_type = ""
+        create_parameters: dict[str, str] = {}
+        for key, value in parameters.items():
+            if key.startswith(CSI_PARAMETER_PREFIX):
+                if key not in _KNOWN_KEYS:
+                    raise ProvisioningError(
+                        f"StorageClass {class_name!r} has the unknown parameter key {key!r} "
+                        f"with reserved namespace {CSI_PARAMETER_PREFIX}"
+                    )
+                if key == FSTYPE_KEY:
+                    fs_type = value
+                continue
+            if key.lower() == "fstype":
+                raise ProvisioningError(
+                    f"StorageClass {class_name!r}: parameter {key!r} is deprecated and no longer "
+                    f"supported; use {FSTYPE_KEY}"
+                )
+            create_parameters[key] = value
+        if self.options.extra_create_metadata:
+            create_parameters[PVC_NAME_KEY] = metadata.get("name", "")
+            create_parameters[PVC_NAMESPACE_KEY] = metadata.get("namespace", "")
+            create_parameters[PV_NAME_KEY] = options.pv_name
+
+        block = spec.get("volumeMode") == "Block"
+        if not fs_type and not block:
+            fs_type = self.options.default_fstype
+        try:
+            requested = parse_storage_size(
+                ((spec.get("resources") or {}).get("requests") or {}).get("storage"),
+                what="storage request",
+            )
+            caps = volume_capabilities(
+                spec.get("accessModes") or [],
+                block=block,
+                fs_type=fs_type,
+                mount_flags=storage_class.get("mountOptions") or [],
+                single_node_multi_writer=(
+                    ControllerCap.SINGLE_NODE_MULTI_WRITER
+                    in self.connection.controller_capabilities
+                ),
+            )
+        except ValueError as err:
+            raise ProvisioningError(f"claim {metadata.get('name')!r}: {err}") from None
+
+        # Secret templates and the PV's secret references are validated before any call.
+        try:
+            provisioner_secret = secret_reference(
+                PROVISIONER_SECRET, parameters, options.pv_name, claim
+            )
+            for _field, params in _PV_SECRETS:
+                secret_reference(params, parameters, options.pv_name, claim)
+        except ValueError as err:
+            raise _PreparationError(f"StorageClass {class_name!r}: {err}") from None
+        secrets = await self._read_secret(provisioner_secret) if provisioner_secret else {}
+
+        request = v1.CreateVolumeRequest(
+            name=volume_name,
+            capacity_range=v1.CapacityRange(required_bytes=requested),
+            volume_capabilities=caps,
+            parameters=create_parameters,
+            secrets=secrets,
+        )
+
+        clone_source: tuple[str, str] | None = None
+        data_source = spec.get("dataSourceRef") or spec.get("dataSource")
+        if data_source:
+            request.volume_content_source, clone_source = await self._content_source(
+                claim, data_source, requested, block
+            )
+
+        if self.supports_topology:
+            request.accessibility_requirements = await self._accessibility(
+                options, claim, storage_class
+            )
+        if clone_source is not None:
+            await self._protect_clone_source(clone_source, metadata.get("uid", ""))
+        return request, provisioner_secret, clone_source
+
+    async def _read_secret(self, ref: SecretRef) -> dict[str, str]:
+        try:
+            secret = await self._secrets.get(ref.name, ref.namespace)
+        except ApiException as err:
+            raise _PreparationError(
+                f"error getting secret {ref.name} in namespace {ref.namespace}: "
+                f"{err.status} {err.reason}"
+            ) from None
+        data: dict[str, str] = {}
+        for key, value in (secret.get("data") or {}).items():
+            try:
+                data[key] = base64.b64decode(value).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                # The message names the key only: the value is the secret.
+                raise _PreparationError(
+                    f"secret {ref.namespace}/{ref.name}: value of key {key!r} is not UTF-8 text"
+                ) from None
+        return data
+
+    async def _content_source(
+        self, claim: Obj, data_source: Mapping[str, Any], requested: int, block: bool
+    ) -> tuple[v1.VolumeContentSource, tuple[str, str] | None]:
+        kind = data_source.get("kind")
+        group = data_source.get("apiGroup") or ""
+        name = data_source.get("name", "")
+        metadata = claim.get("metadata") or {}
+        namespace = data_source.get("namespace") or metadata.get("namespace", "")
+        if kind != "PersistentVolumeClaim" or group:
+            raise _PreparationError(
+                f"unsupported data source {group or 'core'}/{kind} {name!r}: only "
+                "PersistentVolumeClaim clones are supported by this provisioner"
+            )
+        if namespace != metadata.get("namespace"):
+            raise _PreparationError(
+                f"the clone source claim {namespace}/{name} must be in the claim's namespace"
+            )
+        if not self.supports_clone:
+            raise _PreparationError(
+                f"CSI driver {self.driver_name} does not support cloning (CLONE_VOLUME)"
+            )
+        try:
+            source = await self._claims.get(name, namespace)
+        except ApiException as err:
+            raise _PreparationError(
+                f"error getting clone source claim {namespace}/{name}: {err.status} {err.reason}"
+            ) from None
+        source_meta = source.get("metadata") or {}
+        source_spec = source.get("spec") or {}
+        if source_meta.get("deletionTimestamp"):
+            raise _PreparationError(f"clone source claim {namespace}/{name} is being deleted")
+        if (source.get("status") or {}).get("phase") != "Bound":
+            raise _PreparationError(f"clone source claim {namespace}/{name} is not bound")
+        claim_class = (claim.get("spec") or {}).get("storageClassName")
+        if source_spec.get("storageClassName") != claim_class:
+            raise _PreparationError(
+                "the source claim and the clone must be in the same storage class: source is "
+                f"in {source_spec.get('storageClassName')!r}, clone in {claim_class!r}"
+            )
+        source_block = source_spec.get("volumeMode") == "Block"
+        if source_block != block:
+            raise _PreparationError(
+                f"clone source claim {namespace}/{name} has a different volumeMode"
+            )
+        source_size = ((source.get("status") or {}).get("capacity") or {}).get("storage") or (
+            (source_spec.get("resources") or {}).get("requests") or {}
+        ).get("storage")
+        try:
+            source_bytes = parse_storage_size(source_size, what="source claim size")
+        except ValueError as err:
+            raise _PreparationError(str(err)) from None
+        if requested < source_bytes:
+            raise _PreparationError(
+                "the clone's request must be greater than or equal in size to the source "
+                f"claim: requested {requested} but source is {source_bytes}"
+            )
+        volume_name = source_spec.get("volumeName", "")
+        try:
+            source_pv = await self._volumes.get(volume_name)
+        except ApiException as err:
+            raise _PreparationError(
+                f"error getting the PV {volume_name!r} of clone source claim "
+                f"{namespace}/{name}: {err.status} {err.reason}"
+            ) from None
+        claim_ref = (source_pv.get("spec") or {}).get("claimRef") or {}
+        if claim_ref.get("uid") != source_meta.get("uid"):
+            raise _PreparationError(
+                f"the PV {volume_name!r} is not bound to clone source claim {namespace}/{name}"
+            )
+        csi = (source_pv.get("spec") or {}).get("csi") or {}
+        if csi.get("driver") != self.driver_name:
+            raise _PreparationError(
+                f"the clone source's PV {volume_name!r} belongs to another CSI driver"
+                f" ({csi.get('driver')!r})"
+            )
+        content = v1.VolumeContentSource(
+            volume=v1.VolumeContentSourceVolumeSource(volume_id=csi.get("volumeHandle", ""))
+        )
+        return content, (namespace, name)
+
+    async def _accessibility(
+        self, options: ProvisionOptions, claim: Obj, storage_class: Obj
+    ) -> v1.TopologyRequirement | None:
+        selected_name = options.selected_node_name
+        selected_node: Obj | None = None
+        selected_csinode: Obj | None = None
+        try:
+            if selected_name:
+                try:
+                    selected_node = await self._nodes.get(selected_name)
+                except ApiException as err:
+                    if is_not_found(err):
+                        raise TopologyError(f"selected node {selected_name!r} not found") from None
+                    raise
+                try:
+                    selected_csinode = await self._csinodes.get(selected_name)
+                except ApiException as err:
+                    if not is_not_found(err):
+                        raise
+            allowed = storage_class.get("allowedTopologies") or []
+            nodes: list[Obj] = []
+            csinodes: list[Obj] = []
+            needs_all = not allowed and (
+                (selected_name and not self.options.strict_topology)
+                or (not selected_name and self.options.immediate_topology)
+            )
+            if needs_all:
+                nodes = await self._nodes.list()
+                csinodes = await self._csinodes.list()
+            return generate_accessibility_requirements(
+                self.driver_name,
+                (claim.get("metadata") or {}).get("name", ""),
+                allowed,
+                selected_node=selected_node,
+                selected_csinode=selected_csinode,
+                all_nodes=nodes,
+                all_csinodes=csinodes,
+                strict_topology=self.options.strict_topology,
+                immediate_topology=self.options.immediate_topology,
+            )
+        except TopologyError as err:
+            raise ProvisioningError(
+                f"error generating accessibility requirements: {err}",
+                ProvisioningState.RESCHEDULE,
+            ) from None
+        except ApiException as err:
+            raise _PreparationError(
+                f"error generating accessibility requirements: {err.status} {err.reason}"
+            ) from None
+
+    def _build_volume(
+        self,
+        options: ProvisionOptions,
+        claim: Obj,
+        storage_class: Obj,
+        *,
+        request: v1.CreateVolumeRequest,
+        volume: v1.Volume,
+        capacity: int,
+        provisioner_secret: SecretRef | None,
+    ) -> V1PersistentVolume:
+        spec = claim.get("spec") or {}
+        parameters = storage_class.get("parameters") or {}
+        attributes = dict(volume.volume_context)
+        attributes[PROVISIONER_ID_KEY] = self.identity
+        csi: Obj = {
+            "driver": self.driver_name,
+            "volumeHandle": volume.volume_id,
+            "volumeAttributes": attributes,
+        }
+        block = spec.get("volumeMode") == "Block"
+        if not block:
+            fs_type = (
+                request.volume_capabilities[0].mount.fs_type
+                if request.volume_capabilities[0].mount
+                else ""
+            )
+            if fs_type:
+                csi["fsType"] = fs_type
+        for field, params in _PV_SECRETS:
+            ref = secret_reference(params, parameters, options.pv_name, claim)
+            if ref is not None:
+                csi[field] = ref.as_dict()
+        annotations: dict[str, str] = {}
+        if provisioner_secret is not None:
+            annotations[ANN_DELETION_SECRET_NAME] = provisioner_secret.name
+            annotations[ANN_DELETION_SECRET_NAMESPACE] = provisioner_secret.namespace
+        pv: Obj = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": options.pv_name, "annotations": annotations},
+            "spec": {
+                "accessModes": list(spec.get("accessModes") or []),
+                "capacity": {"storage": str(Quantity.from_int(capacity, Format.BINARY_SI))},
+                "volumeMode": "Block" if block else "Filesystem",
+                "csi": csi,
+            },
+        }
+        if storage_class.get("mountOptions"):
+            pv["spec"]["mountOptions"] = list(storage_class["mountOptions"])
+        affinity = _node_affinity(volume.accessible_topology)
+        if affinity is not None:
+            pv["spec"]["nodeAffinity"] = affinity
+        return to_model(pv, V1PersistentVolume)
+
+    # -- clone protection -----------------------------------------------------------------
+
+    async def _protect_clone_source(self, source: tuple[str, str], uid: str) -> None:
+        async with self._clone_lock:
+            holders = self._clones_in_flight.setdefault(source, set())
+            first = not holders
+            holders.add(uid)
+            if first:
+                try:
+                    await self._set_finalizer(source, present=True)
+                except ApiException as err:
+                    holders.discard(uid)
+                    if not holders:
+                        del self._clones_in_flight[source]
+                    raise _PreparationError(
+                        f"cannot protect clone source claim {source[0]}/{source[1]}: "
+                        f"{err.status} {err.reason}"
+                    ) from None
+
+    async def _release_clone(self, source: tuple[str, str], uid: str) -> None:
+        async with self._clone_lock:
+            holders = self._clones_in_flight.get(source)
+            if holders is None:
+                return
+            holders.discard(uid)
+            if holders:
+                return
+            del self._clones_in_flight[source]
+            try:
+                await self._set_finalizer(source, present=False)
+            except ApiException as err:
+                # Left in place, the finalizer only delays the source's deletion; say so.
+                self._log.warning(
+                    "cannot remove the cloning-protection finalizer",
+                    claim=f"{source[0]}/{source[1]}",
+                    error=f"{err.status} {err.reason}",
+                )
+
+    async def _set_finalizer(self, source: tuple[str, str], *, present: bool) -> None:
+        namespace, name = source
+        for _attempt in range(5):
+            try:
+                claim = await self._claims.get(name, namespace)
+            except ApiException as err:
+                if not present and is_not_found(err):
+                    return
+                raise
+            metadata = claim.setdefault("metadata", {})
+            finalizers = list(metadata.get("finalizers") or [])
+            if (CLONE_FINALIZER in finalizers) == present:
+                return
+            if present:
+                finalizers.append(CLONE_FINALIZER)
+            else:
+                finalizers = [f for f in finalizers if f != CLONE_FINALIZER]
+            metadata["finalizers"] = finalizers
+            try:
+                await self._claims.replace(claim)
+                return
+            except ApiException as err:
+                if not is_conflict(err):
+                    raise
+        raise ApiException(status=409, reason="Conflict: the claim kept changing")
+
+    async def sweep_clone_protection(self) -> int:
+        """Remove the cloning-protection finalizer from claims that no clone needs any more
+        (upstream's CloningProtectionController): a finalizer left by a process that stopped
+        mid-clone would otherwise block the source's deletion forever. A source is still
+        needed while a clone of it is in flight here, or any claim naming it as dataSource is
+        not yet Bound. Returns how many finalizers were removed."""
+        claims = await self._claim_cache.list()
+        needed = set(self._clones_in_flight) | _pending_clone_sources(claims)
+        removed = 0
+        for claim in claims:
+            metadata = claim.get("metadata") or {}
+            if CLONE_FINALIZER not in (metadata.get("finalizers") or []):
+                continue
+            key = (metadata.get("namespace", ""), metadata.get("name", ""))
+            if key in needed:
+                continue
+            # The cache may not show a clone created a moment ago: confirm with the server.
+            fresh = (await self._claims.list(key[0])).get("items") or []
+            if key in _pending_clone_sources(fresh):
+                continue
+            async with self._clone_lock:
+                if key in self._clones_in_flight:
+                    continue  # a clone started meanwhile
+                try:
+                    await self._set_finalizer(key, present=False)
+                except ApiException as err:
+                    self._log.warning(
+                        "cannot remove a stale cloning-protection finalizer",
+                        claim=f"{key[0]}/{key[1]}",
+                        error=f"{err.status} {err.reason}",
+                    )
+                    continue
+            removed += 1
+            self._log.info(
+                "removed a stale cloning-protection finalizer", claim=f"{key[0]}/{key[1]}"
+            )
+        return removed
+
+    async def run_clone_protection(self, interval: float = 60.0) -> None:
+        """Sweep stale cloning-protection finalizers every ``interval`` seconds until
+        cancelled (run it next to the controller)."""
+        while True:
+            try:
+                await self.sweep_clone_protection()
+            except ApiException as err:
+                self._log.warning(
+                    "cloning-protection sweep failed", error=f"{err.status} {err.reason}"
+                )
+            await self.connection.clock.sleep(interval)
+
+    # -- delete ---------------------------------------------------------------------------
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        """DeleteVolume with the PV's volume handle and the provisioner secret."""
+        pv = from_model(volume)
+        metadata = pv.get("metadata") or {}
+        pv_name = metadata.get("name", "")
+        csi = (pv.get("spec") or {}).get("csi") or {}
+        if not csi.get("volumeHandle"):
+            raise ValueError(f"PV {pv_name} is not a CSI volume (no spec.csi.volumeHandle)")
+        if csi.get("driver") != self.driver_name:
+            raise IgnoredError(
+                f"PV {pv_name} belongs to CSI driver {csi.get('driver')!r}, not {self.driver_name}"
+            )
+        attachments = await self._attachments.list()
+        for attachment in attachments:
+            source = (attachment.get("spec") or {}).get("source") or {}
+            if source.get("persistentVolumeName") == pv_name:
+                node = (attachment.get("spec") or {}).get("nodeName", "")
+                raise RuntimeError(
+                    f"persistentvolume {pv_name} is still attached to node {node}: "
+                    "delete the VolumeAttachment (detach the volume) first"
+                )
+        ref = await self._deletion_secret(pv)
+        secrets = await self._read_secret(ref) if ref else {}
+        logger = self._log.bind(pv=pv_name, volume_id=csi["volumeHandle"])
+        logger.info("calling DeleteVolume")
+        await self.connection.delete_volume(
+            v1.DeleteVolumeRequest(volume_id=csi["volumeHandle"], secrets=secrets)
+        )
+        logger.info("volume deleted")
+
+    async def _deletion_secret(self, pv: Obj) -> SecretRef | None:
+        annotations = (pv.get("metadata") or {}).get("annotations") or {}
+        name = annotations.get(ANN_DELETION_SECRET_NAME)
+        namespace = annotations.get(ANN_DELETION_SECRET_NAMESPACE)
+        if name and namespace:
+            return SecretRef(name, namespace)
+        # Volumes provisioned before the annotations existed: resolve from the class, where
+        # only ${pv.name} is available.
+        class_name = (pv.get("spec") or {}).get("storageClassName")
+        if not class_name:
+            return None
+        try:
+            storage_class = await self._classes.get(class_name)
+        except ApiException as err:
+            if is_not_found(err):
+                self._log.info(
+                    "StorageClass of the PV is gone; deleting without secrets",
+                    **{"class": class_name},
+                )
+                return None
+            raise
+        return secret_reference(
+            PROVISIONER_SECRET,
+            storage_class.get("parameters") or {},
+            (pv.get("metadata") or {}).get("name", ""),
+            None,
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m pyprovlib.csi.provisioner``: the external-provisioner sidecar."""
+    from pyprovlib.csi._sidecar import main as sidecar_main
+
+    return sidecar_main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,186 @@
+"""An in-memory CSI driver for the tests, served over a real unix socket with pyprovlib's kit.
+
+It keeps volumes in a dict, records every request it receives, and takes injected faults per
+method: a delay, a gRPC status (for a number of calls), an undersized answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+from grpclib.const import Status
+
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, IdentityService
+
+DRIVER_NAME = "test.csi.pyprovlib.io"
+TOPOLOGY_KEY = "topology.test.csi/zone"
+
+Caps = v1.ControllerServiceCapabilityRpcType
+Plugin = v1.PluginCapabilityServiceType
+
+
+@dataclass
+class Fault:
+    """What the next ``times`` calls of a method do instead of (or before) answering."""
+
+    status: Status | None = None
+    message: str = "injected failure"
+    delay: float = 0.0
+    times: int = 1
+    exception: Exception | None = None
+    """An unexpected exception to raise (the kit answers INTERNAL)."""
+
+
+@dataclass
+class Volume:
+    volume_id: str
+    name: str
+    capacity: int
+    parameters: dict[str, str]
+    topology: dict[str, str] | None
+    source: v1.VolumeContentSource | None
+
+
+@dataclass
+class DriverState:
+    volumes: dict[str, Volume] = field(default_factory=dict)
+    calls: list[tuple[str, object]] = field(default_factory=list)
+    faults: dict[str, list[Fault]] = field(default_factory=dict)
+    ready: bool = True
+    undersize_by: int = 0
+    created: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def fail(self, method: str, fault: Fault) -> None:
+        self.faults.setdefault(method, []).append(fault)
+
+    def requests(self, method: str) -> list[object]:
+        return [r for m, r in self.calls if m == method]
+
+    async def apply_fault(self, method: str) -> None:
+        queue = self.faults.get(method)
+        if not queue:
+            return
+        fault = queue[0]
+        fault.times -= 1
+        if fault.times <= 0:
+            queue.pop(0)
+        if fault.delay:
+            await asyncio.sleep(fault.delay)
+        if fault.exception is not None:
+            raise fault.exception
+        if fault.status is not None:
+            raise CSIError(fault.status, fault.message)
+
+
+class TestIdentity(IdentityService):
+    def __init__(self, state: DriverState, *, topology: bool) -> None:
+        services = [Plugin.CONTROLLER_SERVICE]
+        if topology:
+            services.append(Plugin.VOLUME_ACCESSIBILITY_CONSTRAINTS)
+        super().__init__(DRIVER_NAME, "1.0.0", services=services)
+        self.state = state
+
+    async def is_ready(self) -> bool:
+        await self.state.apply_fault("Probe")
+        return self.state.ready
+
+
+class TestController(ControllerService):
+    def __init__(self, state: DriverState, *, topology: bool) -> None:
+        super().__init__([Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME])
+        self.state = state
+        self.topology = topology
+        self._next = 0
+
+    async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
+        self.state.calls.append(("CreateVolume", message))
+        await self.state.apply_fault("CreateVolume")
+        if not message.name:
+            raise CSIError(Status.INVALID_ARGUMENT, "name missing")
+        if not message.volume_capabilities:
+            raise CSIError(Status.INVALID_ARGUMENT, "volume capabilities missing")
+        existing = self.state.volumes.get(message.name)
+        if existing is None:
+            required = message.capacity_range.required_bytes if message.capacity_range else 0
+            capacity = max(required, 1 << 20) - self.state.undersize_by
+            topology: dict[str, str] | None = None
+            if self.topology:
+                req = message.accessibility_requirements
+                if req is not None and req.preferred:
+                    topology = dict(req.preferred[0].segments)
+                elif req is not None and req.requisite:
+                    topology = dict(req.requisite[0].segments)
+                else:
+                    topology = {TOPOLOGY_KEY: "zone-default"}
+            source = message.volume_content_source
+            known = {v.volume_id for v in self.state.volumes.values()}
+            cloned = source.volume if source is not None else None
+            if cloned is not None and cloned.volume_id not in known:
+                raise CSIError(Status.NOT_FOUND, "source volume not found")
+            self._next += 1
+            existing = Volume(
+                volume_id=f"vol-{self._next}",
+                name=message.name,
+                capacity=capacity,
+                parameters=dict(message.parameters),
+                topology=topology,
+                source=source,
+            )
+            self.state.volumes[message.name] = existing
+            self.state.created.set()
+        return v1.CreateVolumeResponse(
+            volume=v1.Volume(
+                volume_id=existing.volume_id,
+                capacity_bytes=existing.capacity,
+                volume_context={"fromDriver": "yes"},
+                accessible_topology=(
+                    [v1.Topology(segments=existing.topology)] if existing.topology else []
+                ),
+                content_source=existing.source,
+            )
+        )
+
+    async def delete_volume(self, message: v1.DeleteVolumeRequest) -> v1.DeleteVolumeResponse:
+        self.state.calls.append(("DeleteVolume", message))
+        await self.state.apply_fault("DeleteVolume")
+        for name, volume in list(self.state.volumes.items()):
+            if volume.volume_id == message.volume_id:
+                del self.state.volumes[name]
+        return v1.DeleteVolumeResponse()
+
+
+def socket_dir(tmp_path: pathlib.Path) -> tuple[pathlib.Path, bool]:
+    """A directory for the socket: tmp_path unless its path is too long for AF_UNIX."""
+    if len(str(tmp_path / "csi.sock")) < 100:
+        return tmp_path, False
+    return pathlib.Path(tempfile.mkdtemp(prefix="pcsi-")), True
+
+
+@contextlib.asynccontextmanager
+async def serve_driver(
+    directory: pathlib.Path, *, topology: bool = False, state: DriverState | None = None
+) -> AsyncIterator[tuple[DriverState, CSIServer]]:
+    state = state or DriverState()
+    server = CSIServer(
+        [TestIdentity(state, topology=topology), TestController(state, topology=topology)],
+        f"unix://{directory / 'csi.sock'}",
+    )
+    async with server:
+        yield state, server
+
+
+@contextlib.contextmanager
+def short_socket_dir(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    directory, temporary = socket_dir(tmp_path)
+    try:
+        yield directory
+    finally:
+        if temporary:
+            shutil.rmtree(directory, ignore_errors=True)

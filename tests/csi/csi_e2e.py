@@ -1,0 +1,240 @@
+"""Harness for the CSIProvisioner end-to-end tests: the Python CSI driver on a unix socket, a
+CSIConnection, a CSIProvisioner and a ProvisionController against a TestCluster."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import pathlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from csi_driver import DriverState, serve_driver
+from prometheus_client import CollectorRegistry
+
+from pyprovlib.controller.metrics import ProvisionMetrics
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
+from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import (
+    EVENTS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    SECRETS,
+    STORAGE_CLASSES,
+)
+from pyprovlib.kube.rest import ApiException, ResourceClient
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing.cluster import TestCluster
+
+
+@dataclass
+class Env:
+    cluster: TestCluster
+    driver: DriverState
+    connection: CSIConnection
+    provisioner: CSIProvisioner
+    controller: ProvisionController
+
+    @property
+    def name(self) -> str:
+        return self.connection.driver_name
+
+
+@contextlib.asynccontextmanager
+async def csi_env(
+    cluster: TestCluster,
+    sock_dir: pathlib.Path,
+    *,
+    topology: bool = False,
+    call_timeout: float = 5.0,
+    options: CSIProvisionerOptions | None = None,
+    shared_informers: bool = False,
+    **controller_options: Any,
+) -> AsyncIterator[Env]:
+    """Driver, connection, provisioner and a running controller. ``shared_informers``: the
+    provisioner reads classes, attachments, nodes from the controller's informer caches (the
+    sidecar's set-up) instead of the API server."""
+    state = DriverState()
+    async with serve_driver(sock_dir, topology=topology, state=state):
+        connection = await CSIConnection.open(
+            str(sock_dir / "csi.sock"),
+            ConnectionOptions(timeout=call_timeout, backoff_start=0.01, backoff_max=0.05),
+            metrics=CSIMetrics(None),
+        )
+        factory = SharedInformerFactory(cluster.api_client) if shared_informers else None
+        try:
+            provisioner = CSIProvisioner(
+                cluster.api_client, connection, options, informer_factory=factory
+            )
+            defaults: dict[str, Any] = {
+                "leader_election": False,
+                "metrics": ProvisionMetrics(CollectorRegistry()),
+                "rate_limiter": ItemExponentialFailureRateLimiter(0.01, 0.2),
+                "create_provisioned_pv_retry_count": 3,
+                "create_provisioned_pv_interval": 0.01,
+            }
+            defaults.update(controller_options)
+            controller = ProvisionController(
+                cluster.api_client,
+                connection.driver_name,
+                provisioner,
+                ProvisionControllerOptions(**defaults),
+                informer_factory=factory,
+            )
+            task = asyncio.create_task(controller.run())
+            informers = asyncio.create_task(_run_informers(factory))
+            try:
+                yield Env(cluster, state, connection, provisioner, controller)
+            finally:
+                controller.stop()
+                try:
+                    async with asyncio.timeout(15):
+                        await task
+                except TimeoutError:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+                    raise
+                finally:
+                    informers.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await informers
+        finally:
+            connection.close()
+
+
+async def _run_informers(factory: SharedInformerFactory | None) -> None:
+    if factory is None:
+        return
+    async with asyncio.TaskGroup() as group:
+        factory.start(group)
+        await asyncio.Event().wait()
+
+
+async def create_class(env: Env, **extra: Any) -> str:
+    name = env.cluster.unique_name("sc")
+    body: Obj = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": env.name,
+        **extra,
+    }
+    await ResourceClient(env.cluster.api_client, STORAGE_CLASSES).create(body)
+    env.cluster.track(STORAGE_CLASSES, name)
+    return name
+
+
+async def create_secret(env: Env, name: str, data: dict[str, str]) -> None:
+    await ResourceClient(env.cluster.api_client, SECRETS).create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": env.cluster.namespace},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+        }
+    )
+
+
+async def create_claim(
+    env: Env,
+    class_name: str,
+    *,
+    name: str | None = None,
+    size: str = "1Gi",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
+    body: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name or env.cluster.unique_name("claim"),
+            "namespace": env.cluster.namespace,
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class_name,
+            "resources": {"requests": {"storage": size}},
+            **spec,
+        },
+    }
+    return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
+
+
+async def get_claim(env: Env, name: str) -> Obj | None:
+    try:
+        return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).get(
+            name, env.cluster.namespace
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def get_volume(env: Env, name: str) -> Obj | None:
+    try:
+        return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUMES).get(name)
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def delete_claim(env: Env, name: str) -> None:
+    await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
+        name, env.cluster.namespace
+    )
+
+
+async def wait_bound(env: Env, name: str, timeout: float = 20.0) -> Obj:
+    async def bound() -> Obj | None:
+        claim = await get_claim(env, name)
+        if claim is not None and (claim.get("status") or {}).get("phase") == "Bound":
+            return claim
+        return None
+
+    return await env.cluster.wait_for(bound, timeout=timeout, message=f"claim {name} Bound")
+
+
+async def wait_volume_gone(env: Env, pv_name: str) -> None:
+    async def gone() -> bool:
+        return await get_volume(env, pv_name) is None
+
+    await env.cluster.wait_for(gone, message=f"PV {pv_name} deleted")
+
+
+async def events_of(env: Env, name: str) -> list[Obj]:
+    events = await ResourceClient(env.cluster.api_client, EVENTS).list(env.cluster.namespace)
+    return [e for e in events["items"] if (e.get("involvedObject") or {}).get("name") == name]
+
+
+async def all_events(env: Env) -> list[Obj]:
+    events = await ResourceClient(env.cluster.api_client, EVENTS).list(env.cluster.namespace)
+    return list(events["items"])
+
+
+async def wait_event(env: Env, name: str, reason: str, contains: str = "") -> Obj:
+    async def found() -> Obj | None:
+        for event in await events_of(env, name):
+            if event.get("reason") == reason and contains in event.get("message", ""):
+                return event
+        return None
+
+    return await env.cluster.wait_for(found, message=f"{reason} event on {name} ({contains!r})")
+
+
+async def wait_until(env: Env, predicate: Any, message: str, timeout: float = 20.0) -> None:
+    async def check() -> bool:
+        return bool(predicate())
+
+    await env.cluster.wait_for(check, timeout=timeout, message=message)

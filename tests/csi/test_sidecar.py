@@ -1,0 +1,220 @@
+"""``python -m pyprovlib.csi.provisioner`` as a real process against the in-memory API server and
+the Python CSI driver: flags, start-up waits, provisioning, connection loss, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from csi_driver import DriverState, serve_driver
+
+from pyprovlib.csi._sidecar import build_parser
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing.server import ApiServer
+
+DEADLINE = 30.0
+
+
+class Sidecar:
+    """The sidecar process; its JSON log lines are collected from stderr."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._changed = asyncio.Condition()
+
+    async def read(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            text = raw.decode(errors="replace").rstrip("\n")
+            self.raw.append(text)
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.append(json.loads(text))
+            async with self._changed:
+                self._changed.notify_all()
+        async with self._changed:
+            self._changed.notify_all()
+
+    def count(self, event: str) -> int:
+        return sum(1 for line in self.lines if line.get("event") == event)
+
+    async def wait_for(self, event: str, times: int = 1) -> dict[str, Any]:
+        async def found() -> dict[str, Any]:
+            async with self._changed:
+                while self.count(event) < times:
+                    if self.proc.stderr is not None and self.proc.stderr.at_eof():
+                        raise AssertionError(f"exited before {event!r}: {self.raw[-20:]}")
+                    await self._changed.wait()
+                return [line for line in self.lines if line.get("event") == event][-1]
+
+        try:
+            return await asyncio.wait_for(found(), DEADLINE)
+        except TimeoutError:
+            raise AssertionError(f"no {event!r} within {DEADLINE}s: {self.raw[-20:]}") from None
+
+    async def exit_code(self) -> int:
+        return await asyncio.wait_for(self.proc.wait(), DEADLINE)
+
+
+@contextlib.asynccontextmanager
+async def sidecar(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Sidecar]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
+    env.pop("KUBECONFIG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi.provisioner",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        "--retry-interval-start",
+        "10ms",
+        "--retry-interval-max",
+        "200ms",
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    program = Sidecar(proc)
+    reader = asyncio.create_task(program.read())
+    try:
+        yield program
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader
+
+
+async def provision_one(server: ApiServer, driver: str) -> Obj:
+    async with server.api_client() as api:
+        await ResourceClient(api, STORAGE_CLASSES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "csi"},
+                "provisioner": driver,
+            }
+        )
+        claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+        await claims.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "csi",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE
+        while True:
+            claim = await claims.get("data", "default")
+            if (claim.get("status") or {}).get("phase") == "Bound":
+                return claim
+            assert loop.time() < deadline, "claim not bound"
+            await asyncio.sleep(0.05)
+
+
+def test_flags_have_external_provisioner_names_and_defaults() -> None:
+    args = build_parser().parse_args([])
+    assert args.csi_address == "/run/csi/socket"
+    assert args.volume_name_prefix == "pvc"
+    assert args.volume_name_uuid_length == -1
+    assert args.timeout == 10.0
+    assert args.worker_threads == 100
+    assert args.retry_interval_start == 1.0
+    assert args.retry_interval_max == 300.0
+    assert args.extra_create_metadata is False
+    assert args.default_fstype == ""
+    assert args.leader_election is False
+    assert args.exit_on_connection_loss is True
+    parsed = build_parser().parse_args(["--timeout", "2m", "--volume-name-uuid-length", "8"])
+    assert parsed.timeout == 120.0
+    assert parsed.volume_name_uuid_length == 8
+
+
+async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    async with ApiServer(binder=True) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        socket = sock_dir / "csi.sock"
+        async with sidecar(
+            kubeconfig, "--csi-address", f"unix://{socket}", "--http-endpoint", "127.0.0.1:0"
+        ) as proc:
+            # No socket yet: the sidecar says so and keeps waiting, no crash loop.
+            await proc.wait_for("waiting for the CSI socket to appear")
+            assert proc.proc.returncode is None
+            state = DriverState(ready=False)
+            async with serve_driver(sock_dir, state=state):
+                await proc.wait_for("CSI driver is not ready", times=2)
+                assert proc.proc.returncode is None
+                state.ready = True
+                await proc.wait_for("CSI driver identified")
+                # The runtime serves HTTP once the controller is built (after the driver
+                # answered), as upstream starts its endpoint after connecting.
+                port = int((await proc.wait_for("HTTP server listening"))["port"])
+                claim = await provision_one(server, "test.csi.pyprovlib.io")
+                assert claim["spec"]["volumeName"] == f"pvc-{claim['metadata']['uid']}"
+                assert len(state.volumes) == 1
+                async with aiohttp.ClientSession() as http:
+                    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                        metrics = await response.text()
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        assert response.status == 200
+                assert (
+                    'csi_sidecar_operations_seconds_count{driver_name="test.csi.pyprovlib.io",'
+                    'grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"} 1.0'
+                ) in metrics
+                assert "controller_persistentvolumeclaim_provision_total" in metrics
+            # The driver went away: upstream exits so the container is restarted.
+            code = await proc.exit_code()
+            assert code != 0
+            assert proc.count("lost connection to the CSI driver") >= 1
+
+
+async def test_sigterm_while_waiting_for_the_driver_exits_cleanly(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    async with ApiServer(binder=True) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        async with sidecar(kubeconfig, "--csi-address", str(sock_dir / "missing.sock")) as proc:
+            await proc.wait_for("waiting for the CSI socket to appear")
+            proc.proc.send_signal(signal.SIGTERM)
+            assert await proc.exit_code() == 0
+
+
+@pytest.mark.parametrize("flag", ["--version"])
+async def test_version(flag: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi.provisioner",
+        flag,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), DEADLINE)
+    assert proc.returncode == 0
+    assert b"pyprovlib.csi.provisioner" in out
