@@ -1,0 +1,490 @@
+"""The CSI resizer end to end: ResizeController + CSIResizer + a Python CSI driver on a real
+unix socket + the API server (``kube_cluster``: in memory, or a real cluster with
+``PYPROVLIB_E2E_KUBECONFIG``), and the sidecar (``python -m pyprovlib.csi.resizer``) picking
+the CSI or the trivial resizer from the driver's capabilities."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import structlog
+from csi_resize_driver import Caps, Fault, ResizeDriver
+from grpclib.const import Status
+from prometheus_client import CollectorRegistry
+from resize_support import GI, Scenario, capacity, conditions, fast_options, running, wait_for
+
+from pyprovlib.controller.resize import ResizeController
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
+from pyprovlib.csi.resizer import (
+    CSIResizer,
+    DriverCannotExpandError,
+    ResizerSidecar,
+    TrivialResizer,
+    build,
+    parser,
+)
+from pyprovlib.runtime import RuntimeContext, parse_common
+from pyprovlib.testing.cluster import TestCluster
+
+SECRET_VALUE = "s3cr3t-expand-key"
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="pr-", dir="/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+class CSIScenario(Scenario):
+    """A Python CSI driver named like the scenario's driver, on a unix socket."""
+
+    def __init__(self, cluster: TestCluster, socket: Path, **driver: Any) -> None:
+        super().__init__(cluster)
+        self.driver_process = ResizeDriver(self.driver, socket, **driver)
+        self.registry = CollectorRegistry()
+
+    @property
+    def state(self) -> Any:
+        return self.driver_process.state
+
+    async def connect(self) -> CSIConnection:
+        return await CSIConnection.open(
+            self.driver_process.endpoint,
+            ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
+            metrics=CSIMetrics(self.registry),
+        )
+
+    async def volume(self, storage_class: str, **kwargs: Any) -> tuple[str, str, str]:
+        claim, pv, handle = await self.bound_claim(storage_class, **kwargs)
+        self.state.sizes[handle] = GI
+        return claim, pv, handle
+
+
+@pytest.fixture
+async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIScenario]:
+    scenario = CSIScenario(kube_cluster, sock_dir / "csi.sock")
+    async with scenario.driver_process:
+        yield scenario
+
+
+@pytest.fixture
+async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
+    """``csi`` with a ResizeController over a CSIResizer running."""
+    conn = await csi.connect()
+    try:
+        resizer = CSIResizer(conn, csi.cluster.api_client)
+        assert resizer.name == csi.driver
+        async with running(ResizeController(csi.cluster.api_client, resizer, fast_options())):
+            yield csi
+    finally:
+        conn.close()
+
+
+async def test_controller_expand_volume(resizing: CSIScenario) -> None:
+    s = resizing
+    sc = await s.storage_class()
+    claim, pv, handle = await s.volume(sc)
+    await s.request(claim, "2Gi")
+    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    (request,) = s.state.requests
+    assert request.volume_id == handle
+    assert request.capacity_range.required_bytes == 2 * GI
+    assert request.secrets == {}
+    assert request.volume_capability.mount is not None
+    assert (
+        request.volume_capability.access_mode.mode
+        == v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
+    )
+    assert s.state.sizes[handle] == 2 * GI
+    assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
+    await s.wait_event(claim, "VolumeResizeSuccessful")
+    # csi-lib-utils' operation metric, labelled with upstream's method name.
+    assert (
+        s.registry.get_sample_value(
+            "csi_sidecar_operations_seconds_count",
+            {
+                "driver_name": s.driver,
+                "method_name": "/csi.v1.Controller/ControllerExpandVolume",
+                "grpc_status_code": "OK",
+            },
+        )
+        == 1.0
+    )
+
+
+async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenario) -> None:
+    s = resizing
+    s.state.granularity = GI
+    s.state.node_expansion_required = True
+    sc = await s.storage_class()
+    claim, pv, _ = await s.volume(sc)
+    await s.request(claim, "1536Mi")
+    pending = await s.wait_claim(
+        claim, lambda c: "FileSystemResizePending" in conditions(c), "node expansion pending"
+    )
+    # The PV gets the driver's size, the claim's allocation stays what was asked.
+    assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
+    assert pending["status"]["allocatedResources"]["storage"] == "1536Mi"
+    assert pending["status"]["allocatedResourceStatuses"]["storage"] == "NodeResizePending"
+    await s.wait_event(claim, "FileSystemResizeRequired")
+
+
+async def test_driver_error_then_success(resizing: CSIScenario) -> None:
+    s = resizing
+    sc = await s.storage_class()
+    claim, _, _ = await s.volume(sc)
+    s.state.fail(Fault(Status.INTERNAL, "array on fire", times=2))
+    await s.request(claim, "2Gi")
+    failed = await s.wait_event(claim, "VolumeResizeFailed")
+    assert "rpc error: code = Internal desc = array on fire" in failed["message"]
+    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded after retries")
+    assert len(s.state.requests) == 3
+
+
+async def test_infeasible_request_then_recovery(resizing: CSIScenario) -> None:
+    s = resizing
+    s.state.max_size = 5 * GI
+    sc = await s.storage_class()
+    claim, _, handle = await s.volume(sc)
+    await s.request(claim, "10Gi")
+    c = await s.wait_claim(
+        claim,
+        lambda c: (
+            (c["status"].get("allocatedResourceStatuses") or {}).get("storage")
+            == "ControllerResizeInfeasible"
+        ),
+        "infeasible",
+    )
+    assert "code = OutOfRange" in conditions(c)["ControllerResizeError"]["message"]
+    await s.request(claim, "4Gi")
+    done = await s.wait_claim(claim, lambda c: capacity(c) == "4Gi", "recovered at 4Gi")
+    assert s.state.sizes[handle] == 4 * GI
+    assert "ControllerResizeError" not in conditions(done)
+
+
+async def test_controller_expand_secrets_from_the_pv(resizing: CSIScenario) -> None:
+    s = resizing
+    secret = s.name("expand")
+    await s.secret(secret, {"key": SECRET_VALUE})
+    sc = await s.storage_class()
+    ref = {"controllerExpandSecretRef": {"name": secret, "namespace": s.namespace}}
+    claim, _, _ = await s.volume(sc, csi_extra=ref)
+    # The driver echoes the secret in its error: it must not reach the claim or its events.
+    s.state.fail(Fault(Status.INTERNAL, f"bad credentials {SECRET_VALUE}"))
+    await s.request(claim, "2Gi")
+    done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    assert all(r.secrets == {"key": SECRET_VALUE} for r in s.state.requests)
+    failed = await s.wait_event(claim, "VolumeResizeFailed")
+    assert "bad credentials" in failed["message"]
+    texts = [str(e.get("message")) for e in await s.events(claim)] + [str(done)]
+    assert not [t for t in texts if SECRET_VALUE in t]
+
+
+async def test_controller_expand_secrets_from_class_parameters(resizing: CSIScenario) -> None:
+    s = resizing
+    secret = s.name("expand")
+    await s.secret(secret, {"user": "admin", "key": SECRET_VALUE})
+    sc = await s.storage_class(
+        parameters={
+            "csi.storage.k8s.io/controller-expand-secret-name": secret,
+            "csi.storage.k8s.io/controller-expand-secret-namespace": "${pvc.namespace}",
+        }
+    )
+    claim, _, _ = await s.volume(sc)
+    await s.request(claim, "2Gi")
+    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    assert s.state.requests[-1].secrets == {"user": "admin", "key": SECRET_VALUE}
+
+
+async def test_missing_secret_is_an_error_not_a_call(resizing: CSIScenario) -> None:
+    s = resizing
+    sc = await s.storage_class()
+    ref = {"controllerExpandSecretRef": {"name": "nope", "namespace": s.namespace}}
+    claim, _, _ = await s.volume(sc, csi_extra=ref)
+    await s.request(claim, "2Gi")
+    event = await s.wait_event(claim, "VolumeResizeFailed")
+    assert "error getting secret nope" in event["message"]
+    assert s.state.requests == []
+
+
+async def test_volumes_of_other_drivers_are_not_sent(resizing: CSIScenario) -> None:
+    s = resizing
+    other = f"{s.name('other')}.test.pyprovlib.io"
+    sc = await s.storage_class(provisioner=other)
+    claim, _, _ = await s.bound_claim(sc, driver=other)
+    await s.request(claim, "2Gi")
+    await asyncio.sleep(0.3)
+    assert s.state.requests == []
+    assert capacity(await s.get_claim(claim)) == "1Gi"
+
+
+# -- the sidecar ---------------------------------------------------------------------------
+
+
+def _context(argv: list[str], api_client: Any) -> RuntimeContext:
+    options, args = parse_common(parser(), argv)
+    return RuntimeContext(
+        options=options,
+        args=args,
+        api_client=api_client,
+        log=structlog.get_logger("test"),
+        registry=CollectorRegistry(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "volume_expansion", "expected"),
+    [
+        ((Caps.EXPAND_VOLUME,), None, CSIResizer),
+        ((), v1.PluginCapabilityVolumeExpansionType.ONLINE, TrivialResizer),
+        ((Caps.CREATE_DELETE_VOLUME,), None, None),
+    ],
+)
+async def test_sidecar_picks_the_resizer_from_capabilities(
+    kube_cluster: TestCluster,
+    sock_dir: Path,
+    capabilities: tuple[Caps, ...],
+    volume_expansion: v1.PluginCapabilityVolumeExpansionType | None,
+    expected: type | None,
+) -> None:
+    s = CSIScenario(
+        kube_cluster,
+        sock_dir / "csi.sock",
+        capabilities=capabilities,
+        volume_expansion=volume_expansion,
+    )
+    async with s.driver_process:
+        argv = ["--csi-address", s.driver_process.endpoint, "--retry-interval-start", "50ms"]
+        if expected is None:
+            with pytest.raises(DriverCannotExpandError, match="EXPAND_VOLUME"):
+                await build(_context(argv, kube_cluster.api_client))
+            return
+        sidecar = await build(_context(argv, kube_cluster.api_client))
+        assert isinstance(sidecar, ResizerSidecar)
+        assert isinstance(sidecar.controller.resizer, expected)
+        assert sidecar.controller.name == s.driver
+        sc = await s.storage_class()
+        claim, pv, _ = await s.volume(sc)
+        task = asyncio.create_task(sidecar.run())
+        try:
+            await wait_for(_ready_or_failed(sidecar, task), message="sidecar ready")
+            await s.request(claim, "2Gi")
+            c = await s.wait_claim(
+                claim,
+                lambda c: capacity(c) == "2Gi" or "FileSystemResizePending" in conditions(c),
+                "expanded",
+            )
+            assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
+            if expected is TrivialResizer:
+                # Only bookkeeping in the controller: the node expands.
+                assert s.state.requests == []
+                assert "FileSystemResizePending" in conditions(c)
+            else:
+                assert len(s.state.requests) == 1
+        finally:
+            sidecar.stop()
+            await asyncio.wait_for(task, 10)
+        assert sidecar.connection.lost is False
+
+
+def _ready_or_failed(sidecar: ResizerSidecar, task: asyncio.Task[None]) -> Any:
+    async def probe() -> bool:
+        if task.done():
+            task.result()
+            raise AssertionError("the sidecar stopped")
+        return sidecar.ready()
+
+    return probe
+
+
+async def test_sidecar_process_expands_and_stops_on_sigterm(
+    csi: CSIScenario, tmp_path: Path
+) -> None:
+    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
+    sc = await csi.storage_class()
+    claim, _, handle = await csi.volume(sc)
+    port = _free_port()
+    proc = await _start_sidecar(
+        "--csi-address",
+        csi.driver_process.endpoint,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--timeout",
+        "2s",
+        "--retry-interval-start",
+        "100ms",
+        "--workers",
+        "2",
+        "--http-endpoint",
+        f"127.0.0.1:{port}",
+    )
+    try:
+        await csi.request(claim, "3Gi")
+        await csi.wait_claim(claim, lambda c: capacity(c) == "3Gi", "expanded by the sidecar", 30)
+        assert csi.state.sizes[handle] == 3 * GI
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                assert resp.status == 200
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                metrics = await resp.text()
+        assert 'method_name="/csi.v1.Controller/ControllerExpandVolume"' in metrics
+        assert f'workqueue_adds_total{{name="{csi.driver}-pvc"}}' in metrics
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_sidecar_process_refuses_a_driver_that_cannot_expand(
+    kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
+) -> None:
+    s = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=())
+    async with s.driver_process:
+        proc = await _start_sidecar(
+            "--csi-address",
+            s.driver_process.endpoint,
+            "--kubeconfig",
+            str(_kubeconfig(kube_cluster, tmp_path)),
+        )
+        try:
+            assert await asyncio.wait_for(proc.wait(), 30) == 1
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_sidecar_process_exits_when_the_driver_goes_away(
+    csi: CSIScenario, tmp_path: Path
+) -> None:
+    sc = await csi.storage_class()
+    claim, _, _ = await csi.volume(sc)
+    other, _, _ = await csi.volume(sc)
+    proc = await _start_sidecar(
+        "--csi-address",
+        csi.driver_process.endpoint,
+        "--kubeconfig",
+        str(_kubeconfig(csi.cluster, tmp_path)),
+    )
+    try:
+        await csi.request(claim, "2Gi")
+        await csi.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded by the sidecar", 30)
+        await csi.driver_process.__aexit__(None, None, None)
+        await csi.request(other, "2Gi")
+        # Upstream exits on a lost connection so that the pod restarts it.
+        assert await asyncio.wait_for(proc.wait(), 30) == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _kubeconfig(cluster: TestCluster, tmp_path: Path) -> Path:
+    if cluster.is_real:
+        assert cluster.kubeconfig is not None
+        return cluster.kubeconfig
+    assert cluster.server is not None
+    path: Path = cluster.server.write_kubeconfig(tmp_path / "kubeconfig")
+    return path
+
+
+async def _start_sidecar(*argv: str) -> asyncio.subprocess.Process:
+    env = dict(os.environ)
+    env.pop("KUBECONFIG", None)
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi.resizer",
+        "--log-format",
+        "json",
+        *argv,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+def test_sidecar_flags_and_defaults() -> None:
+    options, args = parse_common(parser(), [])
+    assert args.csi_address == "/run/csi/socket"
+    assert args.resync_period == 600.0
+    assert args.timeout == 10.0
+    assert args.retry_interval_start == 1.0
+    assert args.retry_interval_max == 300.0
+    assert args.handle_volume_inuse_error is True
+    assert options.worker_threads == 10
+    assert options.kube_api_qps == 5.0
+    assert options.kube_api_burst == 10
+    assert options.leader_election is False
+    assert options.leader_election_lease_duration == 15.0
+    options, args = parse_common(
+        parser(), ["--workers", "3", "--timeout", "1m", "--handle-volume-inuse-error=false"]
+    )
+    assert options.worker_threads == 3
+    assert args.timeout == 60.0
+    assert args.handle_volume_inuse_error is False
+
+
+async def test_sidecar_help_lists_external_resizer_flags() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi.resizer",
+        "--help",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
+    text = out.decode()
+    for flag in (
+        "--csi-address",
+        "--timeout",
+        "--resync-period",
+        "--workers",
+        "--retry-interval-start",
+        "--retry-interval-max",
+        "--handle-volume-inuse-error",
+        "--leader-election",
+        "--leader-election-namespace",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--http-endpoint",
+        "--metrics-path",
+    ):
+        assert flag in text, flag
+
+
+async def test_block_volume_capability(resizing: CSIScenario) -> None:
+    s = resizing
+    sc = await s.storage_class()
+    claim, _, _ = await s.volume(sc, volume_mode="Block")
+    await s.request(claim, "2Gi")
+    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    (request,) = s.state.requests
+    assert request.volume_capability.block is not None
+    assert request.volume_capability.mount is None
