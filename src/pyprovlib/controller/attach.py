@@ -26,15 +26,14 @@ import binascii
 import copy
 import dataclasses
 import json
-import socket
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
+from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.attach_options import (
     AttachControllerOptions,
     finalizer_name,
@@ -42,11 +41,9 @@ from pyprovlib.controller.attach_options import (
 from pyprovlib.controller.attach_options import (
     lease_name as default_lease_name,
 )
-from pyprovlib.controller.options import in_cluster_namespace
-from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.objects import Obj, annotations_of, finalizers_of, meta, name_of
 from pyprovlib.kube.resources import (
     CSINODES,
@@ -56,11 +53,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
-from pyprovlib.kube.workqueue import (
-    ItemExponentialFailureRateLimiter,
-    RateLimitingQueue,
-    ShutDownError,
-)
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
 from pyprovlib.runtime.logging import scrub_text
 
 __all__ = [
@@ -83,10 +76,6 @@ _MASK: Final = "***"
 # Secret values shorter than this are not masked in messages: replacing every "a" would make
 # the message useless while hiding nothing worth hiding.
 _MIN_MASKED_SECRET: Final = 4
-
-
-class LeaderElectionLostError(RuntimeError):
-    """The controller lost its leader election Lease (upstream exits the process)."""
 
 
 # -- pure helpers --------------------------------------------------------------------------------
@@ -199,7 +188,7 @@ class _Resolved:
 # -- the controller ------------------------------------------------------------------------------
 
 
-class AttachController:
+class AttachController(ControllerLifecycle):
     """Attaches and detaches volumes for VolumeAttachments whose ``spec.attacher`` is
     ``driver_name``, through ``attacher`` (upstream's ``CSIAttachController`` with the CSI
     handler), or marks them attached when ``attacher`` is None (the trivial handler).
@@ -221,18 +210,18 @@ class AttachController:
     ) -> None:
         if not driver_name:
             raise ValueError("driver_name must not be empty")
-        self.client = client
         self.driver_name = driver_name
         self.attacher = attacher
         self.options = options or AttachControllerOptions()
         self.finalizer = finalizer_name(driver_name)
-        self._clock: Clock = clock or RealClock()
-        self.id = f"{socket.gethostname()}_{uuid.uuid4()}"
-        self._log = log.bind(driver=driver_name)
-
-        self._own_factory = informer_factory is None
-        self.informer_factory = informer_factory or SharedInformerFactory(
-            client, resync_period=self.options.resync_period, clock=self._clock
+        super().__init__(
+            client,
+            self.options,
+            role="attacher",
+            lease_name=self.options.lease or default_lease_name(driver_name),
+            log=log.bind(driver=driver_name),
+            informer_factory=informer_factory,
+            clock=clock,
         )
         self._vas = ResourceClient(client, VOLUME_ATTACHMENTS)
         self._pvs = ResourceClient(client, PERSISTENT_VOLUMES)
@@ -266,11 +255,6 @@ class AttachController:
         # resourceVersions this controller wrote to each VA in its last sync, newest last: a
         # cached VA at an older one of them is our own intermediate write, not news.
         self._written: dict[str, list[str]] = {}
-        self._has_run = False
-        self._stop_requested = asyncio.Event()
-        self._synced = False
-        self._failed = False
-        self._elector: LeaderElector | None = None
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -291,96 +275,25 @@ class AttachController:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Stop gracefully: no new work is taken, operations in flight finish, then :meth:`run`
-        returns (and releases the Lease)."""
-        self._stop_requested.set()
-
-    def healthy(self) -> bool:
-        """False once :meth:`run` failed (lost its Lease or crashed)."""
-        return not self._failed
-
-    def ready(self) -> bool:
-        """True once the caches are synced and the workers run — and, with leader election,
-        while this instance leads."""
-        if not self._synced or self._stop_requested.is_set():
-            return False
-        if self.options.leader_election:
-            return self._elector is not None and self._elector.is_leader()
-        return True
-
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election the control loops run only
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""
-        if self._has_run:
-            raise RuntimeError("an AttachController can run only once; create a new one")
-        self._has_run = True
-        self._log.info(
-            "starting CSI attacher",
-            handler="trivial" if self.trivial else "attacher",
-            reconcile=self.reconciles,
-        )
-        try:
-            if self.options.leader_election:
-                await self._run_with_leader_election()
-            else:
-                await self._run_controller()
-        except BaseException:
-            if not self._stop_requested.is_set():
-                self._failed = True
-            raise
-        finally:
-            self._synced = False
+        with self._running():
+            self._log.info(
+                "starting CSI attacher",
+                handler="trivial" if self.trivial else "attacher",
+                reconcile=self.reconciles,
+            )
+            await self._run_elected()
         self._log.info("CSI attacher stopped")
-
-    async def _run_with_leader_election(self) -> None:
-        namespace = self.options.leader_election_namespace or in_cluster_namespace()
-        config = LeaderElectionConfig(
-            lease_name=self.options.lease or default_lease_name(self.driver_name),
-            namespace=namespace,
-            identity=self.id,
-            lease_duration=self.options.lease_duration,
-            renew_deadline=self.options.renew_deadline,
-            retry_period=self.options.retry_period,
-        )
-        elector = LeaderElector(
-            self.client,
-            config,
-            on_started_leading=self._run_controller,
-            on_new_leader=lambda leader: self._log.info("new leader elected", leader=leader),
-            clock=self._clock,
-        )
-        self._elector = elector
-        elector_task = asyncio.create_task(elector.run(), name="attacher-leader-election")
-        stop_task = asyncio.create_task(self._stop_requested.wait(), name="attacher-stop")
-        try:
-            await asyncio.wait({elector_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-            if not elector_task.done() and not elector.is_leader():
-                elector_task.cancel()  # not leading: nothing in flight
-            # While leading, the control loops see the stop request and return by themselves.
-            await asyncio.wait({elector_task})
-        finally:
-            for task in (elector_task, stop_task):
-                task.cancel()
-            await asyncio.gather(elector_task, stop_task, return_exceptions=True)
-        if elector_task.cancelled():
-            if self._stop_requested.is_set():
-                return
-            raise asyncio.CancelledError
-        err = elector_task.exception()
-        if err is not None:
-            raise err
-        if not self._stop_requested.is_set():
-            lease = f"{namespace}/{config.lease_name}"
-            self._log.error("leader election lost", lease=lease)
-            raise LeaderElectionLostError(f"lost the leader Lease {lease}; restart the attacher")
 
     async def _run_controller(self) -> None:
         """Informers, then workers and the reconciler, until stop (upstream's ``Run``)."""
         async with asyncio.TaskGroup() as tg:
             informers = tg.create_task(self._run_informers(), name="attacher-informers")
             async with self.va_queue, self.pv_queue:
-                if await self._wait_for_sync():
+                caches = (self.va_informer, self.pv_informer, self.csinode_informer)
+                if await self._wait_for_sync(caches):
                     self._synced = True
                     tasks = [
                         tg.create_task(self._worker(self.va_queue, self._process_va))
@@ -404,43 +317,6 @@ class AttachController:
                     # Workers finish the item in hand and take no other.
                     await asyncio.gather(*tasks)
             informers.cancel()
-
-    async def _run_informers(self) -> None:
-        if not self._own_factory:
-            return
-        async with asyncio.TaskGroup() as tg:
-            self.informer_factory.start(tg)
-            await asyncio.Event().wait()  # until cancelled with the controller
-
-    async def _wait_for_sync(self) -> bool:
-        informers = (self.va_informer, self.pv_informer, self.csinode_informer)
-
-        async def all_synced() -> None:
-            for informer in informers:
-                await informer.wait_for_sync()
-
-        sync = asyncio.create_task(all_synced())
-        stop = asyncio.create_task(self._stop_requested.wait())
-        try:
-            await asyncio.wait({sync, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sync, stop):
-                task.cancel()
-            await asyncio.gather(sync, stop, return_exceptions=True)
-        return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
-
-    async def _worker(
-        self, queue: RateLimitingQueue[str], process: Callable[[str], Awaitable[None]]
-    ) -> None:
-        while True:
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                await process(key)
-            finally:
-                queue.done(key)
 
     async def _reconcile_loop(self) -> None:
         # wait.UntilWithContext: run at once, then every period.

@@ -26,23 +26,21 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller.options import in_cluster_namespace
+from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
 from pyprovlib.controller.volume_store import event_target
-from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of, uid_of
 from pyprovlib.kube.quantity import Format, Quantity, parse_quantity
 from pyprovlib.kube.resources import (
@@ -53,11 +51,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
-from pyprovlib.kube.workqueue import (
-    ItemExponentialFailureRateLimiter,
-    RateLimitingQueue,
-    ShutDownError,
-)
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
 from pyprovlib.runtime.logging import scrub_text
 
@@ -145,10 +139,6 @@ _NOT_EXPANDABLE_CLASS: Final = (
 )
 _POD_PVC_INDEX: Final = "resizer-pvc"
 _TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
-
-
-class LeaderElectionLostError(RuntimeError):
-    """The controller lost its leader election Lease (upstream exits the process)."""
 
 
 class DelayRetryError(Exception):
@@ -386,7 +376,7 @@ class _Stop(Exception):
 # -- the controller ------------------------------------------------------------------------------
 
 
-class ResizeController:
+class ResizeController(ControllerLifecycle):
     """Expands the volumes of claims whose storage request grew, through ``resizer``
     (external-resizer's ``resizeController``).
 
@@ -407,17 +397,17 @@ class ResizeController:
         name = getattr(resizer, "name", "")
         if not isinstance(name, str) or not name:
             raise ValueError("the resizer must have a non-empty name")
-        self.client = client
         self.resizer = resizer
         self.name = name
         self.options = options or ResizeControllerOptions()
-        self._clock: Clock = clock or RealClock()
-        self.id = f"{socket.gethostname()}_{uuid.uuid4()}"
-        self._log = log.bind(resizer=name)
-
-        self._own_factory = informer_factory is None
-        self.informer_factory = informer_factory or SharedInformerFactory(
-            client, resync_period=self.options.resync_period, clock=self._clock
+        super().__init__(
+            client,
+            self.options,
+            role="resizer",
+            lease_name=self.options.lease or default_lease_name(name),
+            log=log.bind(resizer=name),
+            informer_factory=informer_factory,
+            clock=clock,
         )
         self._pvcs = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
         self._pvs = ResourceClient(client, PERSISTENT_VOLUMES)
@@ -454,48 +444,19 @@ class ResizeController:
         self._slow: dict[str, float] = {}
         # Claims the backend refused to expand while in use (upstream's inUsePVCStore).
         self._in_use_errors: set[str] = set()
-        self._has_run = False
-        self._stop_requested = asyncio.Event()
-        self._synced = False
-        self._failed = False
-        self._elector: LeaderElector | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Stop gracefully: no new work is taken, expansions in flight finish, then :meth:`run`
-        returns (and releases the Lease)."""
-        self._stop_requested.set()
-
-    def healthy(self) -> bool:
-        """False once :meth:`run` failed (lost its Lease or crashed)."""
-        return not self._failed
-
-    def ready(self) -> bool:
-        """True once the caches are synced and the workers run — and, with leader election,
-        while this instance leads."""
-        if not self._synced or self._stop_requested.is_set():
-            return False
-        if self.options.leader_election:
-            return self._elector is not None and self._elector.is_leader()
-        return True
 
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election the control loop runs only
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""
-        if self._has_run:
-            raise RuntimeError("a ResizeController can run only once; create a new one")
-        self._has_run = True
-        self._log.info("starting external resizer")
-        failure: Exception | None = None
-        try:
+        with self._running():
+            self._log.info("starting external resizer")
+            failure: Exception | None = None
             async with asyncio.TaskGroup() as tg:
                 events = tg.create_task(self.recorder.run(), name="resizer-events")
                 try:
-                    if self.options.leader_election:
-                        await self._run_with_leader_election()
-                    else:
-                        await self._run_controller()
+                    await self._run_elected()
                 except Exception as err:  # re-raised as is below, not as an ExceptionGroup
                     failure = err
                 else:
@@ -504,62 +465,17 @@ class ResizeController:
                 events.cancel()
             if failure is not None:
                 raise failure
-        except BaseException:
-            if not self._stop_requested.is_set():
-                self._failed = True
-            raise
-        finally:
-            self._synced = False
         self._log.info("external resizer stopped")
-
-    async def _run_with_leader_election(self) -> None:
-        namespace = self.options.leader_election_namespace or in_cluster_namespace()
-        config = LeaderElectionConfig(
-            lease_name=self.options.lease or default_lease_name(self.name),
-            namespace=namespace,
-            identity=self.id,
-            lease_duration=self.options.lease_duration,
-            renew_deadline=self.options.renew_deadline,
-            retry_period=self.options.retry_period,
-        )
-        elector = LeaderElector(
-            self.client,
-            config,
-            on_started_leading=self._run_controller,
-            on_new_leader=lambda leader: self._log.info("new leader elected", leader=leader),
-            clock=self._clock,
-        )
-        self._elector = elector
-        elector_task = asyncio.create_task(elector.run(), name="resizer-leader-election")
-        stop_task = asyncio.create_task(self._stop_requested.wait(), name="resizer-stop")
-        try:
-            await asyncio.wait({elector_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-            if not elector_task.done() and not elector.is_leader():
-                elector_task.cancel()  # not leading: nothing in flight
-            # While leading, the control loop sees the stop request and returns by itself.
-            await asyncio.wait({elector_task})
-        finally:
-            for task in (elector_task, stop_task):
-                task.cancel()
-            await asyncio.gather(elector_task, stop_task, return_exceptions=True)
-        if elector_task.cancelled():
-            if self._stop_requested.is_set():
-                return
-            raise asyncio.CancelledError
-        err = elector_task.exception()
-        if err is not None:
-            raise err
-        if not self._stop_requested.is_set():
-            lease = f"{namespace}/{config.lease_name}"
-            self._log.error("leader election lost", lease=lease)
-            raise LeaderElectionLostError(f"lost the leader Lease {lease}; restart the resizer")
 
     async def _run_controller(self) -> None:
         """Informers, then the workers, until stop (upstream's ``Run``)."""
         async with asyncio.TaskGroup() as tg:
             informers = tg.create_task(self._run_informers(), name="resizer-informers")
             async with self.claim_queue:
-                if await self._wait_for_sync():
+                caches = [self.pvc_informer, self.pv_informer, self.class_informer]
+                if self.pod_informer is not None:
+                    caches.append(self.pod_informer)
+                if await self._wait_for_sync(caches):
                     self._synced = True
                     workers = [
                         tg.create_task(self._worker(self.claim_queue, self._process_claim))
@@ -572,45 +488,6 @@ class ResizeController:
                     # Workers finish the claim in hand and take no other.
                     await asyncio.gather(*workers)
             informers.cancel()
-
-    async def _run_informers(self) -> None:
-        if not self._own_factory:
-            return
-        async with asyncio.TaskGroup() as tg:
-            self.informer_factory.start(tg)
-            await asyncio.Event().wait()  # until cancelled with the controller
-
-    async def _wait_for_sync(self) -> bool:
-        informers = [self.pvc_informer, self.pv_informer, self.class_informer]
-        if self.pod_informer is not None:
-            informers.append(self.pod_informer)
-
-        async def all_synced() -> None:
-            for informer in informers:
-                await informer.wait_for_sync()
-
-        sync = asyncio.create_task(all_synced())
-        stop = asyncio.create_task(self._stop_requested.wait())
-        try:
-            await asyncio.wait({sync, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sync, stop):
-                task.cancel()
-            await asyncio.gather(sync, stop, return_exceptions=True)
-        return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
-
-    async def _worker(
-        self, queue: RateLimitingQueue[str], process: Callable[[str], Awaitable[None]]
-    ) -> None:
-        while True:
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                await process(key)
-            finally:
-                queue.done(key)
 
     # -- informer handlers -------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import structlog
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
 from pyprovlib.kube.informer import SharedInformerFactory
@@ -140,7 +141,7 @@ def build_parser() -> RuntimeArgumentParser:
     return parser
 
 
-class CSIProvisionerController:
+class CSIProvisionerController(SidecarController[ProvisionController]):
     """Runs a ProvisionController, the informers it shares with the provisioner, the
     cloning-protection sweep, and watches the CSI connection; the runtime's Controller.
 
@@ -155,44 +156,22 @@ class CSIProvisionerController:
         informer_factory: SharedInformerFactory,
         provisioner: CSIProvisioner,
     ) -> None:
+        super().__init__(connection, controller)
         self.provisioner = provisioner
-        self.controller = controller
-        self.connection = connection
         self.informer_factory = informer_factory
         self._log = structlog.get_logger(__name__).bind(driver=connection.driver_name)
 
-    async def run(self) -> None:
-        """Run the controller and the connection monitor until stopped or the connection is
-        lost (with exit on loss)."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                informers = group.create_task(self._run_informers())
-                controller = group.create_task(self.controller.run())
-                monitor = group.create_task(self.connection.monitor())
-                sweeper = group.create_task(self.provisioner.run_clone_protection())
-                await asyncio.wait({controller}, return_when=asyncio.FIRST_COMPLETED)
-                for task in (monitor, sweeper, informers):
-                    task.cancel()
-        finally:
-            self.connection.close()
+    def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        return [
+            tg.create_task(self._run_informers()),
+            tg.create_task(self.provisioner.run_clone_protection()),
+        ]
 
     async def _run_informers(self) -> None:
         # The factory is shared by the controller and the provisioner, so it is ours to run.
         async with asyncio.TaskGroup() as group:
             self.informer_factory.start(group)
             await asyncio.Event().wait()  # until cancelled with the controller
-
-    def stop(self) -> None:
-        """Stop the controller gracefully."""
-        self.controller.stop()
-
-    def healthy(self) -> bool:
-        """The controller is healthy and the driver connection is not lost."""
-        return self.controller.healthy() and not self.connection.lost
-
-    def ready(self) -> bool:
-        """The controller is ready."""
-        return self.controller.ready()
 
 
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:

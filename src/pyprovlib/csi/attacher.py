@@ -11,7 +11,6 @@ the reconciler runs when the driver has LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Collection, Mapping, Sequence
 
@@ -34,6 +33,7 @@ from pyprovlib.controller.attach_options import (
     lease_name,
 )
 from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.connection import (
     GO_STATUS_NAMES,
     ConnectionOptions,
@@ -326,37 +326,9 @@ def _non_negative(text: str) -> int:
     return value
 
 
-class AttacherSidecar:
-    """The sidecar's controller: an :class:`AttachController` plus the CSI connection it
-    depends on. A lost connection ends :meth:`run` with
-    :class:`~pyprovlib.csi.connection.CSIConnectionLost` (upstream exits so that the pod
-    restarts it); the connection is closed when :meth:`run` returns."""
-
-    def __init__(self, connection: CSIConnection, controller: AttachController) -> None:
-        self.connection = connection
-        self.controller = controller
-
-    async def run(self) -> None:
-        """Run the controller and watch the connection until stopped or the connection dies."""
-        try:
-            async with asyncio.TaskGroup() as tg:
-                monitor = tg.create_task(self.connection.monitor(), name="csi-monitor")
-                await self.controller.run()
-                monitor.cancel()
-        finally:
-            self.connection.close()
-
-    def stop(self) -> None:
-        """Stop gracefully (in-flight attach/detach calls finish)."""
-        self.controller.stop()
-
-    def healthy(self) -> bool:
-        """False when the controller failed or the driver connection is lost."""
-        return self.controller.healthy() and not self.connection.lost
-
-    def ready(self) -> bool:
-        """True while the controller is synced (and leading, with leader election)."""
-        return self.controller.ready()
+class AttacherSidecar(SidecarController[AttachController]):
+    """The external-attacher sidecar's controller: a :class:`AttachController` run beside the CSI
+    connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
 
 
 async def build(ctx: RuntimeContext) -> AttacherSidecar:

@@ -13,7 +13,6 @@ expand neither way) and runs a :class:`~pyprovlib.controller.resize.ResizeContro
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import binascii
 import sys
@@ -39,6 +38,7 @@ from pyprovlib.controller.resize_options import (
     lease_name,
 )
 from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.attacher import UnsupportedAccessModeError, csi_access_mode
 from pyprovlib.csi.connection import (
     GO_STATUS_NAMES,
@@ -367,37 +367,9 @@ def _positive(text: str) -> int:
     return value
 
 
-class ResizerSidecar:
-    """The sidecar's controller: a :class:`ResizeController` plus the CSI connection it
-    depends on. A lost connection ends :meth:`run` with
-    :class:`~pyprovlib.csi.connection.CSIConnectionLost` (upstream exits so that the pod
-    restarts it); the connection is closed when :meth:`run` returns."""
-
-    def __init__(self, connection: CSIConnection, controller: ResizeController) -> None:
-        self.connection = connection
-        self.controller = controller
-
-    async def run(self) -> None:
-        """Run the controller and watch the connection until stopped or the connection dies."""
-        try:
-            async with asyncio.TaskGroup() as tg:
-                monitor = tg.create_task(self.connection.monitor(), name="csi-monitor")
-                await self.controller.run()
-                monitor.cancel()
-        finally:
-            self.connection.close()
-
-    def stop(self) -> None:
-        """Stop gracefully (expansions in flight finish)."""
-        self.controller.stop()
-
-    def healthy(self) -> bool:
-        """False when the controller failed or the driver connection is lost."""
-        return self.controller.healthy() and not self.connection.lost
-
-    def ready(self) -> bool:
-        """True while the controller is synced (and leading, with leader election)."""
-        return self.controller.ready()
+class ResizerSidecar(SidecarController[ResizeController]):
+    """The external-resizer sidecar's controller: a :class:`ResizeController` run beside the CSI
+    connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
 
 
 def choose_resizer(connection: CSIConnection, api_client: ApiClient) -> Resizer:

@@ -1,0 +1,243 @@
+"""The lifecycle every controller of :mod:`pyprovlib.controller` shares: run once, stop on
+request, report healthy/ready, run the control loops only while holding a leader election
+Lease, run the informers it owns, wait for their caches, and drain work queues with workers.
+
+:class:`ControllerLifecycle` is a base class: a controller calls its ``__init__`` with its
+options and the Lease name, implements :meth:`~ControllerLifecycle._run_controller` (informers,
+workers, until :attr:`~ControllerLifecycle._stop_requested`) and wraps the body of its
+``run`` in :meth:`~ControllerLifecycle._running`. It holds what was written three times before
+(in the provision, attach and resize controllers) and nothing specific to storage.
+
+Private on purpose: subclasses use its underscored state (``_stop_requested``, ``_synced``), so
+it is not yet a contract for users' own controllers. Should it become one, it would move to a
+public ``pyprovlib.controller.base`` with those hooks renamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.controller.options import in_cluster_namespace
+from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
+from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
+from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
+
+__all__ = ["ControllerLifecycle", "LeaderElectionLostError", "LifecycleOptions"]
+
+
+class LeaderElectionLostError(RuntimeError):
+    """The controller lost its leader election Lease (upstream exits the process)."""
+
+
+class LifecycleOptions(Protocol):
+    """The fields of a controller's options the lifecycle reads (every controller's options
+    dataclass has them)."""
+
+    @property
+    def resync_period(self) -> float: ...
+    @property
+    def leader_election(self) -> bool: ...
+    @property
+    def leader_election_namespace(self) -> str | None: ...
+    @property
+    def lease_duration(self) -> float: ...
+    @property
+    def renew_deadline(self) -> float: ...
+    @property
+    def retry_period(self) -> float: ...
+
+
+class ControllerLifecycle:
+    """Run/stop/healthy/ready state, leader election, informers, sync wait and workers.
+
+    ``role`` names the controller in its task names and in the lost-Lease message ("restart
+    the attacher"). ``lease_name`` is the leader election Lease, in
+    ``options.leader_election_namespace`` (default: the pod's namespace). Informers come from
+    ``informer_factory`` when given (the caller starts it) or from a factory the controller
+    owns and runs in :meth:`_run_informers`.
+    """
+
+    def __init__(
+        self,
+        client: ApiClient,
+        options: LifecycleOptions,
+        *,
+        role: str,
+        lease_name: str,
+        log: Any,
+        informer_factory: SharedInformerFactory | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.client = client
+        self._clock: Clock = clock or RealClock()
+        # A uniquifier, so two processes on one host never share a leader-election identity.
+        self.id = f"{socket.gethostname()}_{uuid.uuid4()}"
+        self._log = log
+        self._role = role
+        self._lease_name = lease_name
+        self._lifecycle_options = options
+        self._own_factory = informer_factory is None
+        self.informer_factory = informer_factory or SharedInformerFactory(
+            client, resync_period=options.resync_period, clock=self._clock
+        )
+        self._has_run = False
+        self._stop_requested = asyncio.Event()
+        self._synced = False
+        self._failed = False
+        self._elector: LeaderElector | None = None
+
+    async def _run_controller(self) -> None:
+        """The control loops: informers, then workers, until :attr:`_stop_requested`
+        (upstream's ``Run``). Set :attr:`_synced` while the workers run."""
+        raise NotImplementedError
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop gracefully: no new work is taken, operations in flight finish, then :meth:`run`
+        returns (and releases the Lease)."""
+        self._stop_requested.set()
+
+    def healthy(self) -> bool:
+        """False once :meth:`run` failed (lost its Lease or crashed)."""
+        return not self._failed
+
+    def ready(self) -> bool:
+        """True once the caches are synced and the workers run — and, with leader election,
+        while this instance leads."""
+        if not self._synced or self._stop_requested.is_set():
+            return False
+        if self._lifecycle_options.leader_election:
+            return self._elector is not None and self._elector.is_leader()
+        return True
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """Wrap the body of ``run``: refuse a second run, mark the controller failed when the
+        body ends with an error (or is cancelled) without a stop request, and not synced once
+        it ended."""
+        if self._has_run:
+            name = type(self).__name__
+            article = "an" if name[:1] in "AEIOU" else "a"
+            raise RuntimeError(f"{article} {name} can run only once; create a new one")
+        self._has_run = True
+        try:
+            yield
+        except BaseException:
+            if not self._stop_requested.is_set():
+                self._failed = True
+            raise
+        finally:
+            self._synced = False
+
+    async def _run_elected(self) -> None:
+        """:meth:`_run_controller`, under leader election when the options ask for it."""
+        if self._lifecycle_options.leader_election:
+            await self._run_with_leader_election()
+        else:
+            await self._run_controller()
+
+    # -- leader election -----------------------------------------------------------------------
+
+    async def _run_with_leader_election(self) -> None:
+        """Contend for the Lease and run :meth:`_run_controller` while leading, until stopped;
+        losing the Lease raises :class:`LeaderElectionLostError`."""
+        options = self._lifecycle_options
+        namespace = options.leader_election_namespace or in_cluster_namespace()
+        config = LeaderElectionConfig(
+            lease_name=self._lease_name,
+            namespace=namespace,
+            identity=self.id,
+            lease_duration=options.lease_duration,
+            renew_deadline=options.renew_deadline,
+            retry_period=options.retry_period,
+        )
+        elector = LeaderElector(
+            self.client,
+            config,
+            on_started_leading=self._run_controller,
+            on_new_leader=lambda leader: self._log.info("new leader elected", leader=leader),
+            clock=self._clock,
+        )
+        self._elector = elector
+        elector_task = asyncio.create_task(elector.run(), name=f"{self._role}-leader-election")
+        stop_task = asyncio.create_task(self._stop_requested.wait(), name=f"{self._role}-stop")
+        try:
+            await asyncio.wait({elector_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+            if not elector_task.done() and not elector.is_leader():
+                elector_task.cancel()  # not leading: nothing in flight
+            # While leading, the control loops see the stop request and return by themselves.
+            await asyncio.wait({elector_task})
+        finally:
+            for task in (elector_task, stop_task):
+                task.cancel()
+            await asyncio.gather(elector_task, stop_task, return_exceptions=True)
+        if elector_task.cancelled():
+            if self._stop_requested.is_set():
+                return
+            raise asyncio.CancelledError
+        err = elector_task.exception()
+        if err is not None:
+            raise err
+        if not self._stop_requested.is_set():
+            lease = f"{namespace}/{config.lease_name}"
+            self._log.error("leader election lost", lease=lease)
+            raise LeaderElectionLostError(
+                f"lost the leader Lease {lease}; restart the {self._role}"
+            )
+
+    # -- informers and workers -----------------------------------------------------------------
+
+    async def _run_informers(self) -> None:
+        """Run the informer factory the controller owns, until cancelled with the controller
+        (a factory given by the caller is the caller's to start)."""
+        if not self._own_factory:
+            return
+        async with asyncio.TaskGroup() as tg:
+            self.informer_factory.start(tg)
+            await asyncio.Event().wait()  # until cancelled with the controller
+
+    async def _wait_for_sync(self, informers: Iterable[SharedInformer]) -> bool:
+        """Wait until every one of ``informers`` synced; False when a stop came first."""
+
+        async def all_synced() -> None:
+            for informer in informers:
+                await informer.wait_for_sync()
+
+        sync = asyncio.create_task(all_synced())
+        stop = asyncio.create_task(self._stop_requested.wait())
+        try:
+            await asyncio.wait({sync, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sync, stop):
+                task.cancel()
+            await asyncio.gather(sync, stop, return_exceptions=True)
+        return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
+
+    async def _worker(
+        self,
+        queue: RateLimitingQueue[str],
+        process: Callable[[str], Awaitable[None]],
+        *,
+        drain: bool = True,
+    ) -> None:
+        """Take keys from ``queue`` and ``process`` them until the queue is shut down. With
+        ``drain`` the worker also takes what is still queued after a stop request (the queue
+        hands it out until empty); without, it takes nothing once a stop was requested."""
+        while drain or not self._stop_requested.is_set():
+            try:
+                key = await queue.get()
+            except ShutDownError:
+                return
+            try:
+                await process(key)
+            finally:
+                queue.done(key)

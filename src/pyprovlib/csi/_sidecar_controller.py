@@ -1,0 +1,67 @@
+"""What every CSI sidecar runs: a controller together with the CSI connection it depends on,
+as the runtime's Controller (``run``/``stop``/``healthy``/``ready``). Shared by the
+attacher, resizer and provisioner sidecars, which only differ in the controller they build
+(and, for the provisioner, the background tasks run beside it).
+
+A separate module rather than :mod:`pyprovlib.csi._sidecar`, which is the provisioner sidecar
+and would load the whole provisioning stack into the attacher and resizer processes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, Protocol, TypeVar
+
+from pyprovlib.csi.connection import CSIConnection
+
+__all__ = ["SidecarController"]
+
+
+class _Controller(Protocol):
+    async def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def healthy(self) -> bool: ...
+    def ready(self) -> bool: ...
+
+
+C = TypeVar("C", bound=_Controller)
+
+
+class SidecarController(Generic[C]):
+    """Runs ``controller`` and watches ``connection`` (its monitor) until the controller
+    returns. A lost connection ends :meth:`run` with
+    :class:`~pyprovlib.csi.connection.CSIConnectionLost` (upstream exits so that the pod
+    restarts it); the connection is closed when :meth:`run` returns."""
+
+    def __init__(self, connection: CSIConnection, controller: C) -> None:
+        self.connection = connection
+        self.controller = controller
+
+    async def run(self) -> None:
+        """Run the controller and watch the connection until stopped or the connection dies."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                background = [
+                    tg.create_task(self.connection.monitor(), name="csi-monitor"),
+                    *self._start_background(tg),
+                ]
+                await self.controller.run()
+                for task in background:
+                    task.cancel()
+        finally:
+            self.connection.close()
+
+    def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        """Tasks run beside the controller and cancelled when it returns (none by default)."""
+        return []
+
+    def stop(self) -> None:
+        """Stop the controller gracefully (operations in flight finish)."""
+        self.controller.stop()
+
+    def healthy(self) -> bool:
+        """False when the controller failed or the driver connection is lost."""
+        return self.controller.healthy() and not self.connection.lost
+
+    def ready(self) -> bool:
+        """True while the controller is ready (synced, and leading with leader election)."""
+        return self.controller.ready()
