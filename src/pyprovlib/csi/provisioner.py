@@ -94,7 +94,9 @@ CSI_PARAMETER_PREFIX: Final = "csi.storage.k8s.io/"
 PROVISIONER_ID_KEY: Final = "storage.kubernetes.io/csiProvisionerIdentity"
 """Volume attribute recording which provisioner instance created the volume."""
 ANN_DELETION_SECRET_NAME: Final = "volume.kubernetes.io/provisioner-deletion-secret-name"  # noqa: S105 - a key, not a secret
+"""PV annotation recording the provisioner secret's name, so Delete finds it without the class."""
 ANN_DELETION_SECRET_NAMESPACE: Final = "volume.kubernetes.io/provisioner-deletion-secret-namespace"  # noqa: S105 - a key, not a secret
+"""PV annotation recording the provisioner secret's namespace (see ANN_DELETION_SECRET_NAME)."""
 CLONE_FINALIZER: Final = "provisioner.storage.kubernetes.io/cloning-protection"
 """Finalizer on a clone's source claim while the clone is being provisioned."""
 
@@ -124,26 +126,31 @@ PROVISIONER_SECRET = SecretParams(
     CSI_PARAMETER_PREFIX + "provisioner-secret-name",
     CSI_PARAMETER_PREFIX + "provisioner-secret-namespace",
 )
+"""Class parameters naming the secret for CreateVolume and DeleteVolume."""
 CONTROLLER_PUBLISH_SECRET = SecretParams(
     "controller publish",
     CSI_PARAMETER_PREFIX + "controller-publish-secret-name",
     CSI_PARAMETER_PREFIX + "controller-publish-secret-namespace",
 )
+"""Class parameters naming the secret for ControllerPublishVolume (recorded on the PV)."""
 NODE_STAGE_SECRET = SecretParams(
     "node stage",
     CSI_PARAMETER_PREFIX + "node-stage-secret-name",
     CSI_PARAMETER_PREFIX + "node-stage-secret-namespace",
 )
+"""Class parameters naming the secret for NodeStageVolume (recorded on the PV)."""
 NODE_PUBLISH_SECRET = SecretParams(
     "node publish",
     CSI_PARAMETER_PREFIX + "node-publish-secret-name",
     CSI_PARAMETER_PREFIX + "node-publish-secret-namespace",
 )
+"""Class parameters naming the secret for NodePublishVolume (recorded on the PV)."""
 CONTROLLER_EXPAND_SECRET = SecretParams(
     "controller expand",
     CSI_PARAMETER_PREFIX + "controller-expand-secret-name",
     CSI_PARAMETER_PREFIX + "controller-expand-secret-namespace",
 )
+"""Class parameters naming the secret for ControllerExpandVolume (recorded on the PV)."""
 NODE_EXPAND_SECRET = SecretParams(
     "node expand",
     CSI_PARAMETER_PREFIX + "node-expand-secret-name",

@@ -42,10 +42,12 @@ def status_reason(err: BaseException) -> str:
 
 
 def is_not_found(err: BaseException) -> bool:
+    """404 NotFound: the object (or its namespace) does not exist."""
     return _status(err) == 404
 
 
 def is_already_exists(err: BaseException) -> bool:
+    """409 with reason AlreadyExists: a create found an object of that name."""
     return _status(err) == 409 and status_reason(err) == "AlreadyExists"
 
 
@@ -60,10 +62,12 @@ def is_gone(err: BaseException) -> bool:
 
 
 def is_invalid(err: BaseException) -> bool:
+    """422 Invalid: the server's validation rejected the object (see the Status causes)."""
     return _status(err) == 422
 
 
 def is_too_many_requests(err: BaseException) -> bool:
+    """429 TooManyRequests: throttled; see :func:`retry_after_seconds`."""
     return _status(err) == 429
 
 

@@ -26,42 +26,51 @@ Obj = dict[str, Any]
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's ``metadata`` ({} when missing or not a mapping)."""
     m = obj.get("metadata")
     return m if isinstance(m, Mapping) else {}
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.name`` ('' when missing)."""
     return str(meta(obj).get("name") or "")
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.namespace`` ('' for cluster-scoped objects)."""
     return str(meta(obj).get("namespace") or "")
 
 
 def uid_of(obj: Mapping[str, Any]) -> str:
+    """``metadata.uid`` ('' before the server assigned one)."""
     return str(meta(obj).get("uid") or "")
 
 
 def resource_version(obj: Mapping[str, Any]) -> str:
+    """``metadata.resourceVersion``, the opaque version for optimistic concurrency."""
     return str(meta(obj).get("resourceVersion") or "")
 
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.annotations`` ({} when missing)."""
     a = meta(obj).get("annotations")
     return a if isinstance(a, Mapping) else {}
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.labels`` ({} when missing)."""
     lab = meta(obj).get("labels")
     return lab if isinstance(lab, Mapping) else {}
 
 
 def finalizers_of(obj: Mapping[str, Any]) -> list[str]:
+    """``metadata.finalizers`` (the string entries; [] when missing)."""
     f = meta(obj).get("finalizers")
     return [x for x in f if isinstance(x, str)] if isinstance(f, list) else []
 
 
 def has_finalizer(obj: Mapping[str, Any], finalizer: str) -> bool:
+    """True when ``finalizer`` is among the object's finalizers."""
     return finalizer in finalizers_of(obj)
 
 

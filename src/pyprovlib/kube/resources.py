@@ -90,6 +90,7 @@ PERSISTENT_VOLUMES = Resource(
     ("status",),
     "persistentvolume",
 )
+"""core/v1 PersistentVolumes (cluster-scoped; status subresource)."""
 PERSISTENT_VOLUME_CLAIMS = Resource(
     "",
     "v1",
@@ -100,15 +101,23 @@ PERSISTENT_VOLUME_CLAIMS = Resource(
     ("status",),
     "persistentvolumeclaim",
 )
+"""core/v1 PersistentVolumeClaims (namespaced; status subresource)."""
 NODES = Resource("", "v1", "Node", "nodes", False, ("no",), ("status",), "node")
+"""core/v1 Nodes (cluster-scoped)."""
 NAMESPACES = Resource("", "v1", "Namespace", "namespaces", False, ("ns",), ("status",), "namespace")
+"""core/v1 Namespaces (cluster-scoped)."""
 PODS = Resource("", "v1", "Pod", "pods", True, ("po",), ("status",), "pod")
+"""core/v1 Pods (namespaced)."""
 SECRETS = Resource("", "v1", "Secret", "secrets", True, (), (), "secret")
+"""core/v1 Secrets (namespaced)."""
 CONFIGMAPS = Resource("", "v1", "ConfigMap", "configmaps", True, ("cm",), (), "configmap")
+"""core/v1 ConfigMaps (namespaced)."""
 EVENTS = Resource("", "v1", "Event", "events", True, ("ev",), (), "event")
+"""core/v1 Events, what the event recorders write (namespaced)."""
 STORAGE_CLASSES = Resource(
     "storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), (), "storageclass"
 )
+"""storage.k8s.io/v1 StorageClasses (cluster-scoped)."""
 VOLUME_ATTACHMENTS = Resource(
     "storage.k8s.io",
     "v1",
@@ -119,10 +128,15 @@ VOLUME_ATTACHMENTS = Resource(
     ("status",),
     "volumeattachment",
 )
+"""storage.k8s.io/v1 VolumeAttachments (cluster-scoped; status subresource)."""
 CSINODES = Resource("storage.k8s.io", "v1", "CSINode", "csinodes", False, (), (), "csinode")
+"""storage.k8s.io/v1 CSINodes (cluster-scoped)."""
 CSIDRIVERS = Resource("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), (), "csidriver")
+"""storage.k8s.io/v1 CSIDrivers (cluster-scoped)."""
 LEASES = Resource("coordination.k8s.io", "v1", "Lease", "leases", True, (), (), "lease")
+"""coordination.k8s.io/v1 Leases, used for leader election (namespaced)."""
 EVENTS_V1 = Resource("events.k8s.io", "v1", "Event", "events", True, ("ev",), (), "event")
+"""events.k8s.io/v1 Events, the newer view of the same Event objects (namespaced)."""
 
 RESOURCES: tuple[Resource, ...] = (
     PERSISTENT_VOLUMES,
@@ -140,6 +154,7 @@ RESOURCES: tuple[Resource, ...] = (
     LEASES,
     EVENTS_V1,
 )
+"""Every resource pyprovlib knows, in one table (the in-memory API server serves these)."""
 
 
 def resource_for(api_version: str, kind_or_plural: str) -> Resource:
