@@ -1,15 +1,18 @@
 """Build the kubernetes-asyncio ``ApiClient`` every entry point uses: find the cluster
-configuration (kubeconfig or in-cluster service account), set the user agent and put a
-client-side QPS/burst limiter in front of every request."""
+configuration (kubeconfig or in-cluster service account), set the user agent, resolve the
+HTTP(S) proxy once like client-go, and put a client-side QPS/burst limiter in front of every
+request."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 import yaml
@@ -32,7 +35,9 @@ __all__ = [
     "load_configuration",
     "new_client",
     "request_json",
+    "resolve_proxy",
     "shared_limiter",
+    "use_resolved_proxy",
 ]
 
 log = structlog.get_logger(__name__)
@@ -190,6 +195,127 @@ async def load_configuration(
     raise ConfigError(tried)
 
 
+def _env_any(environ: Mapping[str, str], *names: str) -> str:
+    for name in names:
+        value = environ.get(name)
+        if value:
+            return value
+    return ""
+
+
+def _no_proxy_matches(no_proxy: str, host: str, port: str) -> bool:
+    """Go's ``httpproxy`` NO_PROXY rules: ``*``; IPs and CIDRs; ``host[:port]`` entries that
+    match the host and its subdomains (``.host`` and ``*.host``: subdomains only)."""
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    for raw in no_proxy.split(","):
+        entry = raw.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        if "/" in entry:
+            try:
+                network = ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                pass
+            else:
+                if ip is not None and ip in network:
+                    return True
+                continue
+        entry_host, entry_port = entry, ""
+        if entry.startswith("["):
+            bracket = entry.find("]")
+            entry_host = entry[1:bracket] if bracket > 0 else entry
+            if bracket > 0 and entry[bracket + 1 : bracket + 2] == ":":
+                entry_port = entry[bracket + 2 :]
+        elif entry.count(":") == 1:
+            entry_host, entry_port = entry.split(":")
+        try:
+            entry_ip = ipaddress.ip_address(entry_host)
+        except ValueError:
+            entry_ip = None
+        if entry_ip is not None:
+            if ip is not None and ip == entry_ip and entry_port in ("", port):
+                return True
+            continue
+        if not entry_host:
+            continue
+        match_host = not entry_host.startswith((".", "*."))
+        suffix = entry_host[1:] if entry_host.startswith("*.") else entry_host
+        if not suffix.startswith("."):
+            suffix = "." + suffix
+        if (host.endswith(suffix) or (match_host and host == suffix[1:])) and entry_port in (
+            "",
+            port,
+        ):
+            return True
+    return False
+
+
+def resolve_proxy(
+    host_url: str, *, proxy_url: str | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The proxy for requests to ``host_url`` (the API server), or None for a direct connection.
+
+    client-go's rules: a kubeconfig ``proxy-url`` (``proxy_url``) is used as given; otherwise
+    ``http.ProxyFromEnvironment`` — ``HTTPS_PROXY``/``https_proxy`` for an https server,
+    ``HTTP_PROXY``/``http_proxy`` for http (upper case first), never for ``localhost`` or a
+    loopback address, and not when ``NO_PROXY``/``no_proxy`` matches the host. A proxy given as
+    ``host[:port]`` means ``http://host[:port]``. Go reads the environment once per process;
+    this is resolved once per client, since every request of a client goes to the same server.
+    """
+    if proxy_url:
+        return proxy_url
+    env = os.environ if environ is None else environ
+    parts = urlsplit(host_url)
+    scheme = (parts.scheme or "https").lower()
+    host = (parts.hostname or "").lower()
+    port = str(parts.port or (443 if scheme == "https" else 80))
+    if scheme == "https":
+        proxy = _env_any(env, "HTTPS_PROXY", "https_proxy")
+    else:
+        proxy = _env_any(env, "HTTP_PROXY", "http_proxy")
+    if not proxy or not host:
+        return None
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    if _no_proxy_matches(_env_any(env, "NO_PROXY", "no_proxy"), host, port):
+        return None
+    if urlsplit(proxy).scheme.lower() not in ("http", "https", "socks5", "socks5h"):
+        proxy = "http://" + proxy
+    return proxy
+
+
+def use_resolved_proxy(api_client: ApiClient, *, environ: Mapping[str, str] | None = None) -> None:
+    """Resolve ``api_client``'s proxy once (:func:`resolve_proxy`) and stop aiohttp's
+    per-request environment lookups.
+
+    kubernetes-asyncio opens its aiohttp session with ``trust_env=True``: every request then
+    reads ``~/.netrc`` and the proxy variables in the default thread pool — two executor round
+    trips per request, about a third of a controller's CPU time in ``bench/provision.py``.
+    Proxies from the environment keep working: the proxy is resolved here, with client-go's
+    rules, and passed explicitly with each request. (``.netrc`` credentials are dropped;
+    client-go never reads them either.)
+    """
+    configuration = api_client.configuration
+    rest = api_client.rest_client
+    proxy = resolve_proxy(configuration.host or "", proxy_url=configuration.proxy, environ=environ)
+    rest.proxy = proxy or ""  # falsy: no proxy argument, a direct connection
+    session = rest.pool_manager
+    # aiohttp has no public setter; "_trust_env" is one of ClientSession's declared ATTRS.
+    if not hasattr(session, "_trust_env"):
+        raise RuntimeError("aiohttp.ClientSession has no _trust_env: update use_resolved_proxy")
+    session._trust_env = False
+
+
 _limiters: dict[ClientSettings, TokenBucket] = {}
 
 
@@ -207,7 +333,10 @@ def shared_limiter(settings: ClientSettings, *, clock: Clock | None = None) -> T
 
 class LimitedApiClient(ApiClient):
     """An ``ApiClient`` whose every request (watches included, like client-go) first waits
-    for a token from ``limiter``, and whose non-watch requests get a default timeout."""
+    for a token from ``limiter``, and whose non-watch requests get a default timeout.
+
+    Its proxy is resolved once from the configuration (kubeconfig ``proxy-url``) or from
+    ``environ`` (default ``os.environ``), see :func:`use_resolved_proxy`."""
 
     def __init__(
         self,
@@ -216,8 +345,10 @@ class LimitedApiClient(ApiClient):
         limiter: TokenBucket,
         user_agent: str = DEFAULT_USER_AGENT,
         request_timeout: float | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(configuration=configuration)
+        use_resolved_proxy(self, environ=environ)
         self.limiter = limiter
         self.request_timeout = request_timeout
         self.user_agent = user_agent
@@ -289,6 +420,7 @@ async def new_client(
         limiter=limiter if limiter is not None else shared_limiter(settings),
         user_agent=settings.user_agent,
         request_timeout=settings.request_timeout,
+        environ=environ,
     )
 
 
