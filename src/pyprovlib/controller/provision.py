@@ -31,8 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
-import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,8 +44,9 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib.controller._convert import ConversionError, from_model, to_model
+from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
-from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_namespace
+from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.volume_store import (
     DEFAULT_STORE_THREADINESS,
     BackoffStore,
@@ -54,11 +54,10 @@ from pyprovlib.controller.volume_store import (
     VolumeStore,
     event_target,
 )
-from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.objects import (
     Obj,
     annotations_of,
@@ -82,7 +81,6 @@ from pyprovlib.kube.workqueue import (
     MaxOfRateLimiter,
     RateLimiter,
     RateLimitingQueue,
-    ShutDownError,
 )
 from pyprovlib.provisioner import (
     BlockProvisioner,
@@ -166,10 +164,6 @@ class ClassNotFoundError(LookupError):
             "storageClassName"
         )
         self.class_name = class_name
-
-
-class LeaderElectionLostError(RuntimeError):
-    """The controller lost its leader lease while running (upstream exits the process)."""
 
 
 class _DelayRetryError(Exception):
@@ -473,7 +467,7 @@ def _storage_request(claim: Mapping[str, Any]) -> object:
     return requests.get("storage") if isinstance(requests, Mapping) else None
 
 
-class ProvisionController:
+class ProvisionController(ControllerLifecycle):
     """Provisions PersistentVolumes for claims and deletes them when released, on behalf of
     ``provisioner`` for claims naming ``provisioner_name`` (upstream's ``ProvisionController``).
 
@@ -495,23 +489,22 @@ class ProvisionController:
     ) -> None:
         if not provisioner_name:
             raise ValueError("provisioner_name must not be empty")
-        self.client = client
         self.provisioner_name = provisioner_name
         self.provisioner = provisioner
         self.options = options or ProvisionControllerOptions()
-        self._clock: Clock = clock or RealClock()
+        super().__init__(
+            client,
+            self.options,
+            role="provisioner",
+            lease_name=provisioner_name.replace("/", "-"),
+            log=log.bind(provisioner=provisioner_name),
+            informer_factory=informer_factory,
+            clock=clock,
+        )
         self.metrics: ProvisionMetrics = self.options.metrics or default_metrics()
         self._names = frozenset((provisioner_name, *self.options.additional_provisioner_names))
         host = socket.gethostname()
-        # A uniquifier, so two processes on one host never share a leader-election identity.
-        self.id = f"{host}_{uuid.uuid4()}"
         self.component = f"{provisioner_name}_{self.id}"
-        self._log = log.bind(provisioner=provisioner_name)
-
-        self._own_factory = informer_factory is None
-        self.informer_factory = informer_factory or SharedInformerFactory(
-            client, resync_period=self.options.resync_period, clock=self._clock
-        )
         self.recorder = EventRecorder(client, self.component, host=host, clock=self._clock)
         self._claims_client = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
         self._volumes_client = ResourceClient(client, PERSISTENT_VOLUMES)
@@ -564,12 +557,6 @@ class ProvisionController:
                 client, self.recorder, self.options.pv_backoff, provisioner, clock=self._clock
             )
 
-        self._has_run = False
-        self._stop_requested = asyncio.Event()
-        self._synced = False
-        self._failed = False
-        self._elector: LeaderElector | None = None
-
     # -- lifecycle -----------------------------------------------------------------------------
 
     def _queue_rate_limiter(self) -> RateLimiter:
@@ -584,20 +571,7 @@ class ProvisionController:
     def stop(self) -> None:
         """Stop gracefully: no new work is taken, operations in flight finish, pending events
         are written, then :meth:`run` returns (and releases the lease)."""
-        self._stop_requested.set()
-
-    def healthy(self) -> bool:
-        """False once :meth:`run` failed (lost its lease or crashed)."""
-        return not self._failed
-
-    def ready(self) -> bool:
-        """True once the caches are synced and the workers run — and, with leader election,
-        while this instance leads."""
-        if not self._synced or self._stop_requested.is_set():
-            return False
-        if self.options.leader_election:
-            return self._elector is not None and self._elector.is_leader()
-        return True
+        super().stop()
 
     def claims_in_progress(self) -> frozenset[str]:
         """UIDs of claims whose volume may still be being created in the background."""
@@ -607,12 +581,9 @@ class ProvisionController:
         """Run until cancelled or :meth:`stop`. With leader election, the control loops run only
         while this instance holds the lease; losing it raises :class:`LeaderElectionLostError`
         (upstream exits the process)."""
-        if self._has_run:
-            raise RuntimeError("a ProvisionController can run only once; create a new one")
-        self._has_run = True
-        self._log.info("starting provisioner controller", component=self.component)
-        failure: Exception | None = None
-        try:
+        with self._running():
+            self._log.info("starting provisioner controller", component=self.component)
+            failure: Exception | None = None
             async with asyncio.TaskGroup() as tg:
                 background = [
                     tg.create_task(self.recorder.run(), name="events"),
@@ -623,10 +594,7 @@ class ProvisionController:
                 if self.options.metrics_port > 0:
                     background.append(tg.create_task(self._serve_metrics(), name="metrics"))
                 try:
-                    if self.options.leader_election:
-                        await self._run_with_leader_election()
-                    else:
-                        await self._run_controller()
+                    await self._run_elected()
                 except Exception as err:  # re-raised as is below, not as an ExceptionGroup
                     failure = err
                 else:
@@ -638,70 +606,25 @@ class ProvisionController:
                     task.cancel()
             if failure is not None:
                 raise failure
-        except BaseException:
-            if not self._stop_requested.is_set():
-                self._failed = True
-            raise
-        finally:
-            self._synced = False
         self._log.info("provisioner controller stopped", component=self.component)
-
-    async def _run_with_leader_election(self) -> None:
-        namespace = self.options.leader_election_namespace or in_cluster_namespace()
-        config = LeaderElectionConfig(
-            lease_name=self.provisioner_name.replace("/", "-"),
-            namespace=namespace,
-            identity=self.id,
-            lease_duration=self.options.lease_duration,
-            renew_deadline=self.options.renew_deadline,
-            retry_period=self.options.retry_period,
-        )
-        elector = LeaderElector(
-            self.client,
-            config,
-            on_started_leading=self._run_controller,
-            on_new_leader=lambda leader: self._log.info("new leader elected", leader=leader),
-            clock=self._clock,
-        )
-        self._elector = elector
-        elector_task = asyncio.create_task(elector.run(), name="leader-election")
-        stop_task = asyncio.create_task(self._stop_requested.wait(), name="stop-wait")
-        try:
-            await asyncio.wait({elector_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-            if not elector_task.done() and not elector.is_leader():
-                # Not leading: nothing in flight, stop contending at once.
-                elector_task.cancel()
-            # While leading, the control loops see the stop request and return by themselves.
-            await asyncio.wait({elector_task})
-        finally:
-            for task in (elector_task, stop_task):
-                task.cancel()
-            await asyncio.gather(elector_task, stop_task, return_exceptions=True)
-        if elector_task.cancelled():
-            if self._stop_requested.is_set():
-                return
-            raise asyncio.CancelledError
-        err = elector_task.exception()
-        if err is not None:
-            raise err
-        if not self._stop_requested.is_set():
-            self._log.error("leader election lost", lease=f"{namespace}/{config.lease_name}")
-            raise LeaderElectionLostError(
-                f"lost the leader lease {namespace}/{config.lease_name}; restart the controller"
-            )
 
     async def _run_controller(self) -> None:
         """Informers, then workers, until stop (upstream's ``run`` closure)."""
         async with asyncio.TaskGroup() as tg:
             informers = tg.create_task(self._run_informers(), name="informers")
             async with self.claim_queue, self.volume_queue:
-                if await self._wait_for_sync():
+                caches = (self.claim_informer, self.volume_informer, self.class_informer)
+                if await self._wait_for_sync(caches):
                     self._synced = True
                     workers = [
-                        tg.create_task(self._worker(self.claim_queue, self._process_claim))
+                        tg.create_task(
+                            self._worker(self.claim_queue, self._process_claim, drain=False)
+                        )
                         for _ in range(self.options.threadiness)
                     ] + [
-                        tg.create_task(self._worker(self.volume_queue, self._process_volume))
+                        tg.create_task(
+                            self._worker(self.volume_queue, self._process_volume, drain=False)
+                        )
                         for _ in range(self.options.threadiness)
                     ]
                     self._log.info("started provisioner controller", component=self.component)
@@ -712,43 +635,6 @@ class ProvisionController:
                     # Workers finish the item in hand and take no other.
                     await asyncio.gather(*workers)
             informers.cancel()
-
-    async def _run_informers(self) -> None:
-        if not self._own_factory:
-            return
-        async with asyncio.TaskGroup() as tg:
-            self.informer_factory.start(tg)
-            await asyncio.Event().wait()  # until cancelled with the controller
-
-    async def _wait_for_sync(self) -> bool:
-        informers = (self.claim_informer, self.volume_informer, self.class_informer)
-
-        async def all_synced() -> None:
-            for informer in informers:
-                await informer.wait_for_sync()
-
-        sync = asyncio.create_task(all_synced())
-        stop = asyncio.create_task(self._stop_requested.wait())
-        try:
-            await asyncio.wait({sync, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (sync, stop):
-                task.cancel()
-            await asyncio.gather(sync, stop, return_exceptions=True)
-        return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
-
-    async def _worker(
-        self, queue: RateLimitingQueue[str], process: Callable[[str], Awaitable[None]]
-    ) -> None:
-        while not self._stop_requested.is_set():
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                await process(key)
-            finally:
-                queue.done(key)
 
     async def _serve_metrics(self) -> None:
         from aiohttp import web
