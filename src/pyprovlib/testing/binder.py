@@ -1071,7 +1071,8 @@ class PVBinder:
         if not isinstance(status, dict):
             status = updated["status"] = {}
         dirty = False
-        if status.get("phase") != phase:
+        becoming = status.get("phase") != phase
+        if becoming:
             status["phase"] = phase
             dirty = True
         if volume is None:
@@ -1091,7 +1092,10 @@ class PVBinder:
                     f"PersistentVolume {_q(name_of(volume))} is without a storage capacity"
                 )
             current = _storage_of(status.get("capacity"))
-            if current is None or parse_quantity(current) != parse_quantity(storage):
+            # Like pv_controller's updateClaimStatus: capacity is copied only while the claim
+            # becomes Bound. Afterwards a difference is deliberate (a volume expanded on the
+            # controller side but not yet on the node keeps the claim's old capacity).
+            if becoming and (current is None or parse_quantity(current) != parse_quantity(storage)):
                 status["capacity"] = dict(_dict(vspec.get("capacity")))
                 dirty = True
         if not dirty:
