@@ -29,6 +29,7 @@ from pyprovlib.runtime.app import (
     run,
     run_async,
 )
+from pyprovlib.runtime.composite import CompositeController
 from pyprovlib.runtime.flags import (
     ENV_PREFIX,
     CommonOptions,
@@ -66,6 +67,7 @@ __all__ = [
     "REDACTED",
     "Check",
     "CommonOptions",
+    "CompositeController",
     "Controller",
     "ControllerFactory",
     "HttpAddress",

@@ -1,5 +1,7 @@
 """Command line of ``python -m pyprovlib.examples.hostpath``: flags, the provisioner they
-describe, and the ProvisionController run by :mod:`pyprovlib.runtime` (or the ``--demo``)."""
+describe, and the ProvisionController (beside a ResizeController that explains on claims asking
+for more that hostpath volumes cannot grow, unless ``--resize-events=false``) run by
+:mod:`pyprovlib.runtime` (or the ``--demo``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_namespace
 from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples.hostpath.helper_pod import (
     DEFAULT_HELPER_IMAGE,
     DEFAULT_HELPER_TIMEOUT,
@@ -23,10 +26,14 @@ from pyprovlib.examples.hostpath.provisioner import (
     HostPathProvisioner,
     NodeHostPathProvisioner,
 )
+from pyprovlib.examples.hostpath.resize import HostPathResizeController, HostPathResizer
 from pyprovlib.runtime import (
     CommonOptions,
+    CompositeController,
+    Controller,
     RuntimeArgumentParser,
     RuntimeContext,
+    add_bool_flag,
     add_duration_flag,
     add_flag,
     common_parser,
@@ -40,7 +47,9 @@ __all__ = [
     "main",
     "make_controller",
     "make_provisioner",
+    "make_resize_controller",
     "parse_mode",
+    "resize_options",
 ]
 
 MODES = ("node", "helper-pod")
@@ -147,6 +156,17 @@ def build_parser() -> RuntimeArgumentParser:
         metavar="NAME",
         group=group,
     )
+    add_bool_flag(
+        parser,
+        "--resize-events",
+        default=True,
+        help="also run a resize controller that answers a claim of a hostpath class asking for "
+        "more storage with a VolumeResizeFailed event saying hostpath volumes cannot be "
+        "expanded (in node mode each instance answers for the volumes of its own node; in "
+        "helper-pod mode it shares --leader-election, with its own Lease "
+        "external-resizer-<provisioner name>)",
+        group=group,
+    )
     group.add_argument(
         "--demo",
         action="store_true",
@@ -200,21 +220,52 @@ def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     )
 
 
-def make_controller(ctx: RuntimeContext) -> ProvisionController:
-    """The runtime's controller factory."""
+def resize_options(options: CommonOptions) -> ResizeControllerOptions:
+    """Resize controller options from the runtime's common flags: the process's leader
+    election settings (the Lease is the resizer's own, ``external-resizer-<name>``), and no
+    Pod informer (nothing is ever expanded, so no in-use handling)."""
+    return ResizeControllerOptions(
+        workers=options.worker_threads,
+        handle_volume_in_use_error=False,
+        leader_election=options.leader_election,
+        leader_election_namespace=options.resolved_leader_election_namespace(),
+        lease_duration=options.leader_election_lease_duration,
+        renew_deadline=options.leader_election_renew_deadline,
+        retry_period=options.leader_election_retry_period,
+    )
+
+
+def make_resize_controller(
+    args: argparse.Namespace, api_client: ApiClient, options: CommonOptions
+) -> HostPathResizeController:
+    """The resize controller the parsed flags describe: in node mode it answers only for the
+    volumes of ``--node-name``, so one instance per node never sends a claim two events."""
+    node = args.node_name if args.mode == "node" else None
+    return HostPathResizeController(
+        api_client, HostPathResizer(args.provisioner_name, node), resize_options(options)
+    )
+
+
+def make_controller(ctx: RuntimeContext) -> Controller:
+    """The runtime's controller factory: the ProvisionController, with the resize controller
+    beside it unless ``--resize-events=false``."""
     args = ctx.args
     ctx.log.info(
         "hostpath provisioner",
         provisioner=args.provisioner_name,
         mode=args.mode,
         node=args.node_name or None,
+        resize_events=args.resize_events,
     )
-    return ProvisionController(
+    provision = ProvisionController(
         ctx.api_client,
         args.provisioner_name,
         make_provisioner(args, ctx.api_client),
         controller_options(ctx.options),
     )
+    if not args.resize_events:
+        return provision
+    return CompositeController(provision, make_resize_controller(args, ctx.api_client, ctx.options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
