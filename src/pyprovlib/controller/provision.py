@@ -961,12 +961,23 @@ class ProvisionController(ControllerLifecycle):
                 "claim Selector is not supported: dynamically provisioned volumes cannot match "
                 "a label selector; remove spec.selector from the claim"
             )
+        # kube-apiserver refuses such claims; a cache can still hold one (another server, a
+        # relaxed validator), and a volume of no size must never reach the provisioner.
         request = _storage_request(claim)
-        if request is not None:
-            try:
-                parse_storage_size(request, what="storage request")
-            except ValueError as err:
-                return f"claim {_claim_key(claim)} has an invalid {err}"
+        if request is None:
+            return (
+                f"claim {_claim_key(claim)} has no spec.resources.requests.storage; "
+                "set the size the volume should have"
+            )
+        try:
+            size = parse_storage_size(request, what="storage request")
+        except ValueError as err:
+            return f"claim {_claim_key(claim)} has an invalid {err}"
+        if size == 0:
+            return (
+                f"claim {_claim_key(claim)} requests {request!r} of storage; "
+                "the request must be greater than zero"
+            )
         return None
 
     def _infeasible(
