@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from pyprovlib.kube import resources as R
+from pyprovlib.kube.quantity import parse_quantity
 from pyprovlib.kube.resources import Resource
 from pyprovlib.testing._status import ApiError, bad_request
 
@@ -261,6 +262,36 @@ def type_check(resource: Resource, obj: dict[str, Any]) -> None:
             cur = cur.get(part) if isinstance(cur, dict) else None
         if cur is not None and not _type_ok(cur, want):
             raise fail(path, cur, want)
+        if cur is not None and want == "map[string]quantity":
+            # resource.Quantity's decoder refuses a malformed string ("1Zi", "1gi", " 1Gi"):
+            # the whole object is rejected before validation, as a 400.
+            for value in cur.values():
+                if isinstance(value, str) and not _quantity_ok(value):
+                    raise bad_request(
+                        f'{resource.kind} in version "{resource.version}" cannot be handled as '
+                        f"a {resource.kind}: quantities must match the regular expression "
+                        f"'{_QUANTITY_REGEXP}'"
+                    )
+
+
+_QUANTITY_REGEXP = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+def _quantity_ok(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _positive_quantity(value: Any) -> bool:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value > 0
+    try:
+        return isinstance(value, str) and parse_quantity(value).sign() > 0
+    except ValueError:
+        return False
 
 
 def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
@@ -324,6 +355,13 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
             causes.append(_required("spec.accessModes", "at least 1 access mode is required"))
         if not _has_storage_request(spec):
             causes.append(_required("spec.resources[storage]"))
+        else:
+            storage = spec["resources"]["requests"]["storage"]
+            if not _positive_quantity(storage):
+                # ValidatePersistentVolumeClaimSpec: ValidatePositiveQuantityValue
+                causes.append(
+                    _invalid_value("spec.resources[storage]", storage, "must be greater than zero")
+                )
         mode = spec.get("volumeMode")
         if mode not in (None, "Filesystem", "Block"):
             causes.append(_unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))

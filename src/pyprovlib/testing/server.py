@@ -58,6 +58,7 @@ log = structlog.get_logger(__name__)
 
 _JSON = "application/json"
 _BY_GV_PLURAL: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}
+_MAX_BODY_BYTES = 64 * 1024 * 1024
 _NOT_FOUND_PATH = ApiError(404, "the server could not find the requested resource", "NotFound", {})
 
 
@@ -241,7 +242,7 @@ class ApiServer:
         return f"http://{self.host}:{self._port}"
 
     async def _listen(self) -> None:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=_MAX_BODY_BYTES)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(
             app,
@@ -288,7 +289,18 @@ class ApiServer:
 
     async def restart(self) -> None:
         """Drop every connection (open watches end) and listen again on the same port; objects,
-        history and counters are kept."""
+        history and counters are kept. Once begun, a restart completes even when the caller is
+        cancelled (the cancellation is re-raised afterwards)."""
+        # Cancelled half-way, a restart left either nothing listening or the old site still
+        # bound with ``_runner`` already cleared, so every later restart failed with EADDRINUSE.
+        task = asyncio.ensure_future(self._restart())
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await task
+            raise
+
+    async def _restart(self) -> None:
         await self._close_site()
         await self._listen()
 
@@ -366,6 +378,20 @@ class ApiServer:
             raise
         except (ConnectionResetError, BrokenPipeError):
             raise
+        except web.HTTPRequestEntityTooLarge:
+            # aiohttp's own error for a body over client_max_size; the real server's answer.
+            return self._error(
+                ApiError(
+                    413,
+                    f"Request entity too large: limit is {_MAX_BODY_BYTES}",
+                    "RequestEntityTooLarge",
+                    {},
+                )
+            )
+        except RecursionError:
+            # Only a body nested deeper than Python can parse or copy gets here: the client's
+            # fault, not the server's (it used to be a 500 Internal error).
+            return self._error(bad_request("the request body is nested too deeply"))
         except Exception as e:
             log.exception("apiserver request failed", method=request.method, path=request.path)
             return self._error(internal_error(f"{type(e).__name__}: {e}"))

@@ -1,0 +1,327 @@
+"""Shared pieces of the reliability suite: a backend whose assets outlive a controller, claim
+factories, wait helpers and the invariants every scenario ends with.
+
+The invariants (issue 11): every live claim is Bound exactly once (to ``pvc-<its uid>``, and no
+other PV names it); every PV has exactly one asset; no asset exists without a PV; a deleted
+claim leaves neither PV nor asset behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client import (
+    ApiClient,
+    V1HostPathVolumeSource,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeSpec,
+)
+from prometheus_client import CollectorRegistry
+
+from pyprovlib.controller.metrics import ProvisionMetrics
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import (
+    NAMESPACES,
+    PERSISTENT_VOLUME_CLAIMS,
+    STORAGE_CLASSES,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib.testing.server import ApiServer
+
+PROVISIONER = "reliability.pyprovlib.io/memory"
+_counter = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{next(_counter)}"
+
+
+class Backend:
+    """A storage system: assets by PV name, outliving any provisioner instance. Records every
+    provisioning call in flight per replica so overlapping leaders can be detected."""
+
+    def __init__(self) -> None:
+        self.assets: dict[str, Obj] = {}
+        self.creations: Counter[str] = Counter()
+        self.in_flight: dict[str, set[str]] = {}  # replica -> pv names being provisioned
+        self.overlaps: list[tuple[str, str, str]] = []  # (pv, replica, other replica)
+
+    def enter(self, replica: str, pv: str) -> None:
+        for other, names in self.in_flight.items():
+            if other != replica and names:
+                self.overlaps.append((pv, replica, other))
+        self.in_flight.setdefault(replica, set()).add(pv)
+
+    def leave(self, replica: str, pv: str) -> None:
+        self.in_flight.get(replica, set()).discard(pv)
+
+
+class BackendProvisioner(Provisioner):
+    """An idempotent provisioner over :class:`Backend` (the PV name is the asset id).
+    ``pause`` (seconds, may be 0) widens the window between creating the asset and returning,
+    so kills land inside it."""
+
+    def __init__(self, backend: Backend, replica: str = "r0", pause: float = 0.0) -> None:
+        self.backend = backend
+        self.replica = replica
+        self.pause = pause
+        self.calls = 0
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        self.calls += 1
+        name = options.pv_name
+        self.backend.enter(self.replica, name)
+        try:
+            await asyncio.sleep(0)
+            # Hostile-input tests hand the controller claims without a request: be robust here
+            # so any crash seen comes from the controller, not from this test backend.
+            resources = options.pvc.spec.resources if options.pvc.spec else None
+            request = ((resources.requests if resources else None) or {}).get("storage", "0")
+            if name not in self.backend.assets:
+                self.backend.creations[name] += 1
+                self.backend.assets[name] = {"size": request, "claim": options.pvc.metadata.uid}
+            if self.pause:
+                await asyncio.sleep(self.pause)
+        finally:
+            self.backend.leave(self.replica, name)
+        return V1PersistentVolume(
+            metadata=V1ObjectMeta(name=name),
+            spec=V1PersistentVolumeSpec(
+                access_modes=options.pvc.spec.access_modes if options.pvc.spec else None,
+                capacity={"storage": request},
+                host_path=V1HostPathVolumeSource(path=f"/backend/{name}"),
+            ),
+        )
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        await asyncio.sleep(0)
+        self.backend.assets.pop(volume.metadata.name, None)
+        if self.pause:
+            await asyncio.sleep(self.pause)
+
+
+def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
+    """No leader election, private metrics, millisecond retries, no give-up thresholds."""
+    defaults: dict[str, Any] = {
+        "leader_election": False,
+        "metrics": ProvisionMetrics(CollectorRegistry()),
+        "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
+        "create_provisioned_pv_retry_count": 3,
+        "create_provisioned_pv_interval": 0.01,
+        "failed_provision_threshold": 0,
+        "failed_delete_threshold": 0,
+        "threadiness": 8,
+    }
+    defaults.update(kwargs)
+    return ProvisionControllerOptions(**defaults)
+
+
+@contextlib.asynccontextmanager
+async def running(controller: ProvisionController) -> AsyncIterator[ProvisionController]:
+    """Run ``controller`` for the block; stop it gracefully afterwards."""
+    task = asyncio.create_task(controller.run())
+    try:
+        yield controller
+    finally:
+        controller.stop()
+        try:
+            async with asyncio.timeout(20):
+                await task
+        except TimeoutError:
+            await cancel(task)
+            raise
+
+
+async def cancel(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` (a crash, as far as its code can tell) and wait for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def create_namespace(client: ApiClient, name: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    await ResourceClient(client, NAMESPACES).create(body)
+
+
+async def create_class(client: ApiClient, provisioner: str = PROVISIONER, **extra: Any) -> str:
+    name = unique("sc")
+    body: Obj = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        **extra,
+    }
+    await ResourceClient(client, STORAGE_CLASSES).create(body)
+    return name
+
+
+def claim_body(namespace: str, name: str, class_name: str, size: str = "1Gi") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class_name,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) -> Any:
+    """Run one API call of the *test* (not of the code under test) through injected faults:
+    the test's own writes must land for the scenario to mean anything."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    from pyprovlib.kube.errors import is_already_exists, is_not_found
+
+    for attempt in range(attempts):
+        try:
+            return await make()
+        except ApiException as err:
+            if is_already_exists(err) or is_not_found(err):
+                return None
+            if attempt == attempts - 1:
+                raise
+        except (TimeoutError, OSError, Exception) as err:  # connection reset, restart
+            if attempt == attempts - 1:
+                raise
+            del err
+        await asyncio.sleep(0.02)
+    return None
+
+
+async def create_claims(
+    client: ApiClient, namespaces: Iterable[str], per_namespace: int, class_name: str
+) -> list[tuple[str, str]]:
+    """Create claims (concurrently, bounded), returning their (namespace, name)."""
+    claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+    keys = [(ns, f"claim-{i}") for ns in namespaces for i in range(per_namespace)]
+    limit = asyncio.Semaphore(32)
+
+    async def one(ns: str, name: str) -> None:
+        async with limit:
+            await with_retries(lambda: claims.create(claim_body(ns, name, class_name), ns))
+
+    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+    return keys
+
+
+async def delete_claims(client: ApiClient, keys: Iterable[tuple[str, str]]) -> None:
+    claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+    limit = asyncio.Semaphore(32)
+
+    async def one(ns: str, name: str) -> None:
+        async with limit:
+            await with_retries(lambda: claims.delete(name, ns))
+
+    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+
+
+async def wait_until(
+    check: Callable[[], bool], *, timeout: float, message: str | Callable[[], str]
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for: "
+                f"{message() if callable(message) else message}"
+            )
+        await asyncio.sleep(0.05)
+
+
+def our_claims(server: ApiServer, namespaces: Iterable[str]) -> list[Obj]:
+    out: list[Obj] = []
+    for ns in namespaces:
+        out.extend(server.storage.list("persistentvolumeclaims", ns))
+    return out
+
+
+def our_volumes(server: ApiServer, class_names: Iterable[str]) -> list[Obj]:
+    wanted = set(class_names)
+    return [
+        pv
+        for pv in server.storage.list("persistentvolumes")
+        if pv.get("spec", {}).get("storageClassName") in wanted
+    ]
+
+
+def all_bound(server: ApiServer, namespaces: Iterable[str], expected: int) -> bool:
+    claims = our_claims(server, namespaces)
+    return len(claims) == expected and all(
+        c.get("status", {}).get("phase") == "Bound" for c in claims
+    )
+
+
+def unbound_report(server: ApiServer, namespaces: Iterable[str]) -> str:
+    claims = our_claims(server, namespaces)
+    pending = [
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+        for c in claims
+        if c.get("status", {}).get("phase") != "Bound"
+    ]
+    return f"{len(pending)} of {len(claims)} claims not Bound, e.g. {pending[:5]}"
+
+
+def check_invariants(
+    server: ApiServer,
+    namespaces: Iterable[str],
+    class_names: Iterable[str],
+    assets: Iterable[str],
+    *,
+    deleted_uids: Iterable[str] = (),
+) -> None:
+    """The issue's invariants over the server's objects and the backend's asset names."""
+    namespaces = list(namespaces)
+    claims = our_claims(server, namespaces)
+    volumes = our_volumes(server, class_names)
+    asset_names = Counter(list(assets))
+    volume_names = {pv["metadata"]["name"] for pv in volumes}
+    by_claim: Counter[str] = Counter(
+        (pv.get("spec", {}).get("claimRef") or {}).get("uid", "") for pv in volumes
+    )
+    problems: list[str] = []
+    for claim in claims:
+        uid = claim["metadata"]["uid"]
+        key = f"{claim['metadata']['namespace']}/{claim['metadata']['name']}"
+        if claim.get("status", {}).get("phase") != "Bound":
+            problems.append(f"claim {key} is {claim.get('status', {}).get('phase')}, not Bound")
+        if claim.get("spec", {}).get("volumeName") != f"pvc-{uid}":
+            problems.append(f"claim {key} bound to {claim.get('spec', {}).get('volumeName')}")
+        if by_claim[uid] != 1:
+            problems.append(f"claim {key} is named by {by_claim[uid]} PVs")
+    for name, n in asset_names.items():
+        if n != 1:
+            problems.append(f"asset {name} exists {n} times")
+        if name not in volume_names:
+            problems.append(f"asset {name} has no PV (leaked)")
+    for name in volume_names:
+        if name not in asset_names:
+            problems.append(f"PV {name} has no asset")
+    for uid in deleted_uids:
+        if by_claim[uid]:
+            problems.append(f"deleted claim {uid} still has a PV")
+        if f"pvc-{uid}" in asset_names:
+            problems.append(f"deleted claim {uid} still has an asset")
+    assert not problems, f"{len(problems)} invariant violations: {problems[:20]}"
+
+
+def asset_dirs(root: Path) -> list[str]:
+    """The volume directories under a file-backed provisioner's root."""
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []

@@ -1,0 +1,357 @@
+"""Two and three replicas with leader election, the leader killed again and again (issue 11).
+
+Each replica is a ProvisionController with Lease leader election sharing one backend; killing
+the leader cancels its task (a crash: the Lease is not released, the next leader waits for it
+to expire) and a fresh replica replaces it. Claims keep arriving, then are deleted, while
+leaders die. Asserted: never two replicas leading or provisioning at the same time (the backend
+records every provisioning call in flight per replica), no claim stuck, and the invariants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import signal
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rel_support import (
+    PROVISIONER,
+    Backend,
+    BackendProvisioner,
+    all_bound,
+    cancel,
+    check_invariants,
+    claim_body,
+    create_class,
+    create_namespace,
+    delete_claims,
+    fast_options,
+    our_claims,
+    our_volumes,
+    unbound_report,
+    unique,
+    wait_until,
+)
+
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing.server import ApiServer
+
+
+class Replica:
+    def __init__(self, client: Any, backend: Backend, namespace: str, index: int) -> None:
+        self.name = f"replica-{index}"
+        options = fast_options(
+            leader_election=True,
+            leader_election_namespace=namespace,
+            lease_duration=1.5,
+            renew_deadline=1.0,
+            retry_period=0.2,
+        )
+        self.provisioner = BackendProvisioner(backend, replica=self.name, pause=0.01)
+        self.controller = ProvisionController(client, PROVISIONER, self.provisioner, options)
+        self.task = asyncio.create_task(self.controller.run())
+
+
+async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -> None:
+    rng = random.Random(seed)
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        ns = unique("leader")
+        await create_namespace(client, ns)
+        class_name = await create_class(client, reclaimPolicy="Delete")
+        backend = Backend()
+        counter = iter(range(1000))
+        live = [Replica(client, backend, ns, next(counter)) for _ in range(replicas)]
+        max_leaders = 0
+        leaders_seen: set[str] = set()
+
+        async def watch_leaders() -> None:
+            nonlocal max_leaders
+            while True:
+                leading = [r for r in live if r.controller.ready()]
+                max_leaders = max(max_leaders, len(leading))
+                leaders_seen.update(r.name for r in leading)
+                await asyncio.sleep(0.01)
+
+        async def kill_leaders() -> None:
+            nonlocal live
+            for _ in range(kills):
+                await wait_until(
+                    lambda: any(r.controller.ready() for r in live),  # noqa: B023 - rebound on purpose
+                    timeout=15,
+                    message="a leader is elected",
+                )
+                await asyncio.sleep(rng.uniform(0.1, 0.6))
+                leader = next(r for r in live if r.controller.ready())
+                # A crash: the Lease is not released (its release, an update, fails), so the
+                # next leader must wait for it to expire while the old one is gone.
+                server.faults.fail(500, verb="update", resource="leases", count=None)
+                await cancel(leader.task)
+                server.faults.clear()
+                kill_times.append(loop.time())
+                live = [r for r in live if r is not leader]
+                live.append(Replica(client, backend, ns, next(counter)))
+
+        claims_api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+
+        async def create_slowly() -> None:
+            for i in range(claims):
+                await claims_api.create(claim_body(ns, f"claim-{i}", class_name), ns)
+                await asyncio.sleep(rng.uniform(0, 0.02))
+
+        loop = asyncio.get_running_loop()
+        kill_times: list[float] = []
+        watcher = asyncio.create_task(watch_leaders())
+        try:
+            await asyncio.gather(kill_leaders(), create_slowly())
+            await wait_until(
+                lambda: all_bound(server, [ns], claims),
+                timeout=60,
+                message=lambda: unbound_report(server, [ns]),
+            )
+            check_invariants(server, [ns], [class_name], backend.assets)
+            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
+            await asyncio.gather(
+                kill_leaders(), delete_claims(client, [(ns, f"claim-{i}") for i in range(claims)])
+            )
+            await wait_until(
+                lambda: not backend.assets and not our_volumes(server, [class_name]),
+                timeout=60,
+                message=lambda: f"{len(backend.assets)} assets left",
+            )
+            check_invariants(server, [ns], [class_name], backend.assets, deleted_uids=uids)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            for r in live:
+                r.controller.stop()
+            for r in live:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(10):
+                        await r.task
+                if not r.task.done():
+                    await cancel(r.task)
+        # Crashed leaders were not released: takeovers waited for the lease to expire.
+        assert len(kill_times) == 2 * kills
+        assert backend.overlaps == [], f"two replicas provisioned at once: {backend.overlaps[:5]}"
+        assert max_leaders == 1, f"{max_leaders} replicas led at the same time"
+        assert len(leaders_seen) >= kills, f"only {sorted(leaders_seen)} ever led"
+        # A killed leader's asset, created just before the kill, is reused: no second asset.
+        assert all(n == 1 for n in backend.creations.values()), backend.creations.most_common(3)
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+async def test_leader_killed_repeatedly(replicas: int) -> None:
+    await failover_scenario(replicas, kills=3, claims=40, seed=replicas)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("replicas", [2, 3])
+async def test_leader_killed_repeatedly_many_times(replicas: int) -> None:
+    await failover_scenario(replicas, kills=12, claims=200, seed=10 + replicas)
+
+
+# --------------------------------------------------------------------------------------------
+# Real processes: three NFS example replicas, the leader SIGKILLed again and again
+# --------------------------------------------------------------------------------------------
+
+
+class Replicas:
+    """``python -m pyprovlib.examples.nfs`` replicas with leader election, one log each."""
+
+    def __init__(self, tmp_path: Path, kubeconfig: Path, root: Path, namespace: str) -> None:
+        self.tmp_path = tmp_path
+        self.kubeconfig = kubeconfig
+        self.root = root
+        self.namespace = namespace
+        self.procs: list[tuple[asyncio.subprocess.Process, Path]] = []
+        self.killed_at: dict[int, float] = {}  # index -> wall-clock time of the SIGKILL
+
+    async def start(self) -> None:
+        index = len(self.procs)
+        log = self.tmp_path / f"replica-{index}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "pyprovlib.examples.nfs",
+            f"--kubeconfig={self.kubeconfig}",
+            "--nfs-server=nfs.example.test",
+            "--nfs-path=/export",
+            f"--nfs-mount-path={self.root}",
+            "--leader-election=true",
+            f"--leader-election-namespace={self.namespace}",
+            "--leader-election-lease-duration=3s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=400ms",
+            "--log-format=json",
+        ]
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
+            )
+        self.procs.append((proc, log))
+
+    def became_leader(self, index: int) -> list[float]:
+        """Wall-clock times at which replica ``index`` logged "became leader"."""
+        times = []
+        for line in self.procs[index][1].read_text(errors="replace").splitlines():
+            if '"became leader"' in line:
+                stamp = json.loads(line)["timestamp"]
+                times.append(datetime.fromisoformat(stamp).timestamp())
+        return times
+
+    def leader(self) -> int | None:
+        """The live replica that became leader most recently, if any."""
+        live = [
+            (max(times), i)
+            for i, (proc, _log) in enumerate(self.procs)
+            if proc.returncode is None and (times := self.became_leader(i))
+        ]
+        return max(live)[1] if live else None
+
+    async def kill(self, index: int) -> None:
+        proc = self.procs[index][0]
+        proc.send_signal(signal.SIGKILL)
+        self.killed_at[index] = time.time()
+        await proc.wait()
+
+    async def stop_all(self) -> None:
+        for proc, _log in self.procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc, _log in self.procs:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(30):
+                    await proc.wait()
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+
+    def activity(self, index: int) -> list[float]:
+        """Wall-clock times of replica ``index``'s storage work (directories made or removed,
+        PVs saved or deleted)."""
+        times = []
+        for line in self.procs[index][1].read_text(errors="replace").splitlines():
+            if any(f'"event": "{e}"' in line for e in _WORK_EVENTS):
+                times.append(datetime.fromisoformat(json.loads(line)["timestamp"]).timestamp())
+        return times
+
+    def overlapping_work(self) -> list[str]:
+        """Replicas whose spans of storage work overlap: two provisioning at once."""
+        spans = sorted(
+            (min(t), max(t), i) for i in range(len(self.procs)) if (t := self.activity(i))
+        )
+        return [
+            f"replica {b[2]} worked from {b[0]} while {a[2]} worked until {a[1]}"
+            for a, b in itertools.pairwise(spans)
+            if b[0] < a[1]
+        ]
+
+    async def top_up(self, replicas: int) -> None:
+        """Replace replicas that exited on their own (a leader that cannot renew in time
+        exits, as upstream does)."""
+        live = sum(proc.returncode is None for proc, _log in self.procs)
+        for _ in range(replicas - live):
+            await self.start()
+
+
+_WORK_EVENTS = (
+    "volume directory ready",
+    "volume provisioned",
+    "deleting volume directory",
+    "volume deleted",
+)
+
+
+async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: int) -> None:
+    rng = random.Random(replicas * 100 + kills)
+    root = tmp_path / "export"
+    root.mkdir()
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        ns = unique("px")
+        await create_namespace(client, ns)
+        class_name = await create_class(
+            client, "pyprovlib.io/nfs", reclaimPolicy="Delete", parameters={"onDelete": "delete"}
+        )
+        group = Replicas(tmp_path, kubeconfig, root, ns)
+        try:
+            for _ in range(replicas):
+                await group.start()
+
+            async def kill_leaders() -> None:
+                for _ in range(kills):
+                    await wait_until(
+                        lambda: group.leader() is not None, timeout=60, message="a leader"
+                    )
+                    await asyncio.sleep(rng.uniform(0.2, 1.0))
+                    leader = group.leader()
+                    assert leader is not None
+                    await group.kill(leader)
+                    await group.top_up(replicas)
+
+            keys = [(ns, f"claim-{i}") for i in range(claims)]
+            await asyncio.gather(
+                kill_leaders(), delete_or_create(client, keys, class_name, create=True)
+            )
+            await group.top_up(replicas)
+            await wait_until(
+                lambda: all_bound(server, [ns], claims),
+                timeout=90,
+                message=lambda: unbound_report(server, [ns]),
+            )
+            check_invariants(server, [ns], [class_name], nfs_dirs(root))
+            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
+            await asyncio.gather(
+                kill_leaders(), delete_or_create(client, keys, class_name, create=False)
+            )
+            await group.top_up(replicas)
+            await wait_until(
+                lambda: not list(root.iterdir()) and not our_volumes(server, [class_name]),
+                timeout=90,
+                message=lambda: f"left: {nfs_dirs(root)[:5]}",
+            )
+            check_invariants(server, [ns], [class_name], nfs_dirs(root), deleted_uids=uids)
+        finally:
+            await group.stop_all()
+        assert len(group.killed_at) == 2 * kills
+        assert group.overlapping_work() == [], group.overlapping_work()
+        assert sum(bool(group.became_leader(i)) for i in range(len(group.procs))) > 2 * kills
+
+
+async def delete_or_create(
+    client: Any, keys: list[tuple[str, str]], class_name: str, *, create: bool
+) -> None:
+    if not create:
+        await delete_claims(client, keys)
+        return
+    api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+    for ns, name in keys:
+        await api.create(claim_body(ns, name, class_name), ns)
+        await asyncio.sleep(0.05)
+
+
+def nfs_dirs(root: Path) -> list[str]:
+    """PV names of the volume directories (``<ns>-<claim>-<pv>``)."""
+    n = len("pvc-") + 36
+    return [e.name[-n:] if e.name[-n:].startswith("pvc-") else e.name for e in root.iterdir()]
+
+
+async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:
+    await process_failover(tmp_path, replicas=3, kills=2, claims=20)
+
+
+@pytest.mark.slow
+async def test_three_processes_leader_sigkilled_many_times(tmp_path: Path) -> None:
+    await process_failover(tmp_path, replicas=3, kills=6, claims=100)
