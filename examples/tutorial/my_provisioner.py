@@ -1,0 +1,60 @@
+"""A provisioner whose volumes are directories ``<root>/<pv name>`` (the tutorial's code)."""
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+from kubernetes_asyncio.client import (
+    V1HostPathVolumeSource,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeSpec,
+)
+
+from pyprovlib import ProvisionController, ProvisionControllerOptions, Provisioner, ProvisionOptions
+from pyprovlib.runtime import RuntimeContext, add_flag, common_parser, run
+
+PROVISIONER_NAME = "example.com/directory"
+
+
+class DirectoryProvisioner(Provisioner):
+    """Creates one directory per volume under ``root`` and removes it again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        # The PV name is pvc-<claim uid>: never build paths from what users write in claims.
+        path = self.root / options.pv_name
+        await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+        return V1PersistentVolume(
+            metadata=V1ObjectMeta(name=options.pv_name),
+            spec=V1PersistentVolumeSpec(
+                capacity={"storage": options.pvc.spec.resources.requests["storage"]},
+                access_modes=options.pvc.spec.access_modes,
+                host_path=V1HostPathVolumeSource(path=str(path)),
+            ),
+        )
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        path = self.root / volume.metadata.name
+        if await asyncio.to_thread(path.exists):  # already gone counts as deleted
+            await asyncio.to_thread(shutil.rmtree, path)
+
+
+def make_controller(ctx: RuntimeContext) -> ProvisionController:
+    """Build the controller from the flags the runtime parsed."""
+    options = ProvisionControllerOptions(
+        threadiness=ctx.options.worker_threads,
+        leader_election=ctx.options.leader_election,
+        leader_election_namespace=ctx.options.resolved_leader_election_namespace(),
+    )
+    provisioner = DirectoryProvisioner(Path(ctx.args.root))
+    return ProvisionController(ctx.api_client, PROVISIONER_NAME, provisioner, options)
+
+
+if __name__ == "__main__":
+    parser = common_parser("my-provisioner", "Provisions volumes as local directories.")
+    add_flag(parser, "--root", default="/var/lib/my-volumes", help="directory holding volumes")
+    sys.exit(run(make_controller, parser=parser))
