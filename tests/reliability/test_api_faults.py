@@ -66,16 +66,22 @@ async def chaos(
     server: ApiServer, kinds: Sequence[str], seed: int, interval: float = 0.15
 ) -> AsyncIterator[list[str]]:
     """Inject faults of ``kinds`` every ``interval`` (jittered) for the duration of the block;
-    yields the log of what was injected. Faults left over are cleared on exit."""
+    yields the log of what was injected. The first fault goes in before the block runs, so a
+    phase that finishes quickly is still faulted. Faults left over are cleared on exit."""
     rng = random.Random(seed)
     injected: list[str] = []
+
+    async def inject_one() -> None:
+        kind = rng.choice(kinds)
+        await inject(server, kind, rng)
+        injected.append(kind)
 
     async def loop() -> None:
         while True:
             await asyncio.sleep(rng.uniform(interval / 2, interval * 1.5))
-            kind = rng.choice(kinds)
-            await inject(server, kind, rng)
-            injected.append(kind)
+            await inject_one()
+
+    await inject_one()
 
     task = asyncio.create_task(loop())
     try:
