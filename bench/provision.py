@@ -45,6 +45,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import structlog
+
+# pyprovlib first, as in a controller process (`python -m ...`): it makes kubernetes-asyncio's
+# generated modules load on first use, which the RSS figure depends on.
+import pyprovlib  # noqa: F401
+
+# isort: split
 from kubernetes_asyncio.client import (
     ApiClient,
     Configuration,

@@ -10,6 +10,9 @@ machinery in :mod:`pyprovlib.kube`, process wiring in :mod:`pyprovlib.runtime` a
 in-memory API server for tests in :mod:`pyprovlib.testing`.
 """
 
+# First, before anything imports kubernetes_asyncio.client: makes its ~830 generated
+# API/model modules load on first use (see pyprovlib._lazy_kubernetes).
+import pyprovlib._lazy_kubernetes  # noqa: F401
 from pyprovlib._version import __version__
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
