@@ -12,6 +12,8 @@ object. The result compares equal to what ``ApiClient.deserialize`` produces (te
 from __future__ import annotations
 
 import datetime
+import functools
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import kubernetes_asyncio.client.models as k8s_models
@@ -24,6 +26,7 @@ __all__ = ["ConversionError", "from_model", "to_model"]
 
 M = TypeVar("M")
 
+_Converter = Callable[[Any], Any]
 _PRIMITIVES: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool}
 _CONFIG: Configuration | None = None
 
@@ -61,46 +64,81 @@ def _parse_date(value: Any) -> datetime.date:
         return result
 
 
-def _deserialize(data: Any, klass: Any) -> Any:
-    if data is None:
-        return None
-    if isinstance(klass, str):
-        if klass.startswith("list["):
-            inner = klass[5:-1]
-            return [_deserialize(item, inner) for item in data]
-        if klass.startswith("dict("):
-            inner = klass[5:-1].split(", ", 1)[1]
-            return {key: _deserialize(value, inner) for key, value in data.items()}
-        primitive = _PRIMITIVES.get(klass)
-        if primitive is not None:
-            try:
-                return primitive(data)
-            except TypeError:
-                return data
-        if klass == "object":
+def _primitive(kind: type) -> _Converter:
+    def convert(data: Any) -> Any:
+        if data is None:
+            return None
+        try:
+            return kind(data)
+        except TypeError:
             return data
-        if klass == "datetime":
-            return _parse_datetime(data)
-        if klass == "date":
-            return _parse_date(data)
-        klass = getattr(k8s_models, klass)
-    return _deserialize_model(data, klass)
+
+    return convert
 
 
-def _deserialize_model(data: Any, klass: Any) -> Any:
+def _identity(data: Any) -> Any:
+    return data
+
+
+def _optional(parse: Callable[[Any], Any]) -> _Converter:
+    def convert(data: Any) -> Any:
+        return None if data is None else parse(data)
+
+    return convert
+
+
+@functools.cache
+def _converter(type_name: str) -> _Converter:
+    """The function turning JSON into a value of an ``openapi_types`` type name.
+
+    Built once per type name: walking the type strings on every value was most of the cost.
+    """
+    if type_name.startswith("list["):
+        item = _converter(type_name[5:-1])
+        return _optional(lambda data: [item(x) for x in data])
+    if type_name.startswith("dict("):
+        value = _converter(type_name[5:-1].split(", ", 1)[1])
+        return _optional(lambda data: {k: value(v) for k, v in data.items()})
+    primitive = _PRIMITIVES.get(type_name)
+    if primitive is not None:
+        return _primitive(primitive)
+    if type_name == "object":
+        return _identity
+    if type_name == "datetime":
+        return _optional(_parse_datetime)
+    if type_name == "date":
+        return _optional(_parse_date)
+    klass = getattr(k8s_models, type_name)
+    return _optional(lambda data: _deserialize_model(data, klass))
+
+
+@functools.cache
+def _plan(klass: Any) -> tuple[dict[str, tuple[str, _Converter]], bool]:
+    """JSON key → (attribute, converter) for a model class, and whether it is discriminated."""
     discriminated = bool(
         hasattr(klass, "get_real_child_model") and klass.discriminator_value_class_map
     )
     types: dict[str, str] = klass.openapi_types
-    if not types and not discriminated:
+    keys: dict[str, str] = klass.attribute_map
+    return {keys[attr]: (attr, _converter(t)) for attr, t in types.items()}, discriminated
+
+
+def _deserialize(data: Any, klass: Any) -> Any:
+    if isinstance(klass, str):
+        return _converter(klass)(data)
+    return None if data is None else _deserialize_model(data, klass)
+
+
+def _deserialize_model(data: Any, klass: Any) -> Any:
+    plan, discriminated = _plan(klass)
+    if not plan and not discriminated:
         return data
     kwargs: dict[str, Any] = {}
     if isinstance(data, dict):
-        keys: dict[str, str] = klass.attribute_map
-        for attr, attr_type in types.items():
-            key = keys[attr]
-            if key in data:
-                kwargs[attr] = _deserialize(data[key], attr_type)
+        for key, value in data.items():
+            entry = plan.get(key)
+            if entry is not None:
+                kwargs[entry[0]] = entry[1](value)
     instance = klass(local_vars_configuration=_configuration(), **kwargs)
     if discriminated:
         child = instance.get_real_child_model(data)
@@ -109,8 +147,37 @@ def _deserialize_model(data: Any, klass: Any) -> Any:
     return instance
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.cache
+def _fields(klass: type) -> tuple[tuple[str, str], ...] | None:
+    """(attribute, JSON key) pairs of a model class; None when it is not a model."""
+    types = getattr(klass, "openapi_types", None)
+    keys = getattr(klass, "attribute_map", None)
+    if not isinstance(types, dict) or not isinstance(keys, dict):
+        return None
+    return tuple((attr, keys[attr]) for attr in types)
+
+
 def _serialize(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
+    kind: Any = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {key: _serialize(item) for key, item in value.items()}
+    if kind is list:
+        return [_serialize(item) for item in value]
+    fields = _fields(kind)
+    if fields is not None:
+        out: dict[str, Any] = {}
+        for attr, key in fields:
+            item = getattr(value, attr)
+            if item is not None:
+                out[key] = _serialize(item)
+        return out
+    # Subclasses of the JSON types, tuples and dates.
+    if isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, list | tuple):
         return [_serialize(item) for item in value]
@@ -118,16 +185,7 @@ def _serialize(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, dict):
         return {key: _serialize(item) for key, item in value.items()}
-    types = getattr(value, "openapi_types", None)
-    keys = getattr(value, "attribute_map", None)
-    if not isinstance(types, dict) or not isinstance(keys, dict):
-        raise TypeError(f"{type(value).__name__} is not a kubernetes-asyncio model")
-    out: dict[str, Any] = {}
-    for attr in types:
-        item = getattr(value, attr)
-        if item is not None:
-            out[keys[attr]] = _serialize(item)
-    return out
+    raise TypeError(f"{kind.__name__} is not a kubernetes-asyncio model")
 
 
 def to_model(obj: Obj, model: type[M]) -> M:

@@ -213,12 +213,12 @@ def is_infeasible_error(err: BaseException) -> bool:
 
 def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = obj.get("spec")
-    return spec if isinstance(spec, Mapping) else {}
+    return spec if (type(spec) is dict or isinstance(spec, Mapping)) else {}
 
 
 def _status_phase(obj: Mapping[str, Any]) -> str:
     status = obj.get("status")
-    phase = status.get("phase") if isinstance(status, Mapping) else None
+    phase = status.get("phase") if (type(status) is dict or isinstance(status, Mapping)) else None
     return phase if isinstance(phase, str) else ""
 
 
@@ -463,8 +463,16 @@ def _describe(err: BaseException) -> str:
 
 def _storage_request(claim: Mapping[str, Any]) -> object:
     resources = _spec(claim).get("resources")
-    requests = resources.get("requests") if isinstance(resources, Mapping) else None
-    return requests.get("storage") if isinstance(requests, Mapping) else None
+    requests = (
+        resources.get("requests")
+        if (type(resources) is dict or isinstance(resources, Mapping))
+        else None
+    )
+    return (
+        requests.get("storage")
+        if (type(requests) is dict or isinstance(requests, Mapping))
+        else None
+    )
 
 
 class ProvisionController(ControllerLifecycle):

@@ -123,12 +123,12 @@ def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
 
 def _ref(event: Mapping[str, Any]) -> Mapping[str, Any]:
     r = event.get("involvedObject")
-    return r if isinstance(r, Mapping) else {}
+    return r if (type(r) is dict or isinstance(r, Mapping)) else {}
 
 
 def _source(event: Mapping[str, Any]) -> Mapping[str, Any]:
     s = event.get("source")
-    return s if isinstance(s, Mapping) else {}
+    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
 
 
 def _spam_key(event: Mapping[str, Any]) -> tuple[str, ...]:

@@ -24,11 +24,14 @@ __all__ = [
 Obj = dict[str, Any]
 """A Kubernetes object as decoded from the wire's JSON."""
 
+# The helpers below test ``type(x) is dict`` before ``isinstance(x, Mapping)``: decoded JSON
+# is always a plain dict, and the ABC check costs ~1 µs, paid several times per watch event.
+
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``metadata`` ({} when missing or not a mapping)."""
     m = obj.get("metadata")
-    return m if isinstance(m, Mapping) else {}
+    return m if (type(m) is dict or isinstance(m, Mapping)) else {}
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
@@ -54,13 +57,13 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.annotations`` ({} when missing)."""
     a = meta(obj).get("annotations")
-    return a if isinstance(a, Mapping) else {}
+    return a if (type(a) is dict or isinstance(a, Mapping)) else {}
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.labels`` ({} when missing)."""
     lab = meta(obj).get("labels")
-    return lab if isinstance(lab, Mapping) else {}
+    return lab if (type(lab) is dict or isinstance(lab, Mapping)) else {}
 
 
 def finalizers_of(obj: Mapping[str, Any]) -> list[str]:
