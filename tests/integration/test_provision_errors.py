@@ -111,8 +111,10 @@ async def test_missing_class_gets_an_event_and_is_retried_until_created(
             kube_cluster, class_name, annotations={ANN_STORAGE_PROVISIONER: name}
         )
         claim_name = claim["metadata"]["name"]
+        # The controller's event, not the PV controller's ('storageclass.storage.k8s.io "x"
+        # not found'), which may come first.
         await wait_event(
-            kube_cluster, claim_name, "ProvisioningFailed", f'"{class_name}" not found'
+            kube_cluster, claim_name, "ProvisioningFailed", f'StorageClass "{class_name}" not found'
         )
         assert provisioner.calls == []
         assert (

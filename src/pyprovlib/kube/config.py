@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import structlog
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -36,6 +37,7 @@ __all__ = [
     "new_client",
     "request_json",
     "resolve_proxy",
+    "send_request",
     "shared_limiter",
     "use_resolved_proxy",
 ]
@@ -47,6 +49,8 @@ DEFAULT_USER_AGENT = f"pyprovlib/{__version__}"
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's service-account token and CA bundle."""
+
+_AUTH_SETTINGS = ["BearerToken"]
 
 
 @dataclass(frozen=True)
@@ -424,6 +428,44 @@ async def new_client(
     )
 
 
+async def send_request(
+    api_client: ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    content_type: str = "application/json",
+    query: list[tuple[str, str]] | None = None,
+    request_timeout: Any = None,
+) -> aiohttp.ClientResponse:
+    """Send one request through ``api_client`` and return the open response, whatever its
+    status; the caller reads and releases it.
+
+    What ``ApiClient.call_api`` does for a raw request, minus its recursive
+    ``sanitize_for_serialization`` of the body: headers (the client's default headers, such as
+    the user agent, win), cookie, bearer-token auth (with the configuration's refresh hook),
+    then ``api_client.request`` — so a subclass's ``request`` (the QPS limiter of
+    :class:`LimitedApiClient`) still applies. ``body`` must already be JSON-serialisable
+    (dicts and lists of plain values, as the raw-JSON clients hold).
+    """
+    headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
+    headers.update(api_client.default_headers)
+    if api_client.cookie:
+        headers["Cookie"] = api_client.cookie
+    params = list(query or [])
+    await api_client.update_params_for_auth(headers, params, _AUTH_SETTINGS)
+    response: aiohttp.ClientResponse = await api_client.request(
+        method,
+        f"{api_client.configuration.host}{path}",
+        query_params=params,
+        headers=headers,
+        body=body,
+        _preload_content=False,
+        _request_timeout=request_timeout,
+    )
+    return response
+
+
 async def request_json(
     api_client: ApiClient,
     method: str,
@@ -440,17 +482,19 @@ async def request_json(
     Raises ``ApiException`` (with status, body and headers) on a non-2xx answer, like the
     typed API methods do.
     """
-    resp = await api_client.call_api(
-        path,
+    resp = await send_request(
+        api_client,
         method,
-        query_params=query or [],
-        header_params={"Accept": "application/json", "Content-Type": content_type},
+        path,
         body=body,
-        auth_settings=["BearerToken"],
-        _preload_content=False,
-        _request_timeout=request_timeout,
+        content_type=content_type,
+        query=query,
+        request_timeout=request_timeout,
     )
-    data: bytes = await resp.read()
+    try:
+        data: bytes = await resp.read()
+    finally:
+        resp.release()
     if not 200 <= resp.status <= 299:
         err = ApiException(status=resp.status, reason=resp.reason)
         err.body = data.decode("utf-8", "replace")  # type: ignore[assignment]

@@ -18,6 +18,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib.kube.config import send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
 
@@ -46,8 +47,6 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
 # Seconds added to a watch's server-side timeoutSeconds for the client-side deadline, so the
 # server always ends the stream first and a normal end is never mistaken for a failure.
 WATCH_CLIENT_TIMEOUT_MARGIN = 30.0
-
-_AUTH = ["BearerToken"]
 
 
 class WatchError(ApiException):
@@ -195,16 +194,14 @@ class ResourceClient:
         client_timeout: aiohttp.ClientTimeout | None = None,
     ) -> aiohttp.ClientResponse:
         """Send a request; return the open response on 2xx, raise ``ApiException`` otherwise."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        response: aiohttp.ClientResponse = await self.api_client.call_api(
-            path,
+        response = await send_request(
+            self.api_client,
             method,
-            query_params=query or [],
-            header_params=headers,
+            path,
             body=body,
-            auth_settings=_AUTH,
-            _preload_content=False,
-            _request_timeout=client_timeout,
+            content_type=content_type,
+            query=query,
+            request_timeout=client_timeout,
         )
         if not 200 <= response.status <= 299:
             try:
