@@ -16,6 +16,11 @@ The controller's provisioning figures (CPU, RSS, requests) are split off once ev
 Bound and the controller's event writer has caught up (events are written in the background and
 may lag), so every request of the provisioning counts there; the rest is the deletion's.
 
+``--create-rate R`` paces the claims at R per second instead of creating them at once (the
+Go reference kept up with 1,000 claims created in 3 s: ``--create-rate 333``);
+``--binder-process`` runs the PV binder in its own process (``python -m pyprovlib.testing
+--binder-only``) instead of inside the API server's.
+
 Usage::
 
     python bench/provision.py --volumes 1000 --threadiness 4
@@ -258,27 +263,59 @@ async def run_controller(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-async def _start_server(tmp: Path) -> tuple[asyncio.subprocess.Process, Path]:
-    kubeconfig = tmp / "kubeconfig"
-    log_path = tmp / "apiserver.log"
+async def _start_logged(tmp: Path, name: str, ready: str, *args: str) -> asyncio.subprocess.Process:
+    log_path = tmp / f"{name}.log"
     with log_path.open("wb") as log_file:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "pyprovlib.testing",
-            "--port",
-            "0",
-            "--kubeconfig",
-            str(kubeconfig),
+            *args,
             stdout=log_file,
             stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     deadline = time.monotonic() + 30
-    while "listening on" not in log_path.read_text(errors="replace"):
+    while ready not in log_path.read_text(errors="replace"):
         if proc.returncode is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the API server did not start: {log_path.read_text()[-2000:]}")
+            raise RuntimeError(f"the {name} did not start: {log_path.read_text()[-2000:]}")
         await asyncio.sleep(0.05)
-    return proc, kubeconfig
+    return proc
+
+
+async def _start_server(
+    tmp: Path, *, binder_process: bool
+) -> tuple[asyncio.subprocess.Process, asyncio.subprocess.Process | None, Path]:
+    """The in-memory API server; with ``binder_process``, its PV binder runs in a process of
+    its own (as kube-controller-manager does) instead of inside the server's."""
+    kubeconfig = tmp / "kubeconfig"
+    server = await _start_logged(
+        tmp,
+        "API server",
+        "listening on",
+        "--port",
+        "0",
+        "--kubeconfig",
+        str(kubeconfig),
+        # kube-controller-manager's --pvclaimbinder-sync-period: the test default (2 s) puts
+        # every claim and PV back in the binder's queue every 2 s, ahead of new claims.
+        "--binder-resync-period",
+        "15",
+        *(["--no-binder"] if binder_process else []),
+    )
+    binder = None
+    if binder_process:
+        binder = await _start_logged(
+            tmp,
+            "PV binder",
+            "binder running",
+            "--binder-only",
+            "--binder-resync-period",
+            "15",
+            "--kubeconfig",
+            str(kubeconfig),
+        )
+    return server, binder, kubeconfig
 
 
 class Observer:
@@ -381,12 +418,17 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-provision-")))
         server: asyncio.subprocess.Process | None = None
+        binder: asyncio.subprocess.Process | None = None
         if args.kubeconfig:
             kubeconfig = Path(args.kubeconfig)
             target = f"cluster from {kubeconfig}"
         else:
-            server, kubeconfig = await _start_server(tmp)
+            server, binder, kubeconfig = await _start_server(
+                tmp, binder_process=args.binder_process
+            )
             target = "in-memory API server (separate process)"
+            if binder is not None:
+                target += " and PV binder (another process)"
         suffix = secrets.token_hex(3)
         namespace = f"bench-provision-{suffix}"
         class_name = f"bench-{suffix}"
@@ -441,6 +483,10 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 gate = asyncio.Semaphore(args.create_concurrency)
 
                 async def create(i: int) -> None:
+                    if args.create_rate > 0:
+                        # Paced: claim i is created at i / rate seconds, like a client
+                        # creating claims at a steady rate.
+                        await asyncio.sleep(t0 + i / args.create_rate - time.monotonic())
                     async with gate:
                         await claims.create(
                             {
@@ -457,6 +503,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
 
                 print(f"creating {args.volumes} claims against the {target}", flush=True)
                 server_cpu0 = _proc_cpu(server.pid) if server is not None else None
+                binder_cpu0 = _proc_cpu(binder.pid) if binder is not None else None
                 t0 = time.monotonic()
                 await asyncio.gather(*(create(i) for i in range(args.volumes)))
                 t_created = time.monotonic()
@@ -467,6 +514,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     await observer.all_bound.wait()
                 t_bound = time.monotonic()
                 server_cpu1 = _proc_cpu(server.pid) if server is not None else None
+                binder_cpu1 = _proc_cpu(binder.pid) if binder is not None else None
                 controller.send_signal(signal.SIGUSR1)
                 async with asyncio.timeout(90):
                     while (line := (await controller.stdout.readline()).decode()) != (
@@ -502,14 +550,16 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 await ResourceClient(api, NAMESPACES).delete(namespace)
             await api.close()
-            if server is not None:
-                server.send_signal(signal.SIGTERM)
+            for proc in (binder, server):
+                if proc is None:
+                    continue
+                proc.send_signal(signal.SIGTERM)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(10):
-                        await server.wait()
-                if server.returncode is None:
-                    server.kill()
-                    await server.wait()
+                        await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
 
     latencies = [
         observer.pv_seen[uid] - seen
@@ -540,6 +590,8 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "threadiness": args.threadiness,
         "target": "real" if args.kubeconfig else "in-memory",
         "aiohttp_trust_env": args.aiohttp_trust_env,
+        "create_rate": args.create_rate or None,
+        "binder_process": args.binder_process,
         "create_s": round(t_created - t0, 3),
         "all_pvs_s": round(t_pvs - t0, 3),
         "all_bound_s": round(t_bound - t0, 3),
@@ -569,6 +621,11 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
             if server_cpu0 is not None and server_cpu1 is not None
             else None
         ),
+        "binder_cpu_s": (
+            round(binder_cpu1 - binder_cpu0, 2)
+            if binder_cpu0 is not None and binder_cpu1 is not None
+            else None
+        ),
     }
     print(
         f"{n} claims created in {result['create_s']} s; every PV after {result['all_pvs_s']} s "
@@ -588,10 +645,13 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         f"requests per volume {per_volume}"
     )
     if result["apiserver_cpu_s"] is not None:
+        where = "" if result["binder_cpu_s"] is not None else " (with binder)"
         print(
-            f"in-memory API server (with binder): {result['apiserver_cpu_s']} CPU s over the "
+            f"in-memory API server{where}: {result['apiserver_cpu_s']} CPU s over the "
             f"{result['all_bound_s']} s until every claim was Bound"
         )
+    if result["binder_cpu_s"] is not None:
+        print(f"PV binder process: {result['binder_cpu_s']} CPU s over the same time")
     print(
         f"deleting the claims: every PV gone {result['all_deleted_s']} s after the last bind; "
         f"{result['cpu_s_per_1000_delete']} CPU s per 1000; requests {per_volume_delete}"
@@ -605,6 +665,17 @@ def main() -> None:
     p.add_argument("--threadiness", type=int, default=4)
     p.add_argument("--kubeconfig", help="a real cluster instead of the in-memory API server")
     p.add_argument("--create-concurrency", type=int, default=64)
+    p.add_argument(
+        "--create-rate",
+        type=float,
+        default=0.0,
+        help="create claims at this many per second (default 0: all at once)",
+    )
+    p.add_argument(
+        "--binder-process",
+        action="store_true",
+        help="run the in-memory server's PV binder in its own process",
+    )
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--role", choices=["driver", "controller"], default="driver")
     p.add_argument("--provisioner", default=PROVISIONER)

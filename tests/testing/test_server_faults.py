@@ -190,3 +190,88 @@ async def test_standalone_module(tmp_path: Path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
+    """``--binder-only`` runs the PV binder against a server in another process."""
+    kubeconfig = tmp_path / "kubeconfig"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.testing",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--no-binder",
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    binder: asyncio.subprocess.Process | None = None
+    try:
+        line = await _wait_for_line(server, time.monotonic() + 20)
+        url = line.split("listening on ", 1)[1].split()[0]
+        binder = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "pyprovlib.testing",
+            "--binder-only",
+            "--kubeconfig",
+            str(kubeconfig),
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert binder.stdout is not None
+        started = await asyncio.wait_for(binder.stdout.readline(), 20)
+        assert b"PV binder running against " + url.encode() in started
+        async with aiohttp.ClientSession() as session:
+            sc = {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "ext"},
+                "provisioner": "example.com/ext",
+            }
+            async with session.post(url + "/apis/storage.k8s.io/v1/storageclasses", json=sc) as r:
+                assert r.status == 201
+            claim = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "c1", "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "ext",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            claims = url + "/api/v1/namespaces/default/persistentvolumeclaims"
+            async with session.post(claims, json=claim) as r:
+                assert r.status == 201
+            # The binder (another process) annotates the claim for the external provisioner.
+            deadline = time.monotonic() + 20
+            annotations: dict[str, str] = {}
+            while time.monotonic() < deadline:
+                async with session.get(claims + "/c1") as r:
+                    annotations = (await r.json())["metadata"].get("annotations") or {}
+                if annotations.get("volume.kubernetes.io/storage-provisioner"):
+                    break
+                await asyncio.sleep(0.05)
+            assert annotations.get("volume.kubernetes.io/storage-provisioner") == "example.com/ext"
+        binder.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(binder.wait(), 10) == 0
+    finally:
+        for proc in (binder, server):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_binder_only_needs_a_kubeconfig() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.testing",
+        "--binder-only",
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 2
+    assert b"--binder-only needs --kubeconfig" in err

@@ -211,10 +211,12 @@ class ApiServer:
         watch_window: int = 10000,
         bookmark_interval: float = 1.0,
         clock: Clock | None = None,
+        binder_resync_period: float | None = None,
     ) -> None:
         self.host = host
         self._port = port
         self._want_binder = binder
+        self._binder_resync_period = binder_resync_period
         self.bookmark_interval = bookmark_interval
         self.clock: Clock = clock or RealClock()
         self._storage = Storage(watch_window)
@@ -268,7 +270,14 @@ class ApiServer:
             from pyprovlib.testing.binder import PVBinder
 
             self._binder_client = self.api_client()
-            self._binder = PVBinder(self._binder_client, clock=self.clock)
+            if self._binder_resync_period is None:
+                self._binder = PVBinder(self._binder_client, clock=self.clock)
+            else:
+                self._binder = PVBinder(
+                    self._binder_client,
+                    clock=self.clock,
+                    resync_period=self._binder_resync_period,
+                )
             await self._binder.start()
 
     async def _close_site(self) -> None:
