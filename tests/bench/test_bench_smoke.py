@@ -1,0 +1,59 @@
+"""The benchmark scripts still run end to end (tiny sizes; no timing asserted here).
+
+bench/csi_provision.py once stopped working when bench/provision.py's driver started waiting
+for a line the CSI variant's controller never printed; nothing ran it, so nothing noticed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _run(script: str, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param([], id="at-once"),
+        pytest.param(["--create-rate", "100", "--binder-process"], id="paced-binder-process"),
+    ],
+)
+def test_provision_bench_runs(extra: list[str]) -> None:
+    result = _run("provision.py", "--volumes", "20", "--threadiness", "4", *extra)
+    assert result["bench"] == "provision"
+    assert result["volumes"] == 20
+    # Every volume was provisioned once: one PV create each, plus its two events.
+    assert result["api_requests_by_resource"]["create"]["persistentvolumes"] == 20
+    assert result["cpu_s_per_1000"] > 0
+    assert result["peak_rss_mb"] > 0
+    assert result["p99_s"] is not None
+    if extra:
+        assert result["binder_process"] is True
+        assert result["binder_cpu_s"] is not None
+
+
+def test_csi_provision_bench_runs() -> None:
+    result = _run("csi_provision.py", "--volumes", "20", "--threadiness", "4")
+    assert result["bench"] == "csi_provision"
+    assert result["volumes"] == 20
+    assert result["csi_calls_per_volume"] == {"CreateVolume": 1.0, "DeleteVolume": 1.0}
+    assert result["cpu_s_per_1000"] > 0
