@@ -1,7 +1,8 @@
 """An in-memory CSI driver for the tests, served over a real unix socket with pyprovlib's kit.
 
-It keeps volumes in a dict, records every request it receives, and takes injected faults per
-method: a delay, a gRPC status (for a number of calls), an undersized answer.
+It keeps volumes and snapshots in dicts, records every request it receives, and takes injected
+faults per method: a delay, a gRPC status (for a number of calls), an undersized answer, a
+volume restored without its content source.
 """
 
 from __future__ import annotations
@@ -49,16 +50,46 @@ class Volume:
 
 
 @dataclass
+class Snapshot:
+    snapshot_id: str
+    name: str
+    source_volume_id: str
+    size: int
+
+
+@dataclass
 class DriverState:
     volumes: dict[str, Volume] = field(default_factory=dict)
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
     calls: list[tuple[str, object]] = field(default_factory=list)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     ready: bool = True
     undersize_by: int = 0
+    drop_content_source: bool = False
+    """Answer CreateVolume without the volume's content source (a driver that ignored it)."""
     created: asyncio.Event = field(default_factory=asyncio.Event)
+    _next_snapshot: int = 0
 
     def fail(self, method: str, fault: Fault) -> None:
         self.faults.setdefault(method, []).append(fault)
+
+    def take_snapshot(self, source_volume_id: str, name: str = "") -> Snapshot:
+        """Snapshot a volume (what CreateSnapshot does; idempotent by name)."""
+        for existing in self.snapshots.values():
+            if name and existing.name == name:
+                return existing
+        volume = next((v for v in self.volumes.values() if v.volume_id == source_volume_id), None)
+        if volume is None:
+            raise CSIError(Status.NOT_FOUND, f"volume {source_volume_id} not found")
+        self._next_snapshot += 1
+        snap = Snapshot(
+            snapshot_id=f"snap-{self._next_snapshot}",
+            name=name or f"snapshot-{self._next_snapshot}",
+            source_volume_id=source_volume_id,
+            size=volume.capacity,
+        )
+        self.snapshots[snap.snapshot_id] = snap
+        return snap
 
     def requests(self, method: str) -> list[object]:
         return [r for m, r in self.calls if m == method]
@@ -93,8 +124,11 @@ class TestIdentity(IdentityService):
 
 
 class TestController(ControllerService):
-    def __init__(self, state: DriverState, *, topology: bool) -> None:
-        super().__init__([Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME])
+    def __init__(self, state: DriverState, *, topology: bool, snapshots: bool = True) -> None:
+        caps = [Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME]
+        if snapshots:
+            caps.append(Caps.CREATE_DELETE_SNAPSHOT)
+        super().__init__(caps)
         self.state = state
         self.topology = topology
         self._next = 0
@@ -124,6 +158,13 @@ class TestController(ControllerService):
             cloned = source.volume if source is not None else None
             if cloned is not None and cloned.volume_id not in known:
                 raise CSIError(Status.NOT_FOUND, "source volume not found")
+            restored = source.snapshot if source is not None else None
+            if restored is not None:
+                snap = self.state.snapshots.get(restored.snapshot_id)
+                if snap is None:
+                    raise CSIError(Status.NOT_FOUND, "source snapshot not found")
+                if required and required < snap.size:
+                    raise CSIError(Status.OUT_OF_RANGE, "volume smaller than the snapshot")
             self._next += 1
             existing = Volume(
                 volume_id=f"vol-{self._next}",
@@ -143,9 +184,30 @@ class TestController(ControllerService):
                 accessible_topology=(
                     [v1.Topology(segments=existing.topology)] if existing.topology else []
                 ),
-                content_source=existing.source,
+                content_source=None if self.state.drop_content_source else existing.source,
             )
         )
+
+    async def create_snapshot(self, message: v1.CreateSnapshotRequest) -> v1.CreateSnapshotResponse:
+        self.state.calls.append(("CreateSnapshot", message))
+        await self.state.apply_fault("CreateSnapshot")
+        if not message.name or not message.source_volume_id:
+            raise CSIError(Status.INVALID_ARGUMENT, "name and source_volume_id are required")
+        snap = self.state.take_snapshot(message.source_volume_id, message.name)
+        return v1.CreateSnapshotResponse(
+            snapshot=v1.Snapshot(
+                snapshot_id=snap.snapshot_id,
+                source_volume_id=snap.source_volume_id,
+                size_bytes=snap.size,
+                ready_to_use=True,
+            )
+        )
+
+    async def delete_snapshot(self, message: v1.DeleteSnapshotRequest) -> v1.DeleteSnapshotResponse:
+        self.state.calls.append(("DeleteSnapshot", message))
+        await self.state.apply_fault("DeleteSnapshot")
+        self.state.snapshots.pop(message.snapshot_id, None)
+        return v1.DeleteSnapshotResponse()
 
     async def delete_volume(self, message: v1.DeleteVolumeRequest) -> v1.DeleteVolumeResponse:
         self.state.calls.append(("DeleteVolume", message))
@@ -165,11 +227,18 @@ def socket_dir(tmp_path: pathlib.Path) -> tuple[pathlib.Path, bool]:
 
 @contextlib.asynccontextmanager
 async def serve_driver(
-    directory: pathlib.Path, *, topology: bool = False, state: DriverState | None = None
+    directory: pathlib.Path,
+    *,
+    topology: bool = False,
+    state: DriverState | None = None,
+    snapshots: bool = True,
 ) -> AsyncIterator[tuple[DriverState, CSIServer]]:
     state = state or DriverState()
     server = CSIServer(
-        [TestIdentity(state, topology=topology), TestController(state, topology=topology)],
+        [
+            TestIdentity(state, topology=topology),
+            TestController(state, topology=topology, snapshots=snapshots),
+        ],
         f"unix://{directory / 'csi.sock'}",
     )
     async with server:

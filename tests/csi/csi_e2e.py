@@ -1,5 +1,6 @@
 """Harness for the CSIProvisioner end-to-end tests: the Python CSI driver on a unix socket, a
-CSIConnection, a CSIProvisioner and a ProvisionController against a TestCluster."""
+CSIConnection, a CSIProvisioner and a ProvisionController against a TestCluster; and
+pre-provisioned VolumeSnapshots (snapshot.storage.k8s.io/v1) to restore from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from csi_driver import DriverState, serve_driver
+import pytest
+from csi_driver import DRIVER_NAME, DriverState, serve_driver
 from prometheus_client import CollectorRegistry
 
 from pyprovlib.controller.metrics import ProvisionMetrics
@@ -28,6 +30,8 @@ from pyprovlib.kube.resources import (
     PERSISTENT_VOLUMES,
     SECRETS,
     STORAGE_CLASSES,
+    VOLUME_SNAPSHOT_CONTENTS,
+    VOLUME_SNAPSHOTS,
 )
 from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
@@ -56,13 +60,15 @@ async def csi_env(
     call_timeout: float = 5.0,
     options: CSIProvisionerOptions | None = None,
     shared_informers: bool = False,
+    snapshots: bool = True,
     **controller_options: Any,
 ) -> AsyncIterator[Env]:
     """Driver, connection, provisioner and a running controller. ``shared_informers``: the
     provisioner reads classes, attachments, nodes from the controller's informer caches (the
-    sidecar's set-up) instead of the API server."""
+    sidecar's set-up) instead of the API server. ``snapshots``: the driver declares
+    CREATE_DELETE_SNAPSHOT."""
     state = DriverState()
-    async with serve_driver(sock_dir, topology=topology, state=state):
+    async with serve_driver(sock_dir, topology=topology, state=state, snapshots=snapshots):
         connection = await CSIConnection.open(
             str(sock_dir / "csi.sock"),
             ConnectionOptions(timeout=call_timeout, backoff_start=0.01, backoff_max=0.05),
@@ -238,3 +244,128 @@ async def wait_until(env: Env, predicate: Any, message: str, timeout: float = 20
         return bool(predicate())
 
     await env.cluster.wait_for(check, timeout=timeout, message=message)
+
+
+# -- VolumeSnapshots -------------------------------------------------------------------------
+
+SNAPSHOT_API_VERSION = "snapshot.storage.k8s.io/v1"
+
+
+async def require_snapshot_crds(env: Env) -> None:
+    """Skip the test on a cluster without the snapshot.storage.k8s.io/v1 CRDs."""
+    try:
+        await ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOTS).list(
+            env.cluster.namespace, limit=1
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            pytest.skip("the cluster has no snapshot.storage.k8s.io/v1 VolumeSnapshot CRD")
+        raise
+
+
+@dataclass
+class SnapshotObjects:
+    """A VolumeSnapshot and the pre-provisioned VolumeSnapshotContent it binds to."""
+
+    snapshot: str
+    content: str
+
+
+async def create_snapshot(
+    env: Env,
+    handle: str,
+    *,
+    restore_size: int | None = None,
+    ready: bool = True,
+    driver: str = DRIVER_NAME,
+    source_volume_mode: str | None = None,
+    content_annotations: dict[str, str] | None = None,
+    bound: bool = True,
+) -> SnapshotObjects:
+    """A VolumeSnapshot of the driver's snapshot ``handle``, bound both ways to a
+    pre-provisioned VolumeSnapshotContent (Retain: deleting it leaves the driver alone), with
+    the statuses the snapshot controller and csi-snapshotter would write. ``bound=False``
+    names a content that does not exist, so the snapshot stays unbound."""
+    api = env.cluster.api_client
+    ns = env.cluster.namespace
+    name = env.cluster.unique_name("snap")
+    content_name = env.cluster.unique_name("snapcontent")
+    snapshot = await ResourceClient(api, VOLUME_SNAPSHOTS).create(
+        {
+            "apiVersion": SNAPSHOT_API_VERSION,
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"source": {"volumeSnapshotContentName": content_name}},
+        }
+    )
+    if not bound:
+        return SnapshotObjects(name, content_name)
+    spec: Obj = {
+        "driver": driver,
+        "deletionPolicy": "Retain",
+        "source": {"snapshotHandle": handle},
+        "volumeSnapshotRef": {
+            "apiVersion": SNAPSHOT_API_VERSION,
+            "kind": "VolumeSnapshot",
+            "name": name,
+            "namespace": ns,
+            "uid": snapshot["metadata"]["uid"],
+        },
+    }
+    if source_volume_mode is not None:
+        spec["sourceVolumeMode"] = source_volume_mode
+    await ResourceClient(api, VOLUME_SNAPSHOT_CONTENTS).create(
+        {
+            "apiVersion": SNAPSHOT_API_VERSION,
+            "kind": "VolumeSnapshotContent",
+            "metadata": {"name": content_name, "annotations": content_annotations or {}},
+            "spec": spec,
+        }
+    )
+    env.cluster.track(VOLUME_SNAPSHOT_CONTENTS, content_name)
+    objects = SnapshotObjects(name, content_name)
+    await set_snapshot_status(env, objects, handle=handle, ready=ready, restore_size=restore_size)
+    return objects
+
+
+async def set_snapshot_status(
+    env: Env,
+    objects: SnapshotObjects,
+    *,
+    handle: str,
+    ready: bool,
+    restore_size: int | None = None,
+) -> None:
+    """Write the statuses of a bound snapshot and its content (both, so a snapshot controller
+    running on a real cluster copies the same values)."""
+    api = env.cluster.api_client
+    content_status: Obj = {"snapshotHandle": handle, "readyToUse": ready}
+    snapshot_status: Obj = {"boundVolumeSnapshotContentName": objects.content, "readyToUse": ready}
+    if restore_size is not None:
+        content_status["restoreSize"] = restore_size
+        snapshot_status["restoreSize"] = str(restore_size)
+    await ResourceClient(api, VOLUME_SNAPSHOT_CONTENTS).patch(
+        objects.content, {"status": content_status}, subresource="status"
+    )
+    await ResourceClient(api, VOLUME_SNAPSHOTS).patch(
+        objects.snapshot,
+        {"status": snapshot_status},
+        namespace=env.cluster.namespace,
+        subresource="status",
+    )
+
+
+async def get_snapshot(env: Env, name: str) -> Obj | None:
+    try:
+        return await ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOTS).get(
+            name, env.cluster.namespace
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+def snapshot_source(name: str) -> Obj:
+    """A claim's ``dataSource`` naming the VolumeSnapshot ``name``."""
+    return {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": name}

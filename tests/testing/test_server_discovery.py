@@ -32,7 +32,12 @@ async def test_version_and_groups(apiserver: ApiServer, kube_client: ApiClient) 
     assert api["versions"] == ["v1"]
     groups = await get_json(apiserver, "/apis")
     names = {g["name"] for g in groups["groups"]}
-    assert names == {"storage.k8s.io", "coordination.k8s.io", "events.k8s.io"}
+    assert names == {
+        "storage.k8s.io",
+        "coordination.k8s.io",
+        "events.k8s.io",
+        "snapshot.storage.k8s.io",
+    }
     group = await get_json(apiserver, "/apis/storage.k8s.io")
     assert group["preferredVersion"]["groupVersion"] == "storage.k8s.io/v1"
 

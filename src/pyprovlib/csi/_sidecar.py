@@ -132,6 +132,15 @@ def build_parser() -> RuntimeArgumentParser:
     )
     add_bool_flag(
         parser,
+        "--prevent-volume-mode-conversion",
+        default=True,
+        help="refuse to restore a VolumeSnapshot into a claim whose volumeMode differs from "
+        "the snapshot's source volume, unless its VolumeSnapshotContent is annotated "
+        "snapshot.storage.kubernetes.io/allow-volume-mode-change=true",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
         "--exit-on-connection-loss",
         default=True,
         help="exit when the connection to the driver is lost, so the container restarts "
@@ -142,8 +151,9 @@ def build_parser() -> RuntimeArgumentParser:
 
 
 class CSIProvisionerController(SidecarController[ProvisionController]):
-    """Runs a ProvisionController, the informers it shares with the provisioner, the
-    cloning-protection sweep, and watches the CSI connection; the runtime's Controller.
+    """Runs a ProvisionController, the informers it shares with the provisioner, the sweep of
+    stale cloning- and snapshot-source protection finalizers, and watches the CSI connection;
+    the runtime's Controller.
 
     With ``--exit-on-connection-loss`` a lost connection ends :meth:`run` with an error, so the
     process exits non-zero and is restarted.
@@ -217,6 +227,7 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
                 extra_create_metadata=args.extra_create_metadata,
                 strict_topology=args.strict_topology,
                 immediate_topology=args.immediate_topology,
+                prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
             ),
             informer_factory=factory,
         )

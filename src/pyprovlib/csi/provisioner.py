@@ -13,7 +13,11 @@ GenerateAccessibilityRequirements, cloning protection). Differences, each on pur
 - A volume the driver created smaller than requested is deleted and the attempt FINISHED once
   the delete succeeded (upstream reports IN_BACKGROUND either way).
 - Cloning protection is held while a clone is provisioned by this process and released when
-  no clone of that source is in flight any more, without a separate controller.
+  no clone of that source is in flight any more, without a separate controller. The same goes
+  for the snapshot-source protection of a VolumeSnapshot a volume is restored from.
+- A cross-namespace data source (``dataSourceRef.namespace``, the alpha
+  CrossNamespaceVolumeDataSource feature with ReferenceGrants) is refused with a final error,
+  as upstream does while that feature gate is off (its default).
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import itertools
 import random
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import structlog
 from grpclib.const import Status
@@ -48,6 +52,8 @@ from pyprovlib.kube.resources import (
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
+    VOLUME_SNAPSHOT_CONTENTS,
+    VOLUME_SNAPSHOTS,
     Resource,
 )
 from pyprovlib.kube.rest import ResourceClient
@@ -62,6 +68,7 @@ from pyprovlib.provisioner import (
 )
 
 __all__ = [
+    "ANN_ALLOW_VOLUME_MODE_CHANGE",
     "ANN_DELETION_SECRET_NAME",
     "ANN_DELETION_SECRET_NAMESPACE",
     "CLONE_FINALIZER",
@@ -73,6 +80,9 @@ __all__ = [
     "NODE_STAGE_SECRET",
     "PROVISIONER_ID_KEY",
     "PROVISIONER_SECRET",
+    "SNAPSHOT_API_GROUP",
+    "SNAPSHOT_FINALIZER",
+    "SNAPSHOT_KIND",
     "CSIProvisioner",
     "CSIProvisionerOptions",
     "SecretParams",
@@ -99,6 +109,15 @@ ANN_DELETION_SECRET_NAMESPACE: Final = "volume.kubernetes.io/provisioner-deletio
 """PV annotation recording the provisioner secret's namespace (see ANN_DELETION_SECRET_NAME)."""
 CLONE_FINALIZER: Final = "provisioner.storage.kubernetes.io/cloning-protection"
 """Finalizer on a clone's source claim while the clone is being provisioned."""
+SNAPSHOT_FINALIZER: Final = "provisioner.storage.kubernetes.io/volumesnapshot-as-source-protection"
+"""Finalizer on a VolumeSnapshot while a volume is being restored from it."""
+SNAPSHOT_API_GROUP: Final = "snapshot.storage.k8s.io"
+"""The API group of VolumeSnapshots, as a claim's ``dataSource.apiGroup`` names it."""
+SNAPSHOT_KIND: Final = "VolumeSnapshot"
+"""The kind of a claim's data source that restores a snapshot."""
+ANN_ALLOW_VOLUME_MODE_CHANGE: Final = "snapshot.storage.kubernetes.io/allow-volume-mode-change"
+"""VolumeSnapshotContent annotation that, set to true, lets a claim restore the snapshot with a
+volumeMode other than its source volume's (see ``prevent_volume_mode_conversion``)."""
 
 FSTYPE_KEY: Final = CSI_PARAMETER_PREFIX + "fstype"
 PVC_NAME_KEY: Final = CSI_PARAMETER_PREFIX + "pvc/name"
@@ -211,6 +230,11 @@ class CSIProvisionerOptions:
     clean_up_deleted_claims: bool = True
     """Delete volumes whose claim was deleted while they were created in the background
     (instead of saving a PV for a claim that no longer exists)."""
+    prevent_volume_mode_conversion: bool = True
+    """``--prevent-volume-mode-conversion``: refuse to restore a snapshot into a claim whose
+    volumeMode differs from the snapshot's source volume unless the VolumeSnapshotContent is
+    annotated ``snapshot.storage.kubernetes.io/allow-volume-mode-change: "true"`` (upstream's
+    default since v4.0.0)."""
 
 
 @dataclass(frozen=True)
@@ -556,7 +580,56 @@ def _node_affinity(topologies: Iterable[v1.Topology]) -> Obj | None:
     return {"required": {"nodeSelectorTerms": terms}}
 
 
+def _parse_go_bool(text: str) -> bool | None:
+    """Go's strconv.ParseBool: 1/t/T/TRUE/true/True or 0/f/F/FALSE/false/False, else None."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    return None
+
+
 # -- the provisioner -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SourceRef:
+    """A claim's data source, from ``dataSource`` or else ``dataSourceRef`` (upstream's
+    ``dataSource``): kind, API group ('' for the core group), name and namespace."""
+
+    kind: str
+    api_group: str
+    name: str
+    namespace: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name)."""
+        return (self.namespace, self.name)
+
+    def describe(self) -> str:
+        """``Kind namespace/name`` for messages."""
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def _claim_data_source(claim: Mapping[str, Any]) -> _SourceRef | None:
+    metadata = claim.get("metadata") or {}
+    spec = claim.get("spec") or {}
+    own_namespace = metadata.get("namespace", "")
+    source = spec.get("dataSource")
+    if isinstance(source, Mapping):
+        namespace = own_namespace
+    else:
+        source = spec.get("dataSourceRef")
+        if not isinstance(source, Mapping):
+            return None
+        namespace = source.get("namespace") or own_namespace
+    return _SourceRef(
+        kind=str(source.get("kind") or ""),
+        api_group=str(source.get("apiGroup") or ""),
+        name=str(source.get("name") or ""),
+        namespace=str(namespace),
+    )
 
 
 @dataclass
@@ -567,7 +640,7 @@ class _InFlight:
     claim_namespace: str
     claim_name: str
     request: v1.CreateVolumeRequest
-    clone_source: tuple[str, str] | None
+    protected: tuple[_SourceGuard, tuple[str, str]] | None
 
 
 class _PreparationError(ProvisioningError):
@@ -577,20 +650,151 @@ class _PreparationError(ProvisioningError):
         super().__init__(message, ProvisioningState.NO_CHANGE)
 
 
-def _pending_clone_sources(claims: Iterable[Obj]) -> set[tuple[str, str]]:
-    """(namespace, name) of the claims that a not yet Bound claim wants to clone."""
+def _pending_sources(claims: Iterable[Obj], kind: str) -> set[tuple[str, str]]:
+    """(namespace, name) of the data sources of ``kind`` that a not yet Bound claim names."""
     sources: set[tuple[str, str]] = set()
     for claim in claims:
         metadata = claim.get("metadata") or {}
-        spec = claim.get("spec") or {}
-        source = spec.get("dataSourceRef") or spec.get("dataSource") or {}
-        if source.get("kind") != "PersistentVolumeClaim" or source.get("apiGroup"):
+        source = _claim_data_source(claim)
+        if source is None or source.kind != kind:
+            continue
+        if kind == "PersistentVolumeClaim" and source.api_group:
+            continue
+        if kind == SNAPSHOT_KIND and source.api_group not in ("", SNAPSHOT_API_GROUP):
             continue
         if (claim.get("status") or {}).get("phase") == "Bound" or metadata.get("deletionTimestamp"):
             continue
-        namespace = source.get("namespace") or metadata.get("namespace", "")
-        sources.add((namespace, source.get("name", "")))
+        sources.add(source.key)
     return sources
+
+
+def _pending_clone_sources(claims: Iterable[Obj]) -> set[tuple[str, str]]:
+    """(namespace, name) of the claims that a not yet Bound claim wants to clone."""
+    return _pending_sources(claims, "PersistentVolumeClaim")
+
+
+class _SourceGuard:
+    """A finalizer held on data sources (clone source claims, VolumeSnapshots) while volumes
+    are being created from them: added before the first CreateVolume from a source, removed
+    when no CreateVolume from it is in flight in this process any more."""
+
+    def __init__(self, rest: ResourceClient, finalizer: str, what: str, logger: Any) -> None:
+        self.rest = rest
+        self.finalizer = finalizer
+        self.what = what
+        self.holders: dict[tuple[str, str], set[str]] = {}
+        self.lock = asyncio.Lock()
+        self._log = logger
+
+    async def acquire(self, source: tuple[str, str], uid: str) -> None:
+        """Hold ``source`` for the claim ``uid`` (raises _PreparationError when the finalizer
+        cannot be added)."""
+        async with self.lock:
+            holders = self.holders.setdefault(source, set())
+            first = not holders
+            holders.add(uid)
+            if first:
+                try:
+                    await self.set_finalizer(source, present=True)
+                except ApiException as err:
+                    holders.discard(uid)
+                    if not holders:
+                        del self.holders[source]
+                    raise _PreparationError(
+                        f"cannot protect {self.what} {source[0]}/{source[1]} with the "
+                        f"{self.finalizer} finalizer: {err.status} {err.reason}"
+                    ) from None
+
+    async def release(self, source: tuple[str, str], uid: str) -> None:
+        """Let go of ``source`` for ``uid``; the last holder removes the finalizer."""
+        async with self.lock:
+            holders = self.holders.get(source)
+            if holders is None:
+                return
+            holders.discard(uid)
+            if holders:
+                return
+            del self.holders[source]
+            try:
+                await self.set_finalizer(source, present=False)
+            except ApiException as err:
+                # Left in place, the finalizer only delays the source's deletion (until the
+                # sweep removes it); say so.
+                self._log.warning(
+                    "cannot remove a data source protection finalizer",
+                    finalizer=self.finalizer,
+                    source=f"{self.what} {source[0]}/{source[1]}",
+                    error=f"{err.status} {err.reason}",
+                )
+
+    async def set_finalizer(self, source: tuple[str, str], *, present: bool) -> None:
+        """Add or remove the finalizer (read-modify-write, retried on conflicts)."""
+        namespace, name = source
+        for _attempt in range(5):
+            try:
+                obj = await self.rest.get(name, namespace)
+            except ApiException as err:
+                if not present and is_not_found(err):
+                    return
+                raise
+            metadata = obj.setdefault("metadata", {})
+            finalizers = list(metadata.get("finalizers") or [])
+            if (self.finalizer in finalizers) == present:
+                return
+            if present:
+                finalizers.append(self.finalizer)
+            else:
+                finalizers = [f for f in finalizers if f != self.finalizer]
+            metadata["finalizers"] = finalizers
+            try:
+                await self.rest.replace(obj)
+                return
+            except ApiException as err:
+                if present and is_not_found(err):
+                    raise
+                if not present and is_not_found(err):
+                    return
+                if not is_conflict(err):
+                    raise
+        raise ApiException(status=409, reason=f"Conflict: the {self.what} kept changing")
+
+    async def sweep(
+        self,
+        objects: Iterable[Obj],
+        still_needed: Callable[[tuple[str, str]], Awaitable[bool]],
+    ) -> int:
+        """Remove the finalizer from ``objects`` that no volume being created needs any more:
+        neither held here nor named by a pending claim. ``still_needed(key)`` re-checks a
+        candidate against the API server (a cache may not show a claim created a moment ago).
+        Returns how many finalizers were removed."""
+        removed = 0
+        for obj in objects:
+            metadata = obj.get("metadata") or {}
+            if self.finalizer not in (metadata.get("finalizers") or []):
+                continue
+            key = (metadata.get("namespace", ""), metadata.get("name", ""))
+            if key in self.holders or await still_needed(key):
+                continue
+            async with self.lock:
+                if key in self.holders:
+                    continue  # a restore or clone started meanwhile
+                try:
+                    await self.set_finalizer(key, present=False)
+                except ApiException as err:
+                    self._log.warning(
+                        "cannot remove a stale data source protection finalizer",
+                        finalizer=self.finalizer,
+                        source=f"{self.what} {key[0]}/{key[1]}",
+                        error=f"{err.status} {err.reason}",
+                    )
+                    continue
+            removed += 1
+            self._log.info(
+                "removed a stale data source protection finalizer",
+                finalizer=self.finalizer,
+                source=f"{self.what} {key[0]}/{key[1]}",
+            )
+        return removed
 
 
 class _Reader:
@@ -625,7 +829,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
     """Provisions and deletes volumes through a CSI driver (external-provisioner's core).
 
     ``client`` is a kubernetes-asyncio ApiClient used for Secrets, Nodes, CSINodes, claims,
-    PVs, StorageClasses and VolumeAttachments; ``connection`` an opened
+    PVs, StorageClasses, VolumeAttachments, VolumeSnapshots and VolumeSnapshotContents;
+    ``connection`` an opened
     :class:`~pyprovlib.csi.connection.CSIConnection` (its driver name is the provisioner name).
     With ``informer_factory`` (the one the ProvisionController shares, started by the caller)
     StorageClasses, VolumeAttachments, Nodes and CSINodes are read from its caches.
@@ -660,10 +865,16 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         topology_factory = informer_factory if self.supports_topology else None
         self._nodes = _Reader(client, NODES, topology_factory)
         self._csinodes = _Reader(client, CSINODES, topology_factory)
+        self._snapshots = ResourceClient(client, VOLUME_SNAPSHOTS)
+        self._snapshot_contents = ResourceClient(client, VOLUME_SNAPSHOT_CONTENTS)
         self._in_flight: dict[str, _InFlight] = {}
-        self._clones_in_flight: dict[tuple[str, str], set[str]] = {}
-        self._clone_lock = asyncio.Lock()
         self._log = log.bind(driver=self.driver_name)
+        self._clone_guard = _SourceGuard(
+            self._claims, CLONE_FINALIZER, "clone source claim", self._log
+        )
+        self._snapshot_guard = _SourceGuard(
+            self._snapshots, SNAPSHOT_FINALIZER, "VolumeSnapshot", self._log
+        )
 
     # -- capabilities ---------------------------------------------------------------------
 
@@ -680,6 +891,11 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
     def supports_clone(self) -> bool:
         """The driver has CLONE_VOLUME."""
         return ControllerCap.CLONE_VOLUME in self.connection.controller_capabilities
+
+    @property
+    def supports_snapshot(self) -> bool:
+        """The driver has CREATE_DELETE_SNAPSHOT (needed to restore a VolumeSnapshot)."""
+        return ControllerCap.CREATE_DELETE_SNAPSHOT in self.connection.controller_capabilities
 
     @property
     def in_flight(self) -> frozenset[str]:
@@ -701,16 +917,14 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         if previous is not None and self.options.clean_up_deleted_claims:
             await self._clean_up_if_claim_deleted(previous, uid, storage_class, logger)
 
-        request, provisioner_secret, clone_source = await self._prepare(
-            options, claim, storage_class
-        )
+        request, provisioner_secret, protected = await self._prepare(options, claim, storage_class)
         may_reschedule = self.supports_topology and options.selected_node_name is not None
         self._in_flight[uid] = _InFlight(
             request.name,
             metadata.get("namespace", ""),
             metadata.get("name", ""),
             request,
-            clone_source,
+            protected,
         )
         logger.debug("calling CreateVolume", volume_name=request.name)
         try:
@@ -734,7 +948,22 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         requested = request.capacity_range.required_bytes if request.capacity_range else 0
         capacity = volume.capacity_bytes or requested
         if capacity < requested:
-            await self._delete_undersized(volume.volume_id, request, capacity, requested, uid)
+            await self._delete_rejected(
+                volume.volume_id,
+                request,
+                f"created volume capacity {capacity} less than requested capacity {requested}",
+                uid,
+            )
+        if _claim_data_source(claim) is not None and volume.content_source is None:
+            # Upstream's check: a driver that ignored the data source made an empty volume,
+            # which must not be handed out as a copy of the source.
+            await self._delete_rejected(
+                volume.volume_id,
+                request,
+                f"CSI driver {self.driver_name} created volume {volume.volume_id} without the "
+                "requested content source (volume content source missing)",
+                uid,
+            )
         await self._finish(uid)
         pv = self._build_volume(
             options,
@@ -750,18 +979,18 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
 
     async def _finish(self, uid: str) -> None:
         entry = self._in_flight.pop(uid, None)
-        if entry is not None and entry.clone_source is not None:
-            await self._release_clone(entry.clone_source, uid)
+        if entry is not None and entry.protected is not None:
+            guard, source = entry.protected
+            await guard.release(source, uid)
 
-    async def _delete_undersized(
+    async def _delete_rejected(
         self,
         volume_id: str,
         request: v1.CreateVolumeRequest,
-        capacity: int,
-        requested: int,
+        message: str,
         uid: str,
-    ) -> None:
-        message = f"created volume capacity {capacity} less than requested capacity {requested}"
+    ) -> NoReturn:
+        """Delete a volume the driver created but that cannot be used; always raises."""
         try:
             await self.connection.delete_volume(
                 v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(request.secrets))
@@ -839,9 +1068,14 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
 
     async def _prepare(
         self, options: ProvisionOptions, claim: Obj, storage_class: Obj
-    ) -> tuple[v1.CreateVolumeRequest, SecretRef | None, tuple[str, str] | None]:
+    ) -> tuple[
+        v1.CreateVolumeRequest, SecretRef | None, tuple[_SourceGuard, tuple[str, str]] | None
+    ]:
         metadata = claim.get("metadata") or {}
         spec = claim.get("spec") or {}
+        data_source = _claim_data_source(claim)
+        if data_source is not None:
+            self._check_data_source(claim, data_source)
         class_name = (storage_class.get("metadata") or {}).get("name", "")
         parameters: dict[str, str] = dict(storage_class.get("parameters") or {})
         try:
@@ -916,20 +1150,20 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
             secrets=secrets,
         )
 
-        clone_source: tuple[str, str] | None = None
-        data_source = spec.get("dataSourceRef") or spec.get("dataSource")
-        if data_source:
-            request.volume_content_source, clone_source = await self._content_source(
+        protected: tuple[_SourceGuard, tuple[str, str]] | None = None
+        if data_source is not None:
+            request.volume_content_source, guard = await self._content_source(
                 claim, data_source, requested, block
             )
+            protected = (guard, data_source.key)
 
         if self.supports_topology:
             request.accessibility_requirements = await self._accessibility(
                 options, claim, storage_class
             )
-        if clone_source is not None:
-            await self._protect_clone_source(clone_source, metadata.get("uid", ""))
-        return request, provisioner_secret, clone_source
+        if protected is not None:
+            await protected[0].acquire(protected[1], metadata.get("uid", ""))
+        return request, provisioner_secret, protected
 
     async def _read_secret(self, ref: SecretRef) -> dict[str, str]:
         try:
@@ -950,27 +1184,63 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
                 ) from None
         return data
 
-    async def _content_source(
-        self, claim: Obj, data_source: Mapping[str, Any], requested: int, block: bool
-    ) -> tuple[v1.VolumeContentSource, tuple[str, str] | None]:
-        kind = data_source.get("kind")
-        group = data_source.get("apiGroup") or ""
-        name = data_source.get("name", "")
+    def _check_data_source(self, claim: Obj, source: _SourceRef) -> None:
+        """What upstream checks before anything else (final errors): a name, the claim's own
+        namespace, the right API group, and the driver capability the source needs."""
         metadata = claim.get("metadata") or {}
-        namespace = data_source.get("namespace") or metadata.get("namespace", "")
-        if kind != "PersistentVolumeClaim" or group:
-            raise _PreparationError(
-                f"unsupported data source {group or 'core'}/{kind} {name!r}: only "
-                "PersistentVolumeClaim clones are supported by this provisioner"
+        claim_key = f"{metadata.get('namespace')}/{metadata.get('name')}"
+        if not source.name:
+            raise ProvisioningError(
+                f"claim {claim_key}: its data source {source.kind or '(no kind)'} has no name; "
+                "set spec.dataSource.name"
             )
-        if namespace != metadata.get("namespace"):
-            raise _PreparationError(
-                f"the clone source claim {namespace}/{name} must be in the claim's namespace"
+        if source.namespace != metadata.get("namespace"):
+            raise ProvisioningError(
+                f"claim {claim_key} names {source.describe()} as its data source "
+                "(dataSourceRef.namespace): cross-namespace data sources (the "
+                "CrossNamespaceVolumeDataSource feature with ReferenceGrants) are not "
+                f"supported by this provisioner; use a source in namespace "
+                f"{metadata.get('namespace')}"
             )
-        if not self.supports_clone:
+        if source.kind == SNAPSHOT_KIND:
+            if source.api_group != SNAPSHOT_API_GROUP:
+                raise ProvisioningError(
+                    f"claim {claim_key}: data source VolumeSnapshot {source.name!r} must have "
+                    f"apiGroup {SNAPSHOT_API_GROUP}, not {source.api_group or 'the core group'}"
+                )
+            if not self.supports_snapshot:
+                raise ProvisioningError(
+                    f"CSI driver {self.driver_name} does not support snapshot restore: "
+                    "controller CREATE_DELETE_SNAPSHOT capability is not reported, so claim "
+                    f"{claim_key} cannot be restored from {source.describe()}; use a "
+                    "StorageClass whose driver supports snapshots, or remove the data source"
+                )
+        elif source.kind == "PersistentVolumeClaim" and not source.api_group:
+            if not self.supports_clone:
+                raise ProvisioningError(
+                    f"CSI driver {self.driver_name} does not support clone operations: "
+                    "controller CLONE_VOLUME capability is not reported, so claim "
+                    f"{claim_key} cannot be cloned from {source.describe()}"
+                )
+        else:
             raise _PreparationError(
-                f"CSI driver {self.driver_name} does not support cloning (CLONE_VOLUME)"
+                f"unsupported data source {source.api_group or 'core'}/{source.kind} "
+                f"{source.name!r}: only PersistentVolumeClaim clones and VolumeSnapshot "
+                "restores are supported by this provisioner"
             )
+
+    async def _content_source(
+        self, claim: Obj, data_source: _SourceRef, requested: int, block: bool
+    ) -> tuple[v1.VolumeContentSource, _SourceGuard]:
+        if data_source.kind == SNAPSHOT_KIND:
+            content = await self._snapshot_source(claim, data_source, requested)
+            return content, self._snapshot_guard
+        return await self._clone_source(claim, data_source, requested, block), self._clone_guard
+
+    async def _clone_source(
+        self, claim: Obj, data_source: _SourceRef, requested: int, block: bool
+    ) -> v1.VolumeContentSource:
+        namespace, name = data_source.key
         try:
             source = await self._claims.get(name, namespace)
         except ApiException as err:
@@ -1025,10 +1295,139 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
                 f"the clone source's PV {volume_name!r} belongs to another CSI driver"
                 f" ({csi.get('driver')!r})"
             )
-        content = v1.VolumeContentSource(
+        return v1.VolumeContentSource(
             volume=v1.VolumeContentSourceVolumeSource(volume_id=csi.get("volumeHandle", ""))
         )
-        return content, (namespace, name)
+
+    async def _snapshot_source(
+        self, claim: Obj, data_source: _SourceRef, requested: int
+    ) -> v1.VolumeContentSource:
+        """Upstream's ``getSnapshotSource``: the VolumeSnapshot and its VolumeSnapshotContent
+        must point at each other, belong to this driver, be ready, have a snapshot handle, fit
+        in the claim and (with ``prevent_volume_mode_conversion``) keep the volume mode."""
+        namespace, name = data_source.key
+        what = f"VolumeSnapshot {namespace}/{name}"
+        claim_meta = claim.get("metadata") or {}
+        claim_key = f"{claim_meta.get('namespace')}/{claim_meta.get('name')}"
+        try:
+            snapshot = await self._snapshots.get(name, namespace)
+        except ApiException as err:
+            if is_not_found(err):
+                raise _PreparationError(
+                    f"{what} not found: create it, or fix the data source of claim "
+                    f"{claim_key}; provisioning is retried until it exists"
+                ) from None
+            raise _PreparationError(f"error getting {what}: {err.status} {err.reason}") from None
+        snap_meta = snapshot.get("metadata") or {}
+        if snap_meta.get("deletionTimestamp") and SNAPSHOT_FINALIZER not in (
+            snap_meta.get("finalizers") or []
+        ):
+            # With our finalizer on it, a restore from it started before the deletion: finish
+            # it. Without, this is a new restore from a snapshot that is going away.
+            raise _PreparationError(
+                f"{what} is being deleted: restore claim {claim_key} from another snapshot"
+            )
+        status = snapshot.get("status") or {}
+        content_name = status.get("boundVolumeSnapshotContentName")
+        if not content_name:
+            raise _PreparationError(
+                f"{what} is not bound to a VolumeSnapshotContent yet; provisioning is retried "
+                "until the snapshot controller binds it"
+            )
+        try:
+            content = await self._snapshot_contents.get(content_name)
+        except ApiException as err:
+            raise _PreparationError(
+                f"{what} is not bound: error getting its VolumeSnapshotContent {content_name}: "
+                f"{err.status} {err.reason}"
+            ) from None
+        content_spec = content.get("spec") or {}
+        ref = content_spec.get("volumeSnapshotRef") or {}
+        if (ref.get("uid"), ref.get("namespace"), ref.get("name")) != (
+            snap_meta.get("uid"),
+            namespace,
+            name,
+        ):
+            raise _PreparationError(
+                f"{what} is not bound: its VolumeSnapshotContent {content_name} points at "
+                f"another snapshot ({ref.get('namespace')}/{ref.get('name')}, uid "
+                f"{ref.get('uid')}); a snapshot is usable once it and its content point at "
+                "each other"
+            )
+        driver = content_spec.get("driver")
+        if driver != self.driver_name:
+            raise _PreparationError(
+                f"{what} was taken by CSI driver {driver!r} (VolumeSnapshotContent "
+                f"{content_name}), not {self.driver_name}: restore it with a StorageClass of "
+                "that driver"
+            )
+        if status.get("readyToUse") is not True:
+            raise _PreparationError(
+                f"{what} is not ready to use yet; provisioning is retried until it is"
+            )
+        handle = (content.get("status") or {}).get("snapshotHandle")
+        if not handle:
+            raise _PreparationError(
+                f"the snapshot handle of {what} is not available yet (VolumeSnapshotContent "
+                f"{content_name} has no status.snapshotHandle)"
+            )
+        restore_size = status.get("restoreSize")
+        if restore_size is not None:
+            try:
+                restore_bytes = parse_storage_size(
+                    str(restore_size) if isinstance(restore_size, int) else restore_size,
+                    what=f"restoreSize of {what}",
+                )
+            except ValueError as err:
+                raise _PreparationError(str(err)) from None
+            if requested < restore_bytes:
+                raise _PreparationError(
+                    f"requested volume size {requested} is less than the size {restore_bytes} "
+                    f"of the source {what}: claim {claim_key} must request at least "
+                    f"{restore_size}"
+                )
+            # A larger volume is fine: the driver expands what it restores.
+        if self.options.prevent_volume_mode_conversion:
+            self._check_volume_mode(claim, claim_key, what, content)
+        return v1.VolumeContentSource(
+            snapshot=v1.VolumeContentSourceSnapshotSource(snapshot_id=handle)
+        )
+
+    @staticmethod
+    def _check_volume_mode(claim: Obj, claim_key: str, what: str, content: Obj) -> None:
+        """A restore may change the volume mode only when the content allows it."""
+        source_mode = (content.get("spec") or {}).get("sourceVolumeMode")
+        claim_mode = (claim.get("spec") or {}).get("volumeMode")
+        if not source_mode or not claim_mode or source_mode == claim_mode:
+            return
+        content_name = (content.get("metadata") or {}).get("name", "")
+        refusal = (
+            f"claim {claim_key} (volumeMode {claim_mode}) would change the volume mode of the "
+            f"source volume ({source_mode}) of {what} but does not have permission to do so: "
+        )
+        fix = (
+            f"; annotate VolumeSnapshotContent {content_name} with "
+            f'{ANN_ALLOW_VOLUME_MODE_CHANGE}="true" to allow it, or request volumeMode '
+            f"{source_mode}"
+        )
+        annotations = (content.get("metadata") or {}).get("annotations") or {}
+        value = annotations.get(ANN_ALLOW_VOLUME_MODE_CHANGE)
+        if value is None:
+            raise _PreparationError(
+                f"{refusal}annotation {ANN_ALLOW_VOLUME_MODE_CHANGE} is not present on "
+                f"VolumeSnapshotContent {content_name}{fix}"
+            )
+        allowed = _parse_go_bool(value)
+        if allowed is None:
+            raise _PreparationError(
+                f"{refusal}annotation {ANN_ALLOW_VOLUME_MODE_CHANGE} on VolumeSnapshotContent "
+                f"{content_name} is {value!r}, not a boolean{fix}"
+            )
+        if not allowed:
+            raise _PreparationError(
+                f"{refusal}{ANN_ALLOW_VOLUME_MODE_CHANGE} is set to false on "
+                f"VolumeSnapshotContent {content_name}{fix}"
+            )
 
     async def _accessibility(
         self, options: ProvisionOptions, claim: Obj, storage_class: Obj
@@ -1135,69 +1534,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
             pv["spec"]["nodeAffinity"] = affinity
         return to_model(pv, V1PersistentVolume)
 
-    # -- clone protection -----------------------------------------------------------------
-
-    async def _protect_clone_source(self, source: tuple[str, str], uid: str) -> None:
-        async with self._clone_lock:
-            holders = self._clones_in_flight.setdefault(source, set())
-            first = not holders
-            holders.add(uid)
-            if first:
-                try:
-                    await self._set_finalizer(source, present=True)
-                except ApiException as err:
-                    holders.discard(uid)
-                    if not holders:
-                        del self._clones_in_flight[source]
-                    raise _PreparationError(
-                        f"cannot protect clone source claim {source[0]}/{source[1]}: "
-                        f"{err.status} {err.reason}"
-                    ) from None
-
-    async def _release_clone(self, source: tuple[str, str], uid: str) -> None:
-        async with self._clone_lock:
-            holders = self._clones_in_flight.get(source)
-            if holders is None:
-                return
-            holders.discard(uid)
-            if holders:
-                return
-            del self._clones_in_flight[source]
-            try:
-                await self._set_finalizer(source, present=False)
-            except ApiException as err:
-                # Left in place, the finalizer only delays the source's deletion; say so.
-                self._log.warning(
-                    "cannot remove the cloning-protection finalizer",
-                    claim=f"{source[0]}/{source[1]}",
-                    error=f"{err.status} {err.reason}",
-                )
-
-    async def _set_finalizer(self, source: tuple[str, str], *, present: bool) -> None:
-        namespace, name = source
-        for _attempt in range(5):
-            try:
-                claim = await self._claims.get(name, namespace)
-            except ApiException as err:
-                if not present and is_not_found(err):
-                    return
-                raise
-            metadata = claim.setdefault("metadata", {})
-            finalizers = list(metadata.get("finalizers") or [])
-            if (CLONE_FINALIZER in finalizers) == present:
-                return
-            if present:
-                finalizers.append(CLONE_FINALIZER)
-            else:
-                finalizers = [f for f in finalizers if f != CLONE_FINALIZER]
-            metadata["finalizers"] = finalizers
-            try:
-                await self._claims.replace(claim)
-                return
-            except ApiException as err:
-                if not is_conflict(err):
-                    raise
-        raise ApiException(status=409, reason="Conflict: the claim kept changing")
+    # -- data source protection -----------------------------------------------------------
 
     async def sweep_clone_protection(self) -> int:
         """Remove the cloning-protection finalizer from claims that no clone needs any more
@@ -1206,47 +1543,64 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         needed while a clone of it is in flight here, or any claim naming it as dataSource is
         not yet Bound. Returns how many finalizers were removed."""
         claims = await self._claim_cache.list()
-        needed = set(self._clones_in_flight) | _pending_clone_sources(claims)
-        removed = 0
-        for claim in claims:
-            metadata = claim.get("metadata") or {}
-            if CLONE_FINALIZER not in (metadata.get("finalizers") or []):
-                continue
-            key = (metadata.get("namespace", ""), metadata.get("name", ""))
-            if key in needed:
-                continue
+        pending = _pending_clone_sources(claims)
+
+        async def still_needed(key: tuple[str, str]) -> bool:
+            if key in pending:
+                return True
             # The cache may not show a clone created a moment ago: confirm with the server.
             fresh = (await self._claims.list(key[0])).get("items") or []
-            if key in _pending_clone_sources(fresh):
-                continue
-            async with self._clone_lock:
-                if key in self._clones_in_flight:
-                    continue  # a clone started meanwhile
-                try:
-                    await self._set_finalizer(key, present=False)
-                except ApiException as err:
-                    self._log.warning(
-                        "cannot remove a stale cloning-protection finalizer",
-                        claim=f"{key[0]}/{key[1]}",
-                        error=f"{err.status} {err.reason}",
-                    )
-                    continue
-            removed += 1
-            self._log.info(
-                "removed a stale cloning-protection finalizer", claim=f"{key[0]}/{key[1]}"
-            )
-        return removed
+            return key in _pending_clone_sources(fresh)
+
+        return await self._clone_guard.sweep(claims, still_needed)
+
+    async def sweep_snapshot_protection(self) -> int:
+        """Remove the snapshot-source protection finalizer from VolumeSnapshots that no
+        restore needs any more (upstream's SnapshotFinalizerController): none is in flight here
+        and no claim naming the snapshot as its data source is still pending. Does nothing for
+        a driver without CREATE_DELETE_SNAPSHOT, or when VolumeSnapshots cannot be listed (the
+        snapshot CRDs are not installed, or RBAC does not allow it). Returns how many
+        finalizers were removed."""
+        if not self.supports_snapshot:
+            return 0
+        try:
+            snapshots = (await self._snapshots.list()).get("items") or []
+        except ApiException as err:
+            if err.status in (403, 404):
+                self._log.debug(
+                    "cannot list VolumeSnapshots; snapshot-source protection sweep skipped",
+                    error=f"{err.status} {err.reason}",
+                )
+                return 0
+            raise
+        if not any(
+            SNAPSHOT_FINALIZER in ((o.get("metadata") or {}).get("finalizers") or [])
+            for o in snapshots
+        ):
+            return 0
+        pending = _pending_sources(await self._claim_cache.list(), SNAPSHOT_KIND)
+
+        async def still_needed(key: tuple[str, str]) -> bool:
+            if key in pending:
+                return True
+            fresh = (await self._claims.list(key[0])).get("items") or []
+            return key in _pending_sources(fresh, SNAPSHOT_KIND)
+
+        return await self._snapshot_guard.sweep(snapshots, still_needed)
 
     async def run_clone_protection(self, interval: float = 60.0) -> None:
-        """Sweep stale cloning-protection finalizers every ``interval`` seconds until
-        cancelled (run it next to the controller)."""
+        """Sweep stale cloning-protection and snapshot-source protection finalizers every
+        ``interval`` seconds until cancelled (run it next to the controller)."""
         while True:
-            try:
-                await self.sweep_clone_protection()
-            except ApiException as err:
-                self._log.warning(
-                    "cloning-protection sweep failed", error=f"{err.status} {err.reason}"
-                )
+            for sweep in (self.sweep_clone_protection, self.sweep_snapshot_protection):
+                try:
+                    await sweep()
+                except ApiException as err:
+                    self._log.warning(
+                        "data source protection sweep failed",
+                        sweep=sweep.__name__,
+                        error=f"{err.status} {err.reason}",
+                    )
             await self.connection.clock.sleep(interval)
 
     # -- delete ---------------------------------------------------------------------------

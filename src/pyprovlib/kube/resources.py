@@ -24,6 +24,9 @@ __all__ = [
     "SECRETS",
     "STORAGE_CLASSES",
     "VOLUME_ATTACHMENTS",
+    "VOLUME_SNAPSHOTS",
+    "VOLUME_SNAPSHOT_CLASSES",
+    "VOLUME_SNAPSHOT_CONTENTS",
     "Resource",
     "resource_for",
 ]
@@ -41,6 +44,9 @@ class Resource:
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = field(default=())
     singular: str = ""
+    custom: bool = False
+    """Served from a CustomResourceDefinition (e.g. the snapshot CRDs of external-snapshotter):
+    the API server validates it against the CRD's schema and refuses strategic merge patches."""
 
     @property
     def api_version(self) -> str:
@@ -137,6 +143,45 @@ LEASES = Resource("coordination.k8s.io", "v1", "Lease", "leases", True, (), (), 
 """coordination.k8s.io/v1 Leases, used for leader election (namespaced)."""
 EVENTS_V1 = Resource("events.k8s.io", "v1", "Event", "events", True, ("ev",), (), "event")
 """events.k8s.io/v1 Events, the newer view of the same Event objects (namespaced)."""
+VOLUME_SNAPSHOTS = Resource(
+    "snapshot.storage.k8s.io",
+    "v1",
+    "VolumeSnapshot",
+    "volumesnapshots",
+    True,
+    ("vs",),
+    ("status",),
+    "volumesnapshot",
+    custom=True,
+)
+"""snapshot.storage.k8s.io/v1 VolumeSnapshots, a user's request for a snapshot (namespaced;
+status subresource; a CRD of kubernetes-csi/external-snapshotter)."""
+VOLUME_SNAPSHOT_CONTENTS = Resource(
+    "snapshot.storage.k8s.io",
+    "v1",
+    "VolumeSnapshotContent",
+    "volumesnapshotcontents",
+    False,
+    ("vsc", "vscs"),
+    ("status",),
+    "volumesnapshotcontent",
+    custom=True,
+)
+"""snapshot.storage.k8s.io/v1 VolumeSnapshotContents, the snapshot on the storage system
+(cluster-scoped; status subresource; a CRD of kubernetes-csi/external-snapshotter)."""
+VOLUME_SNAPSHOT_CLASSES = Resource(
+    "snapshot.storage.k8s.io",
+    "v1",
+    "VolumeSnapshotClass",
+    "volumesnapshotclasses",
+    False,
+    ("vsclass", "vsclasses"),
+    (),
+    "volumesnapshotclass",
+    custom=True,
+)
+"""snapshot.storage.k8s.io/v1 VolumeSnapshotClasses (cluster-scoped; a CRD of
+kubernetes-csi/external-snapshotter)."""
 
 RESOURCES: tuple[Resource, ...] = (
     PERSISTENT_VOLUMES,
@@ -153,6 +198,9 @@ RESOURCES: tuple[Resource, ...] = (
     CSIDRIVERS,
     LEASES,
     EVENTS_V1,
+    VOLUME_SNAPSHOTS,
+    VOLUME_SNAPSHOT_CONTENTS,
+    VOLUME_SNAPSHOT_CLASSES,
 )
 """Every resource pyprovlib knows, in one table (the in-memory API server serves these)."""
 

@@ -148,7 +148,11 @@ def openapi_v3_document(gv_path: str) -> Obj | None:
     schemas: Obj = {}
     for r in members:
         gvk = {"group": r.group, "version": r.version, "kind": r.kind}
-        schema_name = f"io.k8s.api.{(r.group or 'core').split('.')[0]}.{r.version}.{r.kind}"
+        if r.custom:
+            # a CRD's schema is named after its group reversed, as kube-apiserver publishes it
+            schema_name = ".".join([*reversed(r.group.split(".")), r.version, r.kind])
+        else:
+            schema_name = f"io.k8s.api.{(r.group or 'core').split('.')[0]}.{r.version}.{r.kind}"
         schemas[schema_name] = {
             "type": "object",
             "description": f"{r.kind} of {r.api_version}",
@@ -353,7 +357,58 @@ def _columns(resource: Resource) -> list[Obj]:
         return [name, _col("Holder"), age]
     if resource is R.CSINODES:
         return [name, _col("Drivers", typ="integer"), age]
+    if resource.custom:
+        return [name, *_CRD_COLUMNS[resource], _col("Age", typ="date")]
     return [name, age]
+
+
+# The additionalPrinterColumns of external-snapshotter's CRDs: (name, type, JSON path), after
+# Name and before Age.
+_CRD_PRINTER_COLUMNS: dict[Resource, tuple[tuple[str, str, str], ...]] = {
+    R.VOLUME_SNAPSHOTS: (
+        ("ReadyToUse", "boolean", "status.readyToUse"),
+        ("SourcePVC", "string", "spec.source.persistentVolumeClaimName"),
+        ("SourceSnapshotContent", "string", "spec.source.volumeSnapshotContentName"),
+        ("RestoreSize", "string", "status.restoreSize"),
+        ("SnapshotClass", "string", "spec.volumeSnapshotClassName"),
+        ("SnapshotContent", "string", "status.boundVolumeSnapshotContentName"),
+        ("CreationTime", "date", "status.creationTime"),
+    ),
+    R.VOLUME_SNAPSHOT_CONTENTS: (
+        ("ReadyToUse", "boolean", "status.readyToUse"),
+        ("RestoreSize", "integer", "status.restoreSize"),
+        ("DeletionPolicy", "string", "spec.deletionPolicy"),
+        ("Driver", "string", "spec.driver"),
+        ("VolumeSnapshotClass", "string", "spec.volumeSnapshotClassName"),
+        ("VolumeSnapshot", "string", "spec.volumeSnapshotRef.name"),
+        ("VolumeSnapshotNamespace", "string", "spec.volumeSnapshotRef.namespace"),
+    ),
+    R.VOLUME_SNAPSHOT_CLASSES: (
+        ("Driver", "string", "driver"),
+        ("DeletionPolicy", "string", "deletionPolicy"),
+    ),
+}
+_CRD_COLUMNS: dict[Resource, list[Obj]] = {
+    r: [_col(n, typ=t, fmt="date-time" if t == "date" else "") for n, t, _p in columns]
+    for r, columns in _CRD_PRINTER_COLUMNS.items()
+}
+
+
+def _crd_cell(obj: Obj, path: str, typ: str, now: datetime) -> Any:
+    """One printer-column cell: None when the field is absent (kubectl prints <none>), a
+    ``date`` as the time since it."""
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    if cur is None:
+        return None
+    if typ == "date":
+        try:
+            when = datetime.fromisoformat(str(cur).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return human_duration((now - when).total_seconds())
+    return cur
 
 
 def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
@@ -463,6 +518,12 @@ def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
         return [name, spec.get("holderIdentity") or "", age]
     if resource is R.CSINODES:
         return [name, len(spec.get("drivers") or []), age]
+    if resource.custom:
+        return [
+            name,
+            *(_crd_cell(obj, p, t, now) for _n, t, p in _CRD_PRINTER_COLUMNS[resource]),
+            age,
+        ]
     return [name, age]
 
 

@@ -40,8 +40,10 @@ from pyprovlib.testing._status import (
 from pyprovlib.testing._storage import Obj, Storage
 from pyprovlib.testing._validation import (
     default_on_create,
+    default_on_update,
     type_check,
     validate_create,
+    validate_status_update,
     validate_update,
 )
 
@@ -55,6 +57,8 @@ _STATUS_SUBRESOURCE = frozenset(
         R.NAMESPACES,
         R.PODS,
         R.VOLUME_ATTACHMENTS,
+        R.VOLUME_SNAPSHOTS,
+        R.VOLUME_SNAPSHOT_CONTENTS,
     }
 )
 # Registries whose strategy says AllowCreateOnUpdate.
@@ -412,6 +416,9 @@ class Registry:
             else:
                 merged.pop("status", None)
             new = merged
+            causes = validate_status_update(resource, old, new)
+            if causes:
+                raise invalid(resource, name, causes)
         else:
             if resource in _STATUS_SUBRESOURCE:
                 if "status" in old:
@@ -436,6 +443,7 @@ class Registry:
                 labels = meta.get("labels") or {}
                 labels["kubernetes.io/metadata.name"] = name
                 meta["labels"] = labels
+            default_on_update(resource, new)
             causes = validate_update(resource, old, new)
             if old_meta.get("deletionTimestamp"):
                 added = [
@@ -498,6 +506,15 @@ class Registry:
             raise unsupported_media_type(content_type)
         if content_type == "application/apply-patch+yaml":
             raise unsupported_media_type(content_type)
+        if resource.custom and content_type == "application/strategic-merge-patch+json":
+            # custom resources have no patch strategies: the CRD handler refuses the type
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml",
+                "UnsupportedMediaType",
+            )
         try:
             patch = json.loads(raw) if raw else None
         except ValueError as e:

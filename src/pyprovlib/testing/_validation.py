@@ -18,9 +18,11 @@ from pyprovlib.testing._status import ApiError, bad_request
 __all__ = [
     "Cause",
     "default_on_create",
+    "default_on_update",
     "type_check",
     "validate_create",
     "validate_name",
+    "validate_status_update",
     "validate_update",
 ]
 
@@ -136,6 +138,8 @@ _FIELD_TYPES: dict[Resource, dict[str, str]] = {
         "spec.volumeName": "string",
         "spec.volumeMode": "string",
         "spec.selector": "object",
+        "spec.dataSource": "object",
+        "spec.dataSourceRef": "object",
         "status": "object",
         "status.phase": "string",
     },
@@ -300,6 +304,7 @@ def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
     if resource is R.PERSISTENT_VOLUME_CLAIMS:
         if isinstance(spec, dict):
             spec.setdefault("volumeMode", "Filesystem")
+            _normalize_data_sources(spec)
         obj["status"] = {"phase": "Pending"}
     elif resource is R.PERSISTENT_VOLUMES:
         if isinstance(spec, dict):
@@ -339,6 +344,334 @@ def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
     elif resource is R.NODES:
         obj.setdefault("spec", {})
         obj.setdefault("status", {})
+    elif resource in (R.VOLUME_SNAPSHOTS, R.VOLUME_SNAPSHOT_CONTENTS):
+        # A CRD with the status subresource ignores the status of a create.
+        obj.pop("status", None)
+
+
+def default_on_update(resource: Resource, obj: dict[str, Any]) -> None:
+    """What the registries' PrepareForUpdate fills in before an update is validated."""
+    spec = obj.get("spec")
+    if resource is R.PERSISTENT_VOLUME_CLAIMS and isinstance(spec, dict):
+        _normalize_data_sources(spec)
+
+
+def _normalize_data_sources(spec: dict[str, Any]) -> None:
+    """The claim's dataSource and dataSourceRef mirror each other (NormalizeDataSources):
+    either one given alone fills the other, except a cross-namespace dataSourceRef."""
+    source = spec.get("dataSource")
+    ref = spec.get("dataSourceRef")
+    if isinstance(source, dict) and ref is None:
+        spec["dataSourceRef"] = {
+            k: source[k] for k in ("apiGroup", "kind", "name") if source.get(k) is not None
+        }
+    elif isinstance(ref, dict) and source is None and not ref.get("namespace"):
+        spec["dataSource"] = {
+            k: ref[k] for k in ("apiGroup", "kind", "name") if ref.get(k) is not None
+        }
+
+
+def _data_source_causes(spec: dict[str, Any]) -> list[Cause]:
+    """validateDataSource / validateDataSourceRef of a claim's spec."""
+    causes: list[Cause] = []
+    for key in ("dataSource", "dataSourceRef"):
+        ref = spec.get(key)
+        if not isinstance(ref, dict):
+            continue
+        if not ref.get("name"):
+            causes.append(_required(f"spec.{key}.name"))
+        if not ref.get("kind"):
+            causes.append(_required(f"spec.{key}.kind"))
+        elif not ref.get("apiGroup") and ref["kind"] != "PersistentVolumeClaim":
+            causes.append(
+                _invalid_value(
+                    f"spec.{key}",
+                    ref["kind"],
+                    "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
+                )
+            )
+        group = ref.get("apiGroup")
+        if group and (len(group) > 253 or not _SUBDOMAIN.match(group)):
+            causes.append(_invalid_value(f"spec.{key}.apiGroup", group, _SUBDOMAIN_MSG))
+        if key == "dataSourceRef" and ref.get("namespace"):
+            for msg in validate_name(R.NAMESPACES, ref["namespace"]):
+                causes.append((msg[0], msg[1], "spec.dataSourceRef.namespace"))
+    source = spec.get("dataSource")
+    ref = spec.get("dataSourceRef")
+    if isinstance(source, dict) and isinstance(ref, dict) and not ref.get("namespace"):
+        same = all(source.get(k) == ref.get(k) for k in ("apiGroup", "kind", "name"))
+        if not same:
+            causes.append(_invalid_value("spec.dataSource", "...", "must match dataSourceRef"))
+    return causes
+
+
+# --- the snapshot CRDs (kubernetes-csi/external-snapshotter, snapshot.storage.k8s.io/v1) ---
+#
+# A custom resource is decoded without a Go struct: a field of the wrong JSON type is not a 400
+# but a schema violation (422), as are the required fields, the enums and the CEL rules
+# (x-kubernetes-validations) of the CRDs' openAPIV3Schema, reduced here to what they check.
+
+_CRD_TYPES: dict[Resource, dict[str, str]] = {
+    R.VOLUME_SNAPSHOTS: {
+        "spec": "object",
+        "spec.source": "object",
+        "spec.source.persistentVolumeClaimName": "string",
+        "spec.source.volumeSnapshotContentName": "string",
+        "spec.volumeSnapshotClassName": "string",
+        "status": "object",
+        "status.boundVolumeSnapshotContentName": "string",
+        "status.creationTime": "string",
+        "status.readyToUse": "boolean",
+        "status.restoreSize": "quantity",
+        "status.error": "object",
+        "status.error.message": "string",
+        "status.error.time": "string",
+        "status.volumeGroupSnapshotName": "string",
+    },
+    R.VOLUME_SNAPSHOT_CONTENTS: {
+        "spec": "object",
+        "spec.deletionPolicy": "string",
+        "spec.driver": "string",
+        "spec.source": "object",
+        "spec.source.snapshotHandle": "string",
+        "spec.source.volumeHandle": "string",
+        "spec.sourceVolumeMode": "string",
+        "spec.volumeSnapshotClassName": "string",
+        "spec.volumeSnapshotRef": "object",
+        "spec.volumeSnapshotRef.apiVersion": "string",
+        "spec.volumeSnapshotRef.kind": "string",
+        "spec.volumeSnapshotRef.name": "string",
+        "spec.volumeSnapshotRef.namespace": "string",
+        "spec.volumeSnapshotRef.resourceVersion": "string",
+        "spec.volumeSnapshotRef.uid": "string",
+        "status": "object",
+        "status.creationTime": "integer",
+        "status.readyToUse": "boolean",
+        "status.restoreSize": "size",
+        "status.snapshotHandle": "string",
+        "status.error": "object",
+        "status.error.message": "string",
+        "status.error.time": "string",
+        "status.volumeGroupSnapshotHandle": "string",
+    },
+    R.VOLUME_SNAPSHOT_CLASSES: {
+        "driver": "string",
+        "deletionPolicy": "string",
+        "parameters": "map",
+    },
+}
+_CRD_REQUIRED: dict[Resource, tuple[str, ...]] = {
+    R.VOLUME_SNAPSHOTS: ("spec", "spec.source"),
+    R.VOLUME_SNAPSHOT_CONTENTS: (
+        "spec",
+        "spec.deletionPolicy",
+        "spec.driver",
+        "spec.source",
+        "spec.volumeSnapshotRef",
+    ),
+    R.VOLUME_SNAPSHOT_CLASSES: ("deletionPolicy", "driver"),
+}
+_DELETION_POLICIES = ["Delete", "Retain"]
+_RESTORE_SIZE_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_RESTORE_SIZE = re.compile(_RESTORE_SIZE_PATTERN)
+_MISSING = object()
+
+
+def _lookup(obj: Any, path: str) -> Any:
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def _schema_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _type_cause(path: str, value: Any, want: str) -> Cause:
+    got = _schema_type(value)
+    return (
+        "FieldValueTypeInvalid",
+        f'Invalid value: "{got}": {path} in body must be of type {want}: "{got}"',
+        path,
+    )
+
+
+def _crd_value_causes(path: str, value: Any, want: str) -> list[Cause]:
+    if want == "quantity":
+        # x-kubernetes-int-or-string with the Quantity pattern
+        if isinstance(value, int) and not isinstance(value, bool):
+            return []
+        if not isinstance(value, str):
+            return [_type_cause(path, value, "integer-or-string")]
+        if not _RESTORE_SIZE.match(value):
+            return [
+                _invalid_value(
+                    path, value, f"{path} in body should match '{_RESTORE_SIZE_PATTERN}'"
+                )
+            ]
+        return []
+    if want in ("integer", "size"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            return [_type_cause(path, value, "integer")]
+        if want == "size" and value < 0:
+            return [
+                _invalid_value(path, value, f"{path} in body should be greater than or equal to 0")
+            ]
+        return []
+    if want == "map":
+        if not isinstance(value, dict):
+            return [_type_cause(path, value, "object")]
+        return [
+            _type_cause(f"{path}.{k}", v, "string")
+            for k, v in value.items()
+            if not isinstance(v, str)
+        ]
+    if _schema_type(value) != want:
+        return [_type_cause(path, value, want)]
+    return []
+
+
+def _crd_schema_causes(resource: Resource, obj: dict[str, Any], *, status: bool) -> list[Cause]:
+    """Schema causes of a custom resource: of everything but ``status`` (``status=False``) or
+    of ``status`` only."""
+    causes: list[Cause] = []
+    for path, want in _CRD_TYPES.get(resource, {}).items():
+        if path.startswith("status") != status:
+            continue
+        value = _lookup(obj, path)
+        if value is _MISSING:
+            continue
+        if value is None:
+            # null for a field that is not nullable
+            causes.append(_type_cause(path, value, "object" if want == "map" else want))
+            continue
+        causes.extend(_crd_value_causes(path, value, want))
+    if status:
+        return causes
+    for path in _CRD_REQUIRED.get(resource, ()):
+        parent, _, _leaf = path.rpartition(".")
+        if parent and not isinstance(_lookup(obj, parent), dict):
+            continue  # the parent is missing or reported already
+        if _lookup(obj, path) is _MISSING:
+            causes.append(_required(path))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    if resource is R.VOLUME_SNAPSHOTS:
+        source = spec.get("source")
+        if isinstance(source, dict):
+            given = [
+                k for k in ("volumeSnapshotContentName", "persistentVolumeClaimName") if k in source
+            ]
+            if len(given) != 1:
+                causes.append(
+                    _invalid_value(
+                        "spec.source",
+                        "object",
+                        "exactly one of volumeSnapshotContentName and persistentVolumeClaimName "
+                        "must be set",
+                    )
+                )
+        if spec.get("volumeSnapshotClassName") == "":
+            causes.append(
+                _invalid_value(
+                    "spec.volumeSnapshotClassName",
+                    "",
+                    "volumeSnapshotClassName must not be the empty string when set",
+                )
+            )
+    elif resource is R.VOLUME_SNAPSHOT_CONTENTS:
+        policy = spec.get("deletionPolicy")
+        if isinstance(policy, str) and policy not in _DELETION_POLICIES:
+            causes.append(_unsupported("spec.deletionPolicy", policy, _DELETION_POLICIES))
+        source = spec.get("source")
+        if isinstance(source, dict):
+            given = [k for k in ("volumeHandle", "snapshotHandle") if k in source]
+            if len(given) != 1:
+                causes.append(
+                    _invalid_value(
+                        "spec.source",
+                        "object",
+                        "exactly one of volumeHandle and snapshotHandle must be set",
+                    )
+                )
+        ref = spec.get("volumeSnapshotRef")
+        if isinstance(ref, dict) and not ("name" in ref and "namespace" in ref):
+            causes.append(
+                _invalid_value(
+                    "spec.volumeSnapshotRef",
+                    "object",
+                    "both spec.volumeSnapshotRef.name and spec.volumeSnapshotRef.namespace "
+                    "must be set",
+                )
+            )
+        if spec.get("volumeSnapshotClassName") == "":
+            causes.append(
+                _invalid_value(
+                    "spec.volumeSnapshotClassName",
+                    "",
+                    "volumeSnapshotClassName must not be the empty string when set",
+                )
+            )
+    elif resource is R.VOLUME_SNAPSHOT_CLASSES:
+        policy = obj.get("deletionPolicy")
+        if isinstance(policy, str) and policy not in _DELETION_POLICIES:
+            causes.append(_unsupported("deletionPolicy", policy, _DELETION_POLICIES))
+    return causes
+
+
+def _crd_immutable_causes(
+    resource: Resource, old: dict[str, Any], new: dict[str, Any]
+) -> list[Cause]:
+    """The CRDs' transition rules: the snapshot's source, the content's source and
+    sourceVolumeMode may not change."""
+    if resource is R.VOLUME_SNAPSHOTS:
+        fields = [
+            ("spec.source.persistentVolumeClaimName", "persistentVolumeClaimName is immutable"),
+            ("spec.source.volumeSnapshotContentName", "volumeSnapshotContentName is immutable"),
+        ]
+    elif resource is R.VOLUME_SNAPSHOT_CONTENTS:
+        fields = [
+            ("spec.source.volumeHandle", "Spec.Source.VolumeHandle is immutable"),
+            ("spec.source.snapshotHandle", "Spec.Source.SnapshotHandle is immutable"),
+            ("spec.sourceVolumeMode", "Spec.sourceVolumeMode is immutable"),
+        ]
+    else:
+        return []
+    causes: list[Cause] = []
+    for path, message in fields:
+        before, after = _lookup(old, path), _lookup(new, path)
+        if before is not _MISSING and before != after:
+            shown = "string" if isinstance(after, str) else _schema_type(after)
+            causes.append(_invalid_value(path, shown, message))
+    return causes
+
+
+def validate_status_update(
+    resource: Resource, old: dict[str, Any], new: dict[str, Any]
+) -> list[Cause]:
+    """A write to the status subresource: a custom resource's status is checked against the
+    CRD's schema (the built-in registries' status rules are not modelled)."""
+    if not resource.custom:
+        return []
+    return _crd_schema_causes(resource, new, status=True)
 
 
 def _has_storage_request(spec: dict[str, Any]) -> bool:
@@ -365,6 +698,9 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         mode = spec.get("volumeMode")
         if mode not in (None, "Filesystem", "Block"):
             causes.append(_unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))
+        causes.extend(_data_source_causes(spec))
+    elif resource.custom:
+        causes.extend(_crd_schema_causes(resource, obj, status=False))
     elif resource is R.PERSISTENT_VOLUMES:
         capacity = spec.get("capacity") or {}
         if not capacity:
@@ -442,6 +778,8 @@ def validate_update(resource: Resource, old: dict[str, Any], new: dict[str, Any]
     causes = _meta_causes(resource, new) + _spec_causes(resource, new)
     old_spec = old.get("spec") or {}
     new_spec = new.get("spec") or {}
+    if resource.custom:
+        causes += _crd_immutable_causes(resource, old, new)
     if resource is R.PERSISTENT_VOLUME_CLAIMS:
         a = _pvc_comparable(old_spec, old, new_spec)
         b = _pvc_comparable(new_spec, old, old_spec)

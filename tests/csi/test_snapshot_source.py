@@ -1,0 +1,462 @@
+"""CSIProvisioner restoring VolumeSnapshots end to end: the API server (in memory with its PV
+binder, or the real cluster of PYPROVLIB_E2E_KUBECONFIG, skipped there without the snapshot
+CRDs), a ProvisionController, and the Python CSI driver on a unix socket."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from csi_driver import Fault, Snapshot
+from csi_e2e import (
+    Env,
+    SnapshotObjects,
+    create_claim,
+    create_class,
+    create_snapshot,
+    csi_env,
+    delete_claim,
+    get_snapshot,
+    get_volume,
+    require_snapshot_crds,
+    set_snapshot_status,
+    snapshot_source,
+    wait_bound,
+    wait_event,
+    wait_until,
+)
+
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._sidecar import build_parser
+from pyprovlib.csi.provisioner import (
+    ANN_ALLOW_VOLUME_MODE_CHANGE,
+    SNAPSHOT_FINALIZER,
+    CSIProvisionerOptions,
+)
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+GI = 1 << 30
+
+
+async def snapshot_of_new_volume(env: Env, class_name: str, size: str = "1Gi") -> Snapshot:
+    """Provision a claim and snapshot its volume in the driver."""
+    claim = await create_claim(env, class_name, size=size)
+    bound = await wait_bound(env, claim["metadata"]["name"])
+    pv = await get_volume(env, bound["spec"]["volumeName"])
+    assert pv is not None
+    return env.driver.take_snapshot(pv["spec"]["csi"]["volumeHandle"])
+
+
+def create_calls_for(env: Env, claim: Obj) -> list[v1.CreateVolumeRequest]:
+    name = f"pvc-{claim['metadata']['uid']}"
+    calls = [
+        r for r in env.driver.requests("CreateVolume") if isinstance(r, v1.CreateVolumeRequest)
+    ]
+    return [r for r in calls if r.name == name]
+
+
+async def test_claim_is_restored_from_a_ready_snapshot(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id, restore_size=snap.size)
+        claim = await create_claim(
+            env, class_name, size="2Gi", dataSource=snapshot_source(objects.snapshot)
+        )
+        bound = await wait_bound(env, claim["metadata"]["name"])
+        pv = await get_volume(env, bound["spec"]["volumeName"])
+        assert pv is not None
+        assert pv["spec"]["capacity"]["storage"] == "2Gi"
+        [request] = create_calls_for(env, claim)
+        assert request.volume_content_source is not None
+        assert request.volume_content_source.snapshot is not None
+        assert request.volume_content_source.snapshot.snapshot_id == snap.snapshot_id
+        assert request.capacity_range is not None
+        assert request.capacity_range.required_bytes == 2 * GI
+        restored = env.driver.volumes[request.name]
+        assert restored.volume_id == pv["spec"]["csi"]["volumeHandle"]
+        await wait_event(env, claim["metadata"]["name"], "ProvisioningSucceeded")
+
+        # The same through dataSourceRef alone.
+        claim = await create_claim(env, class_name, dataSourceRef=snapshot_source(objects.snapshot))
+        await wait_bound(env, claim["metadata"]["name"])
+        [request] = create_calls_for(env, claim)
+        assert request.volume_content_source is not None
+        assert request.volume_content_source.snapshot is not None
+        assert request.volume_content_source.snapshot.snapshot_id == snap.snapshot_id
+        # No restore in flight: the snapshot is not held.
+        current = await get_snapshot(env, objects.snapshot)
+        assert current is not None
+        assert SNAPSHOT_FINALIZER not in (current["metadata"].get("finalizers") or [])
+
+
+# -- every rejection: a ProvisioningFailed event naming the problem, and no CreateVolume --------
+
+
+@dataclass
+class Rejection:
+    """Sets up a snapshot (returning the claim's extra spec) and the event text expected."""
+
+    setup: Callable[[Env, Snapshot], Awaitable[dict[str, Any]]]
+    message: str
+    in_memory_only: str = ""
+
+
+async def _missing(env: Env, snap: Snapshot) -> dict[str, Any]:
+    return {"dataSource": snapshot_source("no-such-snapshot")}
+
+
+async def _not_ready(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id, ready=False)
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _unbound(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id, bound=False)
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _other_driver(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id, driver="other.csi.example.com")
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _content_of_another_snapshot(env: Env, snap: Snapshot) -> dict[str, Any]:
+    first = await create_snapshot(env, snap.snapshot_id)
+    second = await create_snapshot(env, snap.snapshot_id, bound=False)
+    # The second snapshot claims the first one's content, which does not point back at it.
+    await ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOTS).patch(
+        second.snapshot,
+        {"status": {"boundVolumeSnapshotContentName": first.content, "readyToUse": True}},
+        namespace=env.cluster.namespace,
+        subresource="status",
+    )
+    return {"dataSource": snapshot_source(second.snapshot)}
+
+
+async def _no_handle(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id)
+    content = await ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOT_CONTENTS).get(
+        objects.content
+    )
+    content["status"] = {"readyToUse": True}
+    await ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOT_CONTENTS).replace_status(content)
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _too_large(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id, restore_size=2 * GI)
+    return {"dataSource": snapshot_source(objects.snapshot)}  # the claim asks for 1Gi
+
+
+async def _being_deleted(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id)
+    snapshots = ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOTS)
+    ns = env.cluster.namespace
+    await snapshots.patch(objects.snapshot, {"metadata": {"finalizers": [HOLD]}}, namespace=ns)
+    await snapshots.delete(objects.snapshot, ns)
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _volume_mode_changed(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
+    return {"dataSource": snapshot_source(objects.snapshot)}  # the claim is Filesystem
+
+
+async def _volume_mode_change_refused(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(
+        env,
+        snap.snapshot_id,
+        source_volume_mode="Block",
+        content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "false"},
+    )
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _volume_mode_change_garbled(env: Env, snap: Snapshot) -> dict[str, Any]:
+    objects = await create_snapshot(
+        env,
+        snap.snapshot_id,
+        source_volume_mode="Block",
+        content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "maybe"},
+    )
+    return {"dataSource": snapshot_source(objects.snapshot)}
+
+
+async def _wrong_group(env: Env, snap: Snapshot) -> dict[str, Any]:
+    return {"dataSource": {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "x"}}
+
+
+async def _other_namespace(env: Env, snap: Snapshot) -> dict[str, Any]:
+    return {"dataSourceRef": {**snapshot_source("snap"), "namespace": "elsewhere"}}
+
+
+HOLD = "pyprovlib.io/test-hold"
+
+REJECTIONS = {
+    "missing": Rejection(_missing, "VolumeSnapshot {ns}/no-such-snapshot not found"),
+    "not-ready": Rejection(_not_ready, "is not ready to use yet"),
+    "unbound": Rejection(_unbound, "is not bound to a VolumeSnapshotContent yet"),
+    "other-driver": Rejection(_other_driver, "was taken by CSI driver 'other.csi.example.com'"),
+    "content-of-another-snapshot": Rejection(
+        _content_of_another_snapshot,
+        "points at another snapshot",
+        in_memory_only="a snapshot controller would rebind the snapshot",
+    ),
+    "no-handle": Rejection(_no_handle, "has no status.snapshotHandle"),
+    "restore-size": Rejection(
+        _too_large, f"requested volume size {GI} is less than the size {2 * GI}"
+    ),
+    "being-deleted": Rejection(_being_deleted, "is being deleted: restore claim"),
+    "volume-mode": Rejection(
+        _volume_mode_changed, f"annotation {ANN_ALLOW_VOLUME_MODE_CHANGE} is not present"
+    ),
+    "volume-mode-false": Rejection(
+        _volume_mode_change_refused, f"{ANN_ALLOW_VOLUME_MODE_CHANGE} is set to false"
+    ),
+    "volume-mode-garbled": Rejection(_volume_mode_change_garbled, "is 'maybe', not a boolean"),
+    "wrong-api-group": Rejection(_wrong_group, "must have apiGroup snapshot.storage.k8s.io"),
+    "other-namespace": Rejection(
+        _other_namespace,
+        "cross-namespace data sources",
+        in_memory_only="without the CrossNamespaceVolumeDataSource gate the server drops "
+        "dataSourceRef.namespace",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REJECTIONS))
+async def test_rejected_snapshot_source_is_reported_and_not_created(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path, case: str
+) -> None:
+    rejection = REJECTIONS[case]
+    if rejection.in_memory_only:
+        kube_cluster.require_in_memory(rejection.in_memory_only)
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        extra = await rejection.setup(env, snap)
+        claim = await create_claim(env, class_name, size="1Gi", **extra)
+        name = claim["metadata"]["name"]
+        try:
+            event = await wait_event(
+                env,
+                name,
+                "ProvisioningFailed",
+                rejection.message.format(ns=kube_cluster.namespace),
+            )
+            assert class_name in event["message"]
+            assert create_calls_for(env, claim) == []
+            current = await get_volume(env, f"pvc-{claim['metadata']['uid']}")
+            assert current is None
+        finally:
+            if case == "being-deleted":
+                source = extra["dataSource"]["name"]
+                await ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOTS).patch(
+                    source,
+                    {"metadata": {"finalizers": None}},
+                    namespace=kube_cluster.namespace,
+                )
+
+
+async def test_volume_mode_change_allowed_by_annotation_or_option(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        await wait_event(env, claim["metadata"]["name"], "ProvisioningFailed", "volume mode")
+        # The owner of the snapshot allows the conversion: the retry restores it.
+        await ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOT_CONTENTS).patch(
+            objects.content,
+            {"metadata": {"annotations": {ANN_ALLOW_VOLUME_MODE_CHANGE: "true"}}},
+        )
+        await wait_bound(env, claim["metadata"]["name"])
+
+    options = CSIProvisionerOptions(prevent_volume_mode_conversion=False)
+    async with csi_env(kube_cluster, sock_dir, options=options) as env:
+        snap = await snapshot_of_new_volume(env, class_name)  # a new driver: a new snapshot
+        objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        await wait_bound(env, claim["metadata"]["name"])
+
+
+def test_prevent_volume_mode_conversion_flag() -> None:
+    assert CSIProvisionerOptions().prevent_volume_mode_conversion is True
+    assert build_parser().parse_args([]).prevent_volume_mode_conversion is True
+    args = build_parser().parse_args(["--prevent-volume-mode-conversion=false"])
+    assert args.prevent_volume_mode_conversion is False
+
+
+async def test_driver_without_snapshot_capability(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir, snapshots=False) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        claim = await create_claim(env, class_name)
+        bound = await wait_bound(env, claim["metadata"]["name"])
+        pv = await get_volume(env, bound["spec"]["volumeName"])
+        assert pv is not None
+        snap = env.driver.take_snapshot(pv["spec"]["csi"]["volumeHandle"])
+        objects = await create_snapshot(env, snap.snapshot_id)
+        restore = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        await wait_event(
+            env,
+            restore["metadata"]["name"],
+            "ProvisioningFailed",
+            "does not support snapshot restore: controller CREATE_DELETE_SNAPSHOT capability "
+            "is not reported",
+        )
+        assert create_calls_for(env, restore) == []
+
+
+async def test_snapshot_that_becomes_ready_later_is_restored(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id, ready=False)
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        name = claim["metadata"]["name"]
+        await wait_event(env, name, "ProvisioningFailed", "is not ready to use yet")
+        assert create_calls_for(env, claim) == []
+        await set_snapshot_status(
+            env, objects, handle=snap.snapshot_id, ready=True, restore_size=snap.size
+        )
+        await wait_bound(env, name)
+        [request] = create_calls_for(env, claim)
+        assert request.volume_content_source is not None
+        assert request.volume_content_source.snapshot is not None
+        assert request.volume_content_source.snapshot.snapshot_id == snap.snapshot_id
+
+
+async def test_driver_ignoring_the_snapshot_gets_its_volume_deleted(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id)
+        env.driver.drop_content_source = True
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        name = claim["metadata"]["name"]
+        await wait_event(env, name, "ProvisioningFailed", "volume content source missing")
+        volume_name = f"pvc-{claim['metadata']['uid']}"
+        await wait_until(
+            env,
+            lambda: volume_name not in env.driver.volumes and env.driver.requests("DeleteVolume"),
+            "the volume without content deleted",
+        )
+        assert await get_volume(env, volume_name) is None
+        env.driver.drop_content_source = False
+        await wait_bound(env, name)
+
+
+async def test_snapshot_is_protected_while_restoring_even_when_deleted(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    # CreateVolume outlives its timeout, so the restore stays in flight; the snapshot is
+    # deleted meanwhile. The protection finalizer keeps it until the restore finished, and a
+    # restore that started before the deletion is carried through (upstream's rule).
+    async with csi_env(kube_cluster, sock_dir, call_timeout=0.3) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id)
+        env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        uid = claim["metadata"]["uid"]
+        await wait_until(env, lambda: uid in env.provisioner.in_flight, "restore in flight")
+
+        async def protected() -> bool:
+            current = await get_snapshot(env, objects.snapshot)
+            return current is not None and SNAPSHOT_FINALIZER in (
+                current["metadata"].get("finalizers") or []
+            )
+
+        await kube_cluster.wait_for(protected, message="snapshot-source finalizer added")
+        await ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOTS).delete(
+            objects.snapshot, kube_cluster.namespace
+        )
+        await wait_bound(env, claim["metadata"]["name"])
+
+        async def gone() -> bool:
+            return await get_snapshot(env, objects.snapshot) is None
+
+        await kube_cluster.wait_for(gone, message="the deleted snapshot released and removed")
+
+
+async def test_stale_snapshot_protection_is_swept(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    # A process that stopped mid-restore leaves the finalizer; the sweep removes it unless a
+    # claim restoring from that snapshot is still pending.
+    async with csi_env(kube_cluster, sock_dir, shared_informers=True) as env:
+        await require_snapshot_crds(env)
+        snapshots = ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOTS)
+        ns = kube_cluster.namespace
+        stale = await create_snapshot(env, "snap-x")
+        kept = await create_snapshot(env, "snap-y")
+        for objects in (stale, kept):
+            await snapshots.patch(
+                objects.snapshot, {"metadata": {"finalizers": [SNAPSHOT_FINALIZER]}}, namespace=ns
+            )
+        # A pending restore (its class does not exist, so it stays Pending) of ``kept``.
+        await create_claim(env, "no-such-class", dataSource=snapshot_source(kept.snapshot))
+
+        async def finalizers(objects: SnapshotObjects) -> list[str]:
+            current = await get_snapshot(env, objects.snapshot)
+            assert current is not None
+            return list(current["metadata"].get("finalizers") or [])
+
+        async def swept() -> bool:
+            await env.provisioner.sweep_snapshot_protection()
+            return SNAPSHOT_FINALIZER not in await finalizers(stale)
+
+        await kube_cluster.wait_for(swept, message="stale finalizer removed")
+        assert SNAPSHOT_FINALIZER in await finalizers(kept)
+        for objects in (stale, kept):
+            await snapshots.patch(
+                objects.snapshot, {"metadata": {"finalizers": None}}, namespace=ns
+            )
+
+
+async def test_deleting_a_restored_claim_deletes_its_volume(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    async with csi_env(kube_cluster, sock_dir) as env:
+        await require_snapshot_crds(env)
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
+        objects = await create_snapshot(env, snap.snapshot_id)
+        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        bound = await wait_bound(env, claim["metadata"]["name"])
+        handle = (await get_volume(env, bound["spec"]["volumeName"]) or {})["spec"]["csi"][
+            "volumeHandle"
+        ]
+        await delete_claim(env, claim["metadata"]["name"])
+        await wait_until(
+            env,
+            lambda: all(v.volume_id != handle for v in env.driver.volumes.values()),
+            "restored volume deleted",
+        )
+        assert snap.snapshot_id in env.driver.snapshots  # the snapshot itself stays
