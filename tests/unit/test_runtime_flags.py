@@ -498,6 +498,41 @@ def test_leader_election_config() -> None:
     assert config.release_on_cancel is True
 
 
+def test_leader_election_fields_fill_every_controllers_options() -> None:
+    from pyprovlib import (
+        AttachControllerOptions,
+        ProvisionControllerOptions,
+        ResizeControllerOptions,
+    )
+
+    options = parse(
+        [
+            "--leader-election",
+            "--leader-election-lease-duration=20s",
+            "--leader-election-renew-deadline=12s",
+            "--leader-election-retry-period=3s",
+        ],
+        {"POD_NAMESPACE": "storage"},
+    )
+    fields = options.leader_election_fields()
+    assert fields == {
+        "leader_election": True,
+        "leader_election_namespace": "storage",
+        "lease_duration": 20.0,
+        "renew_deadline": 12.0,
+        "retry_period": 3.0,
+    }
+    for options_class in (
+        ProvisionControllerOptions,
+        AttachControllerOptions,
+        ResizeControllerOptions,
+    ):
+        built = options_class(**fields)
+        assert built.leader_election is True
+        assert built.leader_election_namespace == "storage"
+        assert (built.lease_duration, built.renew_deadline, built.retry_period) == (20, 12, 3)
+
+
 def test_leader_election_namespace_falls_back_to_default() -> None:
     if Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").exists():
         pytest.skip("running in a pod: the service account namespace applies")

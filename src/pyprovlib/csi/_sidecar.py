@@ -208,11 +208,7 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
                 args.retry_interval_start, args.retry_interval_max
             ),
             retry_interval_max=args.retry_interval_max,
-            leader_election=ctx.options.leader_election,
-            leader_election_namespace=ctx.options.resolved_leader_election_namespace(),
-            lease_duration=ctx.options.leader_election_lease_duration,
-            renew_deadline=ctx.options.leader_election_renew_deadline,
-            retry_period=ctx.options.leader_election_retry_period,
+            **ctx.options.leader_election_fields(),
         )
         factory = SharedInformerFactory(
             ctx.api_client, resync_period=controller_options.resync_period

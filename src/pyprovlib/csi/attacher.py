@@ -370,12 +370,8 @@ async def build(ctx: RuntimeContext) -> AttacherSidecar:
                 retry_interval_max=args.retry_interval_max,
                 reconcile_sync=args.reconcile_sync,
                 default_fs_type=args.default_fstype,
-                leader_election=options.leader_election,
-                leader_election_namespace=options.resolved_leader_election_namespace(),
                 lease=lease_name(driver),
-                lease_duration=options.leader_election_lease_duration,
-                renew_deadline=options.leader_election_renew_deadline,
-                retry_period=options.leader_election_retry_period,
+                **options.leader_election_fields(),
                 registry=ctx.registry,
             ),
         )

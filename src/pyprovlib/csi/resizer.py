@@ -415,12 +415,8 @@ async def build(ctx: RuntimeContext) -> ResizerSidecar:
                 retry_interval_start=args.retry_interval_start,
                 retry_interval_max=args.retry_interval_max,
                 handle_volume_in_use_error=args.handle_volume_inuse_error,
-                leader_election=options.leader_election,
-                leader_election_namespace=options.resolved_leader_election_namespace(),
                 lease=lease_name(resizer.name),
-                lease_duration=options.leader_election_lease_duration,
-                renew_deadline=options.leader_election_renew_deadline,
-                retry_period=options.leader_election_retry_period,
+                **options.leader_election_fields(),
                 registry=ctx.registry,
             ),
         )

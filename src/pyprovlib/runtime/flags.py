@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 from pyprovlib._version import __version__
 
@@ -642,6 +642,18 @@ def _as_float(value: object) -> float:
 # The parsed options
 
 
+class LeaderElectionFields(TypedDict):
+    """The leader-election fields every controller's options share
+    (``ProvisionControllerOptions``, ``AttachControllerOptions``, ``ResizeControllerOptions``):
+    ``Options(..., **options.leader_election_fields())``."""
+
+    leader_election: bool
+    leader_election_namespace: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+
+
 @dataclass(frozen=True)
 class CommonOptions:
     """The common flags, parsed and checked. Durations are seconds.
@@ -745,6 +757,17 @@ class CommonOptions:
         except OSError:
             text = ""
         return text or "default"
+
+    def leader_election_fields(self) -> LeaderElectionFields:
+        """These flags as the leader-election fields of a controller's options (the namespace
+        resolved as :meth:`resolved_leader_election_namespace` does)."""
+        return LeaderElectionFields(
+            leader_election=self.leader_election,
+            leader_election_namespace=self.resolved_leader_election_namespace(),
+            lease_duration=self.leader_election_lease_duration,
+            renew_deadline=self.leader_election_renew_deadline,
+            retry_period=self.leader_election_retry_period,
+        )
 
     def leader_election_config(self, lease_name: str) -> LeaderElectionConfig:
         """The leader election settings these flags ask for, for a Lease named ``lease_name``."""

@@ -212,11 +212,7 @@ def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Controller options from the runtime's common flags."""
     return ProvisionControllerOptions(
         threadiness=options.worker_threads,
-        leader_election=options.leader_election,
-        leader_election_namespace=options.resolved_leader_election_namespace(),
-        lease_duration=options.leader_election_lease_duration,
-        renew_deadline=options.leader_election_renew_deadline,
-        retry_period=options.leader_election_retry_period,
+        **options.leader_election_fields(),
     )
 
 
@@ -227,11 +223,7 @@ def resize_options(options: CommonOptions) -> ResizeControllerOptions:
     return ResizeControllerOptions(
         workers=options.worker_threads,
         handle_volume_in_use_error=False,
-        leader_election=options.leader_election,
-        leader_election_namespace=options.resolved_leader_election_namespace(),
-        lease_duration=options.leader_election_lease_duration,
-        renew_deadline=options.leader_election_renew_deadline,
-        retry_period=options.leader_election_retry_period,
+        **options.leader_election_fields(),
     )
 
 

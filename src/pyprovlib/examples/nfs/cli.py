@@ -119,11 +119,7 @@ def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Controller options from the runtime's common flags."""
     return ProvisionControllerOptions(
         threadiness=options.worker_threads,
-        leader_election=options.leader_election,
-        leader_election_namespace=options.resolved_leader_election_namespace(),
-        lease_duration=options.leader_election_lease_duration,
-        renew_deadline=options.leader_election_renew_deadline,
-        retry_period=options.leader_election_retry_period,
+        **options.leader_election_fields(),
     )
 
 
