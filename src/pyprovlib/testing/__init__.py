@@ -9,20 +9,26 @@ The Python counterpart of client-go's fake clientset and envtest::
         async with server.api_client() as client:   # a real kubernetes-asyncio ApiClient
             ...
 
+``TcpProxy`` puts a partitionable TCP hop between one client and the server.
+
 ``python -m pyprovlib.testing --port 8080 --kubeconfig /tmp/kubeconfig`` serves it for kubectl.
 """
 
 from pyprovlib.testing.binder import PVBinder, set_selected_node
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.faults import Faults, Requests
+from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
 from pyprovlib.testing.server import ApiServer, StorageView
 
 __all__ = [
     "ApiServer",
     "Faults",
     "PVBinder",
+    "PartitionMode",
+    "ProxyStats",
     "Requests",
     "StorageView",
+    "TcpProxy",
     "TestCluster",
     "set_selected_node",
 ]
