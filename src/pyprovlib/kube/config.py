@@ -29,6 +29,7 @@ from pyprovlib.kube.ratelimit import TokenBucket
 
 __all__ = [
     "DEFAULT_USER_AGENT",
+    "READ_IDLE_TIMEOUT",
     "SERVICE_ACCOUNT_DIR",
     "ClientSettings",
     "ConfigError",
@@ -51,6 +52,14 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's service-account token and CA bundle."""
 
 _AUTH_SETTINGS = ["BearerToken"]
+
+READ_IDLE_TIMEOUT = 45.0
+"""Seconds a request or watch may wait for the next bytes from the server before the connection
+is taken as dead. client-go notices a connection a partition left half-open (a NAT or load
+balancer forgot it, no reset ever comes) with HTTP/2 health checks: a ping after 30 s of
+silence, dead 15 s later. Over aiohttp's HTTP/1.1 the same bound is a read-idle timeout;
+watches ask for bookmarks, so a live watch is never silent that long on a server that sends
+them often (a quiet watch on one that does not is simply resumed)."""
 
 
 @dataclass(frozen=True)
@@ -446,8 +455,12 @@ async def send_request(
     the user agent, win), cookie, bearer-token auth (with the configuration's refresh hook),
     then ``api_client.request`` — so a subclass's ``request`` (the QPS limiter of
     :class:`LimitedApiClient`) still applies. ``body`` must already be JSON-serialisable
-    (dicts and lists of plain values, as the raw-JSON clients hold).
+    (dicts and lists of plain values, as the raw-JSON clients hold). Without a
+    ``request_timeout`` (here or on the client), a response silent for
+    :data:`READ_IDLE_TIMEOUT` seconds fails the request instead of hanging on a dead connection.
     """
+    if request_timeout is None and getattr(api_client, "request_timeout", None) is None:
+        request_timeout = aiohttp.ClientTimeout(sock_connect=30.0, sock_read=READ_IDLE_TIMEOUT)
     headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
     headers.update(api_client.default_headers)
     if api_client.cookie:

@@ -5,6 +5,7 @@ successor takes over when the leader stops or can no longer renew."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import socket
 import uuid
@@ -294,7 +295,9 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self) -> bool:
         now = format_micro_time(self._clock.now())
-        duration = max(1, int(self.config.lease_duration))
+        # Whole seconds on the wire. Rounded up: followers must never wait less than the
+        # configured duration, which is what bounds a cut-off leader (renew deadline + retry).
+        duration = max(1, math.ceil(self.config.lease_duration))
         desired = LeaderElectionRecord(self.identity, duration, now, now, 0)
 
         if self._is_holder() and self._lease_valid() and self._lease is not None:

@@ -18,7 +18,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.config import send_request
+from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
 
@@ -124,6 +124,9 @@ class WatchStream:
             timeout = aiohttp.ClientTimeout(
                 total=None if self._timeout is None else self._timeout,
                 sock_connect=30.0,
+                # A watch silent this long sits on a dead connection (see READ_IDLE_TIMEOUT):
+                # the read fails, and the informer resumes from its last resourceVersion.
+                sock_read=READ_IDLE_TIMEOUT,
             )
             self._response = await self._client._send(
                 "GET", self._path, self._query, client_timeout=timeout
