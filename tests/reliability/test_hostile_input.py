@@ -188,21 +188,6 @@ _QUANTITY = re.compile(
 )
 
 
-def known_gap(claim: dict[str, Any]) -> bool:
-    """A zero or missing storage request: refused by a real API server, but still provisioned
-    by the controller (see the strict xfail below); left out of the property test."""
-    spec = claim.get("spec")
-    resources = spec.get("resources") if isinstance(spec, dict) else None
-    requests = resources.get("requests") if isinstance(resources, dict) else None
-    size = requests.get("storage") if isinstance(requests, dict) else None
-    if size is None:
-        return True
-    if not isinstance(size, str) or not _QUANTITY.match(size):
-        return False
-    number = re.match(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", size)
-    return number is not None and float(number.group(0)) == 0
-
-
 def storage_is_valid(claim: dict[str, Any]) -> bool:
     """The oracle: what a real API server accepts as a claim's storage request (a well-formed
     quantity greater than zero), written independently of pyprovlib's parser."""
@@ -333,7 +318,7 @@ async def test_hostile_claims_are_refused_with_a_reason(
     except Exception as err:
         assert_not_a_crash(err)
     provisioned = h.provisioner.calls > calls_before
-    if not storage_is_valid(claim) and not known_gap(claim):
+    if not storage_is_valid(claim):
         assert not provisioned, f"provisioned an invalid claim: {claim}"
         if isinstance(spec, dict) and not spec.get("volumeName"):
             messages = await wait_event(h, claim_name, "ProvisioningFailed")
@@ -365,7 +350,7 @@ async def test_odd_sizes_each_get_an_event_naming_the_problem(harness: Harness) 
         except Exception as err:
             assert_not_a_crash(err)
         if h.provisioner.calls == before + 1:
-            assert storage_is_valid(claim) or known_gap(claim), f"provisioned for {size!r}"
+            assert storage_is_valid(claim), f"provisioned for {size!r}"
             continue
         # Refused: invalid, or valid but beyond what Kubernetes can represent (> int64 bytes).
         assert not storage_is_valid(claim) or len(size) > 12 or "e9" in size, size
