@@ -22,6 +22,7 @@ from pyprovlib.csi.connection import (
     DriverNotReadyError,
     parse_endpoint,
 )
+from pyprovlib.csi.server import CSIServer, IdentityService
 
 FAST = ConnectionOptions(backoff_start=0.01, backoff_max=0.05, monitor_interval=0.05)
 
@@ -242,3 +243,87 @@ def test_default_metrics_are_registered_once() -> None:
     assert first is second is default_csi_metrics()
     names = {m.name for m in REGISTRY.collect()}
     assert "csi_sidecar_operations_seconds" in names
+
+
+async def test_one_outage_is_one_loss_and_one_reconnect(sock_dir: pathlib.Path) -> None:
+    # Regression: the probes failing while the monitor waited for the driver marked the
+    # connection lost again after it had cleared the loss, so every outage was reported twice
+    # ("lost connection" logged again right after "reconnected").
+    options = ConnectionOptions(
+        backoff_start=0.01, backoff_max=0.02, monitor_interval=0.02, exit_on_connection_loss=False
+    )
+    registry = CollectorRegistry()
+    state = DriverState()
+    async with serve_driver(sock_dir, state=state) as (_, server):
+        conn = await CSIConnection.open(
+            str(sock_dir / "csi.sock"), options, metrics=CSIMetrics(registry)
+        )
+        with structlog.testing.capture_logs() as logs:
+            monitor = asyncio.create_task(conn.monitor())
+            try:
+                await server.stop()
+                await wait_for(
+                    lambda: (sample(registry, "/csi.v1.Identity/Probe", "Unavailable") or 0) >= 3
+                )
+                async with serve_driver(sock_dir, state=state):
+                    await wait_for(lambda: not conn.lost)
+                    ok = sample(registry, "/csi.v1.Identity/Probe", "OK") or 0
+                    # Several idle probes later, still one loss.
+                    await wait_for(
+                        lambda: (sample(registry, "/csi.v1.Identity/Probe", "OK") or 0) >= ok + 3
+                    )
+                    assert not conn.lost
+            finally:
+                monitor.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await monitor
+                conn.close()
+    events = [e["event"] for e in logs]
+    assert events.count("lost connection to the CSI driver") == 1, events
+    assert events.count("reconnected to the CSI driver") == 1, events
+
+
+class VanishingIdentity(IdentityService):
+    """An Identity whose first GetPluginInfo never answers: the test stops the server under
+    it, as a driver restarting right after it first reported ready."""
+
+    def __init__(self) -> None:
+        super().__init__(DRIVER_NAME, "1.0.0")
+        self.cut = asyncio.Event()
+
+    async def get_plugin_info(self, message: v1.GetPluginInfoRequest) -> v1.GetPluginInfoResponse:
+        if not self.cut.is_set():
+            self.cut.set()
+            await asyncio.Event().wait()  # cancelled when the server stops
+        return await super().get_plugin_info(message)
+
+
+async def test_driver_restarting_while_identified_is_waited_for(sock_dir: pathlib.Path) -> None:
+    # Regression: a driver going away between answering the probe and answering
+    # GetPluginInfo made CSIConnection.open fail with UNAVAILABLE (a sidecar start failing
+    # whenever the driver restarts at that moment).
+    identity = VanishingIdentity()
+    server = CSIServer([identity], f"unix://{sock_dir / 'csi.sock'}")
+    await server.start()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            opening = asyncio.create_task(
+                CSIConnection.open(str(sock_dir / "csi.sock"), FAST, metrics=CSIMetrics(None))
+            )
+            await asyncio.wait_for(identity.cut.wait(), 5)
+            await server.stop()
+            await wait_for(
+                lambda: any(e["event"] == "CSI driver probe failed" for e in logs) or opening.done()
+            )
+            assert not opening.done(), opening
+            await server.start()
+            conn = await asyncio.wait_for(opening, 5)
+        try:
+            assert conn.driver_name == DRIVER_NAME
+            assert not conn.lost
+        finally:
+            conn.close()
+        events = [e["event"] for e in logs]
+        assert "lost the CSI driver while reading its identity; waiting for it again" in events
+    finally:
+        await server.stop()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import structlog
-from grpclib.client import Channel
+from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Status
+from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
@@ -132,3 +136,138 @@ async def test_capabilities_errors_and_logging(sock_dir: pathlib.Path) -> None:
         finally:
             channel.close()
     assert not path.exists()
+
+
+class RawCodec(CodecBase):
+    """Sends a payload's bytes as they are (to hand the server bytes no stub would send)."""
+
+    __content_subtype__ = "proto"
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        assert isinstance(message, bytes)
+        return message
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        return data
+
+
+async def raw_call(path: pathlib.Path, method: str, payload: bytes) -> Status:
+    channel = Channel(path=str(path), codec=RawCodec())
+    try:
+        call: UnaryUnaryMethod[bytes, bytes] = UnaryUnaryMethod(channel, method, bytes, bytes)
+        try:
+            await call(payload, timeout=5)
+        except GRPCError as err:
+            return err.status
+        return Status.OK
+    finally:
+        channel.close()
+
+
+def kit_identity() -> IdentityService:
+    return IdentityService("kit.test", "0.1")
+
+
+async def test_malformed_requests_never_reach_the_handler(sock_dir: pathlib.Path) -> None:
+    # Regression: betterproto2 parses leniently and the kit handed its result over: a name whose
+    # length ran past the end became a shorter name (another volume), a name sent as a varint
+    # reached the handler as an int.
+    controller = Controller()
+    path = sock_dir / "csi.sock"
+    async with CSIServer([kit_identity(), controller], f"unix://{path}"):
+        for payload in (b"\x0a\x05ab", b"\x08\x05", b"\x0a\x02\xff\xfe", b"\x0f"):
+            assert await raw_call(path, "/csi.v1.Controller/CreateVolume", payload) is (
+                Status.INTERNAL
+            )
+        assert controller.calls == 0
+        # A valid encoding with an unknown field is fine (protobuf keeps unknown fields).
+        assert await raw_call(
+            path, "/csi.v1.Controller/CreateVolume", b"\x0a\x01a\xf8\x01\x01"
+        ) is (Status.OK)
+        assert controller.calls == 1
+
+
+async def test_unknown_methods_are_unimplemented_for_grpc_clients(sock_dir: pathlib.Path) -> None:
+    # Regression: grpclib answered an unknown path with a Trailers-Only response lacking
+    # content-type, which grpc clients (grpclib's, grpc-go's) read as UNKNOWN.
+    path = sock_dir / "csi.sock"
+    async with CSIServer([kit_identity(), Controller()], f"unix://{path}"):
+        channel = Channel(path=str(path))
+        try:
+            with pytest.raises(GRPCError) as info:
+                await v1.NodeStub(channel).node_get_info(v1.NodeGetInfoRequest())
+            assert info.value.status is Status.UNIMPLEMENTED
+            assert info.value.message == "unknown service csi.v1.Node"
+            with pytest.raises(GRPCError) as info:
+                await v1.ControllerStub(channel).list_volumes(v1.ListVolumesRequest())
+            assert info.value.status is Status.UNIMPLEMENTED  # declared, not overridden
+        finally:
+            channel.close()
+        assert await raw_call(path, "/csi.v1.Controller/Nope", b"") is Status.UNIMPLEMENTED
+
+
+async def test_messages_over_the_limit_are_resource_exhausted(sock_dir: pathlib.Path) -> None:
+    controller = Controller()
+    path = sock_dir / "csi.sock"
+    identity = kit_identity()
+    async with CSIServer([identity, controller], f"unix://{path}", max_receive_message_length=100):
+        big = bytes(v1.CreateVolumeRequest(name="v" * 200))
+        assert await raw_call(path, "/csi.v1.Controller/CreateVolume", big) is (
+            Status.RESOURCE_EXHAUSTED
+        )
+        assert controller.calls == 0
+
+
+async def test_closed_client_connections_are_forgotten(sock_dir: pathlib.Path) -> None:
+    # Regression: the server kept every client connection it ever had (to close them on stop),
+    # so a long-running driver grew with each connection.
+    path = sock_dir / "csi.sock"
+    async with CSIServer([kit_identity()], f"unix://{path}") as server:
+        for _ in range(20):
+            channel = Channel(path=str(path))
+            await v1.IdentityStub(channel).probe(v1.ProbeRequest())
+            assert server.connections >= 1
+            channel.close()
+        async with asyncio.timeout(5):
+            while server.connections:
+                await asyncio.sleep(0.01)
+    assert server.connections == 0
+
+
+class SnapshotMetadata(v1.SnapshotMetadataBase):
+    """A server-streaming service: a few responses, or a deliberate error after one."""
+
+    def __init__(self) -> None:
+        self.requests: list[v1.GetMetadataAllocatedRequest] = []
+
+    async def get_metadata_allocated(
+        self, message: v1.GetMetadataAllocatedRequest
+    ) -> AsyncIterator[v1.GetMetadataAllocatedResponse]:
+        self.requests.append(message)
+        yield v1.GetMetadataAllocatedResponse(volume_capacity_bytes=1)
+        if message.snapshot_id == "fail":
+            raise CSIError(Status.NOT_FOUND, "snapshot gone")
+        yield v1.GetMetadataAllocatedResponse(volume_capacity_bytes=2)
+
+
+async def test_server_streaming_methods_are_served_and_checked(sock_dir: pathlib.Path) -> None:
+    service = SnapshotMetadata()
+    path = sock_dir / "csi.sock"
+    async with CSIServer([kit_identity(), service], f"unix://{path}"):
+        channel = Channel(path=str(path))
+        try:
+            stub = v1.SnapshotMetadataStub(channel)
+            request = v1.GetMetadataAllocatedRequest(snapshot_id="snap")
+            sizes = [r.volume_capacity_bytes async for r in stub.get_metadata_allocated(request)]
+            assert sizes == [1, 2]
+            failing = v1.GetMetadataAllocatedRequest(snapshot_id="fail")
+            with pytest.raises(GRPCError) as info:
+                _ = [r async for r in stub.get_metadata_allocated(failing)]
+            assert info.value.status is Status.NOT_FOUND
+            assert info.value.message == "snapshot gone"
+        finally:
+            channel.close()
+        # The request of a streaming method is checked like a unary one.
+        method = "/csi.v1.SnapshotMetadata/GetMetadataAllocated"
+        assert await raw_call(path, method, b"\x0a\x09snap") is Status.INTERNAL
+        assert len(service.requests) == 2

@@ -251,6 +251,9 @@ class CSIConnection:
         # Bound stub methods by full method name, for the current channel.
         self._methods: dict[str, Callable[..., Awaitable[Any]]] = {}
         self._lost = asyncio.Event()
+        # Bumped whenever the driver is (again) known to answer: a call begun before that and
+        # failing afterwards reports an outage already over, not a new one.
+        self._epoch = 0
         self._log = log.bind(csi_address=str(self.endpoint))
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -264,12 +267,29 @@ class CSIConnection:
         metrics: CSIMetrics | None = None,
         clock: Clock | None = None,
     ) -> CSIConnection:
-        """Connect, wait until the driver is ready, read its name and capabilities."""
+        """Connect, wait until the driver is ready, read its name and capabilities.
+
+        A driver that goes away between answering the probe and answering the identity calls
+        (a restart during start-up) is waited for again instead of failing the start (upstream
+        exits and relies on a restart, which backs off ever longer in a crash loop).
+        """
         conn = cls(address, options, metrics=metrics, clock=clock)
         try:
             await conn.connect()
-            await conn.wait_ready()
-            await conn.identify()
+            while True:
+                await conn.wait_ready()
+                try:
+                    await conn.identify()
+                except CSICallError as exc:
+                    if not exc.transport:
+                        raise
+                    conn._log.warning(
+                        "lost the CSI driver while reading its identity; waiting for it again",
+                        error=str(exc),
+                    )
+                    continue
+                break
+            conn._recovered()
         except BaseException:
             conn.close()
             raise
@@ -405,14 +425,25 @@ class CSIConnection:
             self._log.error("lost connection to the CSI driver")
             if self.options.exit_on_connection_loss:
                 raise CSIConnectionLost(f"lost connection to the CSI driver at {self.endpoint}")
-            self._lost.clear()
+            # The probes of this wait fail while the driver is away and mark the connection
+            # lost again; only once the driver answers is the outage over.
             await self.wait_ready()
+            self._recovered()
             self._log.info("reconnected to the CSI driver")
 
     @property
     def lost(self) -> bool:
         """True from a transport failure until the monitor has reconnected."""
         return self._lost.is_set()
+
+    def _recovered(self) -> None:
+        """The driver answers: forget the outage, and failures of calls begun during it."""
+        self._epoch += 1
+        self._lost.clear()
+
+    def _mark_lost(self, epoch: int) -> None:
+        if epoch == self._epoch:
+            self._lost.set()
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -430,6 +461,7 @@ class CSIConnection:
         if stub_method is None:
             stub_method = self._methods[method] = self._stub_method(self._channel, method)
         limit = self.options.timeout if call_timeout is None else call_timeout
+        epoch = self._epoch
         started = self.clock.monotonic()
         self._log.debug("csi call", method=method, request=Sanitized(request))
         status = Status.OK
@@ -445,8 +477,7 @@ class CSIConnection:
             raise CSICallError(method, status, f"no answer within {limit:g}s") from None
         except _TRANSPORT_ERRORS as exc:
             status = Status.UNAVAILABLE
-            if not self._lost.is_set():
-                self._lost.set()
+            self._mark_lost(epoch)
             text = scrub_secret_values(f"{type(exc).__name__}: {exc}", request)
             raise CSICallError(
                 method, status, f"connection to the CSI driver failed: {text}", transport=True
