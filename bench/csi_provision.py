@@ -529,22 +529,7 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--volumes", type=int, default=1000)
-    p.add_argument("--threadiness", type=int, default=16)
-    p.add_argument("--kubeconfig", help="a real cluster instead of the in-memory API server")
-    p.add_argument("--create-concurrency", type=int, default=64)
-    p.add_argument(
-        "--create-rate",
-        type=float,
-        default=0.0,
-        help="create claims at this many per second (default 0: all at once)",
-    )
-    p.add_argument(
-        "--binder-process",
-        action="store_true",
-        help="run the in-memory server's PV binder in its own process",
-    )
-    p.add_argument("--timeout", type=float, default=300.0)
+    provision.add_driver_arguments(p, threadiness=16)
     p.add_argument("--role", choices=["bench", "controller", "driver"], default="bench")
     p.add_argument("--provisioner", default=provision.PROVISIONER.replace("/", "-"))
     p.add_argument("--socket", help="driver role: the unix socket to serve on")

@@ -659,10 +659,11 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_driver_arguments(p: argparse.ArgumentParser, *, threadiness: int) -> None:
+    """The flags of the driver half (claims, pacing, the simulated control plane), shared with
+    csi_provision.py."""
     p.add_argument("--volumes", type=int, default=1000)
-    p.add_argument("--threadiness", type=int, default=4)
+    p.add_argument("--threadiness", type=int, default=threadiness)
     p.add_argument("--kubeconfig", help="a real cluster instead of the in-memory API server")
     p.add_argument("--create-concurrency", type=int, default=64)
     p.add_argument(
@@ -677,6 +678,11 @@ def main() -> None:
         help="run the in-memory server's PV binder in its own process",
     )
     p.add_argument("--timeout", type=float, default=300.0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_driver_arguments(p, threadiness=4)
     p.add_argument("--role", choices=["driver", "controller"], default="driver")
     p.add_argument("--provisioner", default=PROVISIONER)
     p.add_argument("--profile", help="write the controller's cProfile stats to this file")
