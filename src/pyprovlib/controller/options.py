@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_METRICS_ADDRESS",
     "DEFAULT_METRICS_PATH",
     "DEFAULT_METRICS_PORT",
+    "DEFAULT_PROVISIONING_FINALIZER",
     "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RESYNC_PERIOD",
     "DEFAULT_RETRY_INTERVAL_MAX",
@@ -75,6 +76,9 @@ DEFAULT_METRICS_PATH: Final = "/metrics"
 """Path of the controller's own metrics endpoint."""
 DEFAULT_ADD_FINALIZER: Final = False
 """Whether provisioned PVs carry ``external-provisioner.volume.kubernetes.io/finalizer``."""
+DEFAULT_PROVISIONING_FINALIZER: Final = False
+"""Whether claims carry ``pyprovlib.io/provisioning-protection`` while their volume is created
+(not in upstream: off by default, on in the CSI sidecar)."""
 DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
 """How long a claim whose provisioning was infeasible waits before it is tried again."""
 
@@ -202,6 +206,12 @@ class ProvisionControllerOptions:
     add_finalizer: bool = DEFAULT_ADD_FINALIZER
     """Protect Delete-policy PVs with ``external-provisioner.volume.kubernetes.io/finalizer``
     until their asset is deleted."""
+    provisioning_finalizer: bool = DEFAULT_PROVISIONING_FINALIZER
+    """Put ``pyprovlib.io/provisioning-protection`` on a claim before its volume is first
+    requested and take it off once the claim is bound (or provisioning failed for good), so a
+    claim deleted meanwhile waits until its volume is created and deleted again — even across a
+    restart of the controller (upstream's open issue kubernetes-csi/external-provisioner#486).
+    Needs ``patch`` on persistentvolumeclaims."""
     retry_interval_max: float = DEFAULT_RETRY_INTERVAL_MAX
     """How long a claim whose provisioning failed as infeasible waits before the next try
     (unless its StorageClass is replaced meanwhile)."""

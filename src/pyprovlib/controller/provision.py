@@ -45,6 +45,13 @@ from kubernetes_asyncio.client import (
 
 from pyprovlib.controller._convert import ConversionError, from_model, to_model
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller.claim_protection import (
+    FINALIZER_PROVISIONING,
+    add_provisioning_finalizer,
+    has_provisioning_finalizer,
+    is_deleting,
+    remove_provisioning_finalizer,
+)
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.volume_store import (
@@ -103,6 +110,7 @@ __all__ = [
     "ANN_MIGRATED_TO",
     "ANN_SELECTED_NODE",
     "ANN_STORAGE_PROVISIONER",
+    "FINALIZER_PROVISIONING",
     "FINALIZER_PV",
     "ClassNotFoundError",
     "InfeasibleError",
@@ -182,6 +190,9 @@ class _StopProvisionError(Exception):
 
 
 _STOP = _StopProvisionError("stop provisioning")
+_SAVED = _StopProvisionError("the volume's PersistentVolume exists")
+"""Like :data:`_STOP`, but the claim's PV exists: its provisioning-protection finalizer stays
+until the claim is bound."""
 
 
 def is_infeasible_error(err: BaseException) -> bool:
@@ -533,7 +544,7 @@ class ProvisionController(ControllerLifecycle):
             on_update=lambda _old, new: self._enqueue_claim(new),
             # Nothing to do: a claim being provisioned is in claims-in-progress and in the
             # queue, so it is still processed; any other claim no longer matters.
-            on_delete=None,
+            on_delete=self._forget_claim,
         )
         self.volume_informer: SharedInformer = self.informer_factory.informer_for(
             PERSISTENT_VOLUMES
@@ -547,6 +558,12 @@ class ProvisionController(ControllerLifecycle):
 
         self.slow_set = SlowSet(self.options.retry_interval_max, self._clock)
         self._claims_in_progress: dict[str, Obj] = {}
+        # Names of PVs saved (or queued to be) that the volume informer has not shown yet: a
+        # claim synced meanwhile must not be provisioned again.
+        self._saved_not_seen: set[str] = set()
+        # UIDs of claims this process put the provisioning-protection finalizer on, until the
+        # claim's outcome is known (the cache may not show the finalizer yet).
+        self._finalizer_added: set[str] = set()
         # UIDs of PVs whose asset is deleted while the PV object still exists.
         self._assets_deleted: set[str] = set()
         self.volume_store: VolumeStore
@@ -678,9 +695,14 @@ class ProvisionController(ControllerLifecycle):
         if uid:
             self.claim_queue.add(uid)
 
+    def _forget_claim(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+        last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
+        self._finalizer_added.discard(uid_of(last))
+
     def _enqueue_volume(self, obj: Obj) -> None:
         name = name_of(obj)
         if name:
+            self._saved_not_seen.discard(name)
             self.volume_queue.add(name)
 
     def _forget_volume(self, obj: Obj | DeletedFinalStateUnknown) -> None:
@@ -689,6 +711,7 @@ class ProvisionController(ControllerLifecycle):
         except ValueError:
             return
         self.volume_queue.forget(key)
+        self._saved_not_seen.discard(key)
         last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         self._assets_deleted.discard(uid_of(last))
 
@@ -782,6 +805,12 @@ class ProvisionController(ControllerLifecycle):
 
     async def sync_claim(self, claim: Obj, deadline: float | None = None) -> None:
         """Provision ``claim`` if it should be; raises when the claim must be retried."""
+        if has_provisioning_finalizer(claim) or uid_of(claim) in self._finalizer_added:
+            if await self._sync_protected_claim(claim, deadline):
+                return
+        elif self.options.provisioning_finalizer and is_deleting(claim):
+            # Its volume was never requested (the finalizer would be on it): nothing to do.
+            return
         self._delay_if_recently_infeasible(claim)
         class_name = get_claim_class(claim)
         source = _source_kind(claim)
@@ -805,6 +834,13 @@ class ProvisionController(ControllerLifecycle):
         uid = uid_of(claim)
         if error is None or state is ProvisioningState.FINISHED:
             self._claims_in_progress.pop(uid, None)
+            if (
+                error is not None
+                and error is not _SAVED
+                and (uid in self._finalizer_added or has_provisioning_finalizer(claim))
+            ):
+                # Nothing is being created for the claim any more: let it be deleted freely.
+                await self._release_claim(claim, "provisioning ended without a volume")
             if error is None or isinstance(error, _StopProvisionError):
                 return
             raise error
@@ -815,11 +851,14 @@ class ProvisionController(ControllerLifecycle):
         raise error
 
     async def provision_claim_operation(
-        self, claim: Obj, deadline: float | None = None
+        self, claim: Obj, deadline: float | None = None, *, undo: bool = False
     ) -> tuple[ProvisioningState, Exception | None]:
         """One provisioning attempt (upstream's ``provisionClaimOperation``). Returns the state
         the backend is in and None on success, a stop marker when the claim must not be retried,
-        or the error to retry on."""
+        or the error to retry on.
+
+        With ``undo`` (a deleted claim whose volume may have been created meanwhile) the volume
+        is finished and then deleted with ``provisioner.delete`` instead of saved as a PV."""
         class_name = get_claim_class(claim)
         claim_key = _claim_key(claim)
         logger = self._log.bind(claim=claim_key, **{"class": class_name})
@@ -837,9 +876,12 @@ class ProvisionController(ControllerLifecycle):
         logger = logger.bind(pv=pv_name)
 
         # A previous attempt may have finished meanwhile: the PV name is deterministic.
-        if self.volume_informer.store.get_by_key(pv_name) is not None:
+        if (
+            pv_name in self._saved_not_seen
+            or self.volume_informer.store.get_by_key(pv_name) is not None
+        ):
             logger.debug("PersistentVolume already exists, skipping")
-            return ProvisioningState.FINISHED, _STOP
+            return ProvisioningState.FINISHED, _SAVED
 
         refusal = self._refuse_claim(claim)
         if refusal is not None:
@@ -881,6 +923,20 @@ class ProvisionController(ControllerLifecycle):
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
             return ProvisioningState.FINISHED, err
 
+        if (
+            self.options.provisioning_finalizer
+            and not undo
+            and not has_provisioning_finalizer(claim)
+            and uid_of(claim) not in self._finalizer_added
+        ):
+            protected = await self._protect_claim(claim, logger)
+            if protected is None:
+                return ProvisioningState.FINISHED, _STOP
+            if isinstance(protected, Exception):
+                return ProvisioningState.FINISHED, protected
+            claim = protected
+            claim_model = to_model(claim, V1PersistentVolumeClaim)
+
         annotations = annotations_of(claim)
         selected = annotations.get(ANN_SELECTED_NODE) or annotations.get(ANN_ALPHA_SELECTED_NODE)
         options = ProvisionOptions(
@@ -894,7 +950,10 @@ class ProvisionController(ControllerLifecycle):
             _claim_target(claim),
             EVENT_NORMAL,
             "Provisioning",
-            f'External provisioner is provisioning volume for claim "{claim_key}"',
+            f'External provisioner is provisioning volume for claim "{claim_key}"'
+            if not undo
+            else f'External provisioner is finishing the volume of deleted claim "{claim_key}" '
+            "to delete it",
         )
         try:
             async with asyncio.timeout_at(deadline):
@@ -951,10 +1010,15 @@ class ProvisionController(ControllerLifecycle):
             storage_class=storage_class,
             add_finalizer_enabled=self.options.add_finalizer,
         )
+        if undo:
+            return await self._undo_volume(claim, volume, deadline, logger)
         logger.info("volume provisioned")
+        # Before the save: the informer may show the PV before store_volume returns.
+        self._saved_not_seen.add(name_of(volume))
         try:
             await self.volume_store.store_volume(claim, volume)
         except Exception as err:  # the store reported and cleaned up; retry from scratch
+            self._saved_not_seen.discard(name_of(volume))
             return ProvisioningState.FINISHED, err
         return ProvisioningState.FINISHED, None
 
@@ -1043,6 +1107,175 @@ class ProvisionController(ControllerLifecycle):
         store = self.claim_informer.store
         if store.get_by_key(_claim_key(result)) is not None:
             store.update(result)
+
+    # -- provisioning protection (``provisioning_finalizer``) ---------------------------------
+
+    async def _protect_claim(
+        self, claim: Obj, logger: structlog.typing.FilteringBoundLogger
+    ) -> Obj | Exception | None:
+        """Put the provisioning-protection finalizer on ``claim`` before its volume is
+        requested. Returns the claim as saved; None when it is gone or was replaced (nothing to
+        provision); the error to retry on when the write failed (nothing is requested
+        unprotected)."""
+        try:
+            saved = await add_provisioning_finalizer(self._claims_client, claim)
+        except ApiException as err:
+            if is_not_found(err) or is_conflict(err):
+                logger.info("claim is gone or was replaced; not provisioning", status=err.status)
+                return None
+            # 422 when the claim is being deleted (no new finalizers then): the retry sees the
+            # deletionTimestamp and leaves the claim alone.
+            logger.info("cannot add the provisioning-protection finalizer", error=_describe(err))
+            return ProvisioningError(
+                f"cannot add finalizer {FINALIZER_PROVISIONING} to claim {_claim_key(claim)}: "
+                f"{_describe(err)}",
+                ProvisioningState.FINISHED,
+            )
+        self._finalizer_added.add(uid_of(claim))
+        return saved
+
+    async def _release_claim(self, claim: Obj, why: str) -> None:
+        """Remove the provisioning-protection finalizer from ``claim``. A failure raises (the
+        claim is retried); a claim already gone counts as released."""
+        uid = uid_of(claim)
+        try:
+            await remove_provisioning_finalizer(self._claims_client, claim)
+        except ApiException as err:
+            if not is_conflict(err):  # 409: the name belongs to a recreated claim now
+                raise
+        self._finalizer_added.discard(uid)
+        self._log.debug(
+            "removed the provisioning-protection finalizer", claim=_claim_key(claim), why=why
+        )
+
+    def _claim_names_us(self, claim: Obj) -> bool:
+        annotations = annotations_of(claim)
+        provisioner = annotations.get(ANN_STORAGE_PROVISIONER)
+        if provisioner is None:
+            provisioner = annotations.get(ANN_BETA_STORAGE_PROVISIONER)
+        return _known(provisioner, self._names)
+
+    async def _sync_protected_claim(self, claim: Obj, deadline: float | None) -> bool:
+        """A claim carrying the provisioning-protection finalizer: release it once bound; finish
+        and delete the volume of a deleted one. Returns False when the claim is to be provisioned
+        as usual."""
+        if not self._claim_names_us(claim):
+            return True  # another provisioner's claim (and finalizer)
+        if _spec(claim).get("volumeName"):
+            await self._release_claim(claim, "claim is bound")
+            return True
+        if not is_deleting(claim):
+            return False
+        if isinstance(self.provisioner, Qualifier):
+            model = to_model(claim, V1PersistentVolumeClaim)
+            if not await self.provisioner.should_provision(model):
+                return True  # the instance the claim qualifies for cleans up
+        await self._clean_up_deleted_claim(claim, deadline)
+        return True
+
+    async def _clean_up_deleted_claim(self, claim: Obj, deadline: float | None) -> None:
+        """The claim was deleted before it was bound, while its volume may have been (or still
+        be being) created: with a saved PV there is nothing to do (reclaiming the released PV
+        deletes the volume); otherwise ask the provisioner for the volume again — provisioning
+        is idempotent by PV name, so this finishes the one already started — and delete it
+        (with a Retain class: save its PV instead). Then release the claim. Raises to retry."""
+        uid = uid_of(claim)
+        claim_key = _claim_key(claim)
+        logger = self._log.bind(claim=claim_key)
+        try:
+            pv_name = self.options.volume_name_hook(to_model(claim, V1PersistentVolumeClaim))
+        except Exception as err:  # no name now means no volume could be requested before
+            logger.warning("cannot name the volume of a deleted claim", error=_describe(err))
+            await self._release_claim(claim, "claim cannot be provisioned")
+            return
+        if await self._volume_saved(pv_name):
+            await self._release_claim(claim, "claim deleted after its PV was saved")
+            return
+        class_name = get_claim_class(claim)
+        storage_class = self._storage_class(class_name)
+        if storage_class is None:
+            message = (
+                f"claim {claim_key} was deleted while its volume may have been being created, "
+                f'but StorageClass "{class_name}" is gone, so the volume cannot be finished and '
+                "deleted: recreate the class, or remove the finalizer "
+                f"{FINALIZER_PROVISIONING} from the claim to let it go (a volume created "
+                "meanwhile would then leak)"
+            )
+            logger.error("cannot clean up after a deleted claim", reason=message)
+            self.recorder.event(
+                _claim_target(claim), EVENT_WARNING, "ProvisioningCleanupFailed", message
+            )
+            self._claims_in_progress[uid] = claim
+            raise ClassNotFoundError(class_name)
+        undo = (storage_class.get("reclaimPolicy") or "Delete") == "Delete"
+        logger.info("claim deleted before it was bound; finishing its volume", delete=undo)
+        state, error = await self.provision_claim_operation(claim, deadline, undo=undo)
+        if error is None or state is ProvisioningState.FINISHED:
+            self._claims_in_progress.pop(uid, None)
+            await self._release_claim(claim, "volume of the deleted claim dealt with")
+            if error is not None and not isinstance(error, _StopProvisionError):
+                logger.info(
+                    "provisioning for the deleted claim ended without a volume",
+                    error=_describe(error),
+                )
+            return
+        # The volume may still be being created: keep trying, however often it fails.
+        self._claims_in_progress[uid] = claim
+        raise error
+
+    async def _volume_saved(self, pv_name: str) -> bool:
+        """Whether the PV ``pv_name`` exists or will be saved — asked of the API server when the
+        caches do not show it, as a volume is about to be deleted otherwise."""
+        if pv_name in self._saved_not_seen or self.volume_informer.store.get_by_key(pv_name):
+            return True
+        if isinstance(self.volume_store, QueueStore) and self.volume_store.is_pending(pv_name):
+            return True
+        try:
+            await self._volumes_client.get(pv_name)
+        except ApiException as err:
+            if is_not_found(err):
+                return False
+            raise
+        return True
+
+    async def _undo_volume(
+        self,
+        claim: Obj,
+        volume: Obj,
+        deadline: float | None,
+        logger: structlog.typing.FilteringBoundLogger,
+    ) -> tuple[ProvisioningState, Exception | None]:
+        """Delete the volume just provisioned for a deleted claim (``provisioner.delete`` on the
+        PV that would have been saved)."""
+        pv_name = name_of(volume)
+        try:
+            model = to_model(volume, V1PersistentVolume)
+            if isinstance(self.provisioner, DeletionGuard) and not (
+                await self.provisioner.should_delete(model)
+            ):
+                raise ProvisioningError(
+                    f"the provisioner's should_delete refuses volume {pv_name}",
+                    ProvisioningState.IN_BACKGROUND,
+                )
+            async with asyncio.timeout_at(deadline):
+                await self.provisioner.delete(model)
+        except IgnoredError as err:
+            logger.info("the provisioner leaves the volume of the deleted claim", reason=err.reason)
+            return ProvisioningState.FINISHED, _STOP
+        except Exception as err:  # the volume exists: retry until it is deleted
+            message = (
+                f"claim {_claim_key(claim)} was deleted while its volume {pv_name} was being "
+                f"created; deleting the volume failed (will retry): {_describe(err)}"
+            )
+            logger.warning("cannot delete the volume of a deleted claim", error=_describe(err))
+            self.recorder.event(
+                _claim_target(claim), EVENT_WARNING, "ProvisioningCleanupFailed", message
+            )
+            failure = ProvisioningError(message, ProvisioningState.IN_BACKGROUND)
+            failure.__cause__ = err
+            return ProvisioningState.IN_BACKGROUND, failure
+        logger.info("deleted the volume of a deleted claim", pv=pv_name)
+        return ProvisioningState.FINISHED, _STOP
 
     # -- volumes -----------------------------------------------------------------------------
 

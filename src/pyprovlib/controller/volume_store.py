@@ -257,6 +257,10 @@ class QueueStore:
         """PVs not saved yet, by name (a copy)."""
         return dict(self._pending)
 
+    def is_pending(self, name: str) -> bool:
+        """Whether the PV ``name`` waits to be saved."""
+        return name in self._pending
+
     async def store_volume(self, claim: Obj, volume: Obj) -> None:
         """Try to save ``volume`` now; on failure queue it for the background workers. Never
         raises: the volume will be saved eventually."""

@@ -1,0 +1,342 @@
+"""The provisioning-protection finalizer (``provisioning_finalizer``): a claim deleted while
+its volume is being created never leaks the volume, even when the controller is killed and
+replaced meanwhile (kubernetes-csi/external-provisioner#486, which upstream leaves open).
+
+Scenarios:
+
+- the finalizer is on the claim while the provisioner runs and off once the claim is Bound;
+  one add and one remove, and the claim is provisioned exactly once (the update our own patch
+  causes must not provision it again);
+- a claim deleted while the provisioner hangs, the controller killed, a new one started: the
+  volume is finished and deleted, the claim goes, no PV is saved;
+- the same with a Retain class: the PV is saved (the administrator's handle on the volume);
+- a claim deleted while provisioning fails in the background: retried until the backend
+  succeeds, then deleted;
+- provisioning failing for good takes the finalizer off again;
+- the StorageClass gone while a deleted claim waits: a ProvisioningCleanupFailed event naming
+  the class and the finalizer; recreating the class finishes the clean-up;
+- a claim deleted before its volume was requested is not provisioned at all;
+- without the option no claim is ever written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+from kubernetes_asyncio.client import V1PersistentVolume
+from test_provision_e2e import (
+    MemoryProvisioner,
+    create_claim,
+    create_class,
+    delete_claim,
+    fast_options,
+    get_claim,
+    get_volume,
+    provisioner_name,
+    running,
+    wait_bound,
+    wait_event,
+)
+
+from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import (
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+def protected_options() -> ProvisionControllerOptions:
+    return fast_options(provisioning_finalizer=True)
+
+
+class GatedProvisioner(MemoryProvisioner):
+    """Creates the asset, then waits for ``gate`` before returning (a slow backend)."""
+
+    def __init__(self, assets: dict[str, Obj]) -> None:
+        super().__init__(assets)
+        self.asset_created = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.finalizers_seen: list[list[str]] = []
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        self.finalizers_seen.append(list(options.pvc.metadata.finalizers or []))
+        volume = await super().provision(options)
+        self.asset_created.set()
+        await self.gate.wait()
+        return volume
+
+
+class FlakyProvisioner(MemoryProvisioner):
+    """Creates the asset but reports IN_BACKGROUND until ``healthy`` is set."""
+
+    def __init__(self, assets: dict[str, Obj]) -> None:
+        super().__init__(assets)
+        self.healthy = False
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        volume = await super().provision(options)
+        if not self.healthy:
+            raise ProvisioningError("backend still busy", ProvisioningState.IN_BACKGROUND)
+        return volume
+
+
+class RefusingProvisioner(MemoryProvisioner):
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        self.calls.append(options)
+        raise ProvisioningError("no space left for this claim", ProvisioningState.FINISHED)
+
+
+async def kill(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def wait_claim_gone(cluster: TestCluster, name: str) -> None:
+    async def gone() -> bool:
+        return await get_claim(cluster, name) is None
+
+    await cluster.wait_for(gone, message=f"claim {name} deleted")
+
+
+async def finalizers(cluster: TestCluster, name: str) -> list[str]:
+    claim = await get_claim(cluster, name)
+    assert claim is not None, f"claim {name} is gone"
+    return list(claim["metadata"].get("finalizers") or [])
+
+
+async def delete_mid_provision(
+    cluster: TestCluster, name: str, class_name: str, backend: dict[str, Obj]
+) -> tuple[str, str]:
+    """Run a controller until the backend created the asset of a new claim, delete the claim
+    (the provisioner still running), then kill the controller. Returns (claim, PV name)."""
+    first = GatedProvisioner(backend)
+    controller = ProvisionController(cluster.api_client, name, first, protected_options())
+    task = asyncio.create_task(controller.run())
+    try:
+        claim = await create_claim(cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        async with asyncio.timeout(30):
+            await first.asset_created.wait()
+        await delete_claim(cluster, claim_name)
+        # Held by the finalizer: the claim stays, marked for deletion.
+        held = await get_claim(cluster, claim_name)
+        assert held is not None
+        assert held["metadata"].get("deletionTimestamp")
+    finally:
+        await kill(task)
+    pv_name = f"pvc-{claim['metadata']['uid']}"
+    assert list(backend) == [pv_name]
+    return claim_name, pv_name
+
+
+async def test_finalizer_held_while_provisioning_and_removed_once_bound(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = GatedProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, fast_options(provisioning_finalizer=True)
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        async with asyncio.timeout(30):
+            await provisioner.asset_created.wait()
+        # The provisioner got the claim as saved with the finalizer, and it is on the claim.
+        assert FINALIZER_PROVISIONING in provisioner.finalizers_seen[0]
+        assert FINALIZER_PROVISIONING in await finalizers(kube_cluster, claim_name)
+        provisioner.gate.set()
+        await wait_bound(kube_cluster, claim_name)
+
+        async def released() -> bool:
+            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
+
+        await kube_cluster.wait_for(released, message="finalizer removed after binding")
+        # Let the updates our own patches caused be processed, then count.
+        await asyncio.sleep(0.3)
+        assert len(provisioner.calls) == 1, "the claim was provisioned more than once"
+
+
+async def test_claim_deleted_while_provisioning_then_controller_killed(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    backend: dict[str, Obj] = {}
+    claim_name, pv_name = await delete_mid_provision(kube_cluster, name, class_name, backend)
+
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(kube_cluster.api_client, name, second, protected_options())
+    async with running(restarted):
+        await wait_claim_gone(kube_cluster, claim_name)
+    assert backend == {}, "the volume of the deleted claim leaked"
+    assert second.deleted == [pv_name]
+    assert [c.pv_name for c in second.calls] == [pv_name]
+    assert await get_volume(kube_cluster.api_client, pv_name) is None
+
+
+async def test_claim_deleted_while_provisioning_retain_class_keeps_a_pv(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name, reclaimPolicy="Retain")
+    backend: dict[str, Obj] = {}
+    claim_name, pv_name = await delete_mid_provision(kube_cluster, name, class_name, backend)
+    kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
+
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(kube_cluster.api_client, name, second, protected_options())
+    async with running(restarted):
+        await wait_claim_gone(kube_cluster, claim_name)
+    volume = await get_volume(kube_cluster.api_client, pv_name)
+    assert volume is not None, "a Retain volume of a deleted claim must keep its PV"
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert list(backend) == [pv_name]
+    assert second.deleted == []
+
+
+async def test_claim_deleted_while_provisioning_fails_in_the_background(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = FlakyProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, protected_options()
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+
+        async def retried() -> bool:
+            return len(provisioner.calls) >= 2
+
+        await kube_cluster.wait_for(retried, message="provisioning retried")
+        await delete_claim(kube_cluster, claim_name)
+        await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "backend still busy")
+        held = await get_claim(kube_cluster, claim_name)
+        assert held is not None, "the claim went while its volume may still be created"
+        assert pv_name in provisioner.assets
+        provisioner.healthy = True
+        await wait_claim_gone(kube_cluster, claim_name)
+    assert provisioner.assets == {}
+    assert provisioner.deleted == [pv_name]
+    assert await get_volume(kube_cluster.api_client, pv_name) is None
+
+
+async def test_final_failure_releases_the_claim(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = RefusingProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, protected_options()
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "no space left")
+
+        async def released() -> bool:
+            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
+
+        await kube_cluster.wait_for(released, message="finalizer removed after a final error")
+        # Deleting it now needs nothing from the controller.
+        controller.stop()
+    await delete_claim(kube_cluster, claim_name)
+    await wait_claim_gone(kube_cluster, claim_name)
+
+
+async def test_class_gone_while_a_deleted_claim_waits(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    backend: dict[str, Obj] = {}
+    claim_name, pv_name = await delete_mid_provision(kube_cluster, name, class_name, backend)
+    await ResourceClient(kube_cluster.api_client, STORAGE_CLASSES).delete(class_name)
+
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(kube_cluster.api_client, name, second, protected_options())
+    async with running(restarted):
+        event = await wait_event(
+            kube_cluster, claim_name, "ProvisioningCleanupFailed", f'"{class_name}" is gone'
+        )
+        assert FINALIZER_PROVISIONING in event["message"]
+        assert "recreate the class" in event["message"]
+        assert await get_claim(kube_cluster, claim_name) is not None
+        assert list(backend) == [pv_name]
+        await create_class(kube_cluster, name, name=class_name)
+        await wait_claim_gone(kube_cluster, claim_name)
+    assert backend == {}
+
+
+async def test_claim_deleted_before_provisioning_is_not_provisioned(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    hold = "test.pyprovlib.io/hold"
+    claim = await create_claim(kube_cluster, class_name)
+    claim_name = claim["metadata"]["name"]
+    claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
+    await claims.patch(
+        claim_name,
+        {"metadata": {"finalizers": [hold]}},
+        namespace=kube_cluster.namespace,
+        patch_type="strategic",
+    )
+    await delete_claim(kube_cluster, claim_name)
+    provisioner = MemoryProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, protected_options()
+    )
+    try:
+        async with running(controller):
+            await kube_cluster.wait_for(
+                lambda: _ready(controller), message="controller synced the claim"
+            )
+            await asyncio.sleep(0.3)
+            assert provisioner.calls == []
+        assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
+    finally:
+        await claims.patch(
+            claim_name,
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}},
+            namespace=kube_cluster.namespace,
+            patch_type="strategic",
+        )
+    await wait_claim_gone(kube_cluster, claim_name)
+
+
+async def _ready(controller: ProvisionController) -> bool:
+    return controller.ready()
+
+
+async def test_without_the_option_no_finalizer_is_added(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = GatedProvisioner({})
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        async with asyncio.timeout(30):
+            await provisioner.asset_created.wait()
+        assert len(provisioner.finalizers_seen) == 1
+        assert FINALIZER_PROVISIONING not in provisioner.finalizers_seen[0]
+        assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
+        provisioner.gate.set()
+        await wait_bound(kube_cluster, claim_name)
+        assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
