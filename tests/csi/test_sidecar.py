@@ -147,9 +147,15 @@ def test_flags_have_external_provisioner_names_and_defaults() -> None:
     assert args.default_fstype == ""
     assert args.leader_election is False
     assert args.exit_on_connection_loss is True
+    # Not upstream's: protects claims deleted mid-creation (issue 486); on unless turned off.
+    assert args.provisioning_finalizer is True
     parsed = build_parser().parse_args(["--timeout", "2m", "--volume-name-uuid-length", "8"])
     assert parsed.timeout == 120.0
     assert parsed.volume_name_uuid_length == 8
+    assert (
+        build_parser().parse_args(["--provisioning-finalizer=false"]).provisioning_finalizer
+        is False
+    )
 
 
 async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(

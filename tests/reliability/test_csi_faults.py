@@ -375,8 +375,10 @@ async def csi_stack(
     class_extra: dict[str, Any] | None = None,
     **controller_options: Any,
 ) -> AsyncIterator[Stack]:
-    """API server with binder, the fault driver, and the provisioner sidecar running."""
+    """API server with binder, the fault driver, and the provisioner sidecar running (with
+    the sidecar's default ``--provisioning-finalizer=true`` unless told otherwise)."""
     controller_options.setdefault("retry_interval_max", RETRY_INTERVAL_MAX)
+    controller_options.setdefault("provisioning_finalizer", True)
     async with ApiServer(binder=True) as server, server.api_client() as client:
         ns_names = [unique("csi") for _ in range(namespaces)]
         for ns in ns_names:
@@ -692,14 +694,6 @@ async def test_claims_deleted_while_create_volume_hangs_200() -> None:
     await run_deleted_mid_hang(200)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "csi/provisioner.py remembers CreateVolume calls in flight only in memory: a claim "
-        "deleted while its volume is still being created, followed by a sidecar restart (as "
-        "a driver restart causes with exit-on-connection-loss), leaks the volume"
-    ),
-)
 async def test_claim_deleted_mid_hang_then_sidecar_restart_leaks_nothing() -> None:
     """Issue 5's promise across a restart of the sidecar: the driver restarts while volumes
     are being created for claims the user just deleted; the sidecar exits on the lost
@@ -728,6 +722,16 @@ async def test_claim_deleted_mid_hang_then_sidecar_restart_leaks_nothing() -> No
             timeout=2,
             message=lambda: f"volumes of deleted claims left: {sorted(s.backend.volumes)}",
         )
+        # The provisioning-protection finalizer held the claims until then; now they go.
+        await s.wait(
+            lambda: not s.claims(),
+            timeout=5,
+            message=lambda: f"claims left: {[c['metadata'] for c in s.claims()]}",
+        )
+        assert s.sidecar.exits >= 1
+        for name in names:
+            assert s.backend.creations[name] == 1, f"{name}: {s.backend.creations[name]}"
+            assert s.backend.deletions[name] == 1, f"{name}: {s.backend.deletions[name]}"
         s.check()
 
 

@@ -141,6 +141,15 @@ def build_parser() -> RuntimeArgumentParser:
     )
     add_bool_flag(
         parser,
+        "--provisioning-finalizer",
+        default=True,
+        help="hold claims with the pyprovlib.io/provisioning-protection finalizer while their "
+        "volume is created, so a claim deleted meanwhile never leaks the volume, even across "
+        "a restart (not in upstream; needs patch on persistentvolumeclaims)",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
         "--exit-on-connection-loss",
         default=True,
         help="exit when the connection to the driver is lost, so the container restarts "
@@ -208,6 +217,7 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
                 args.retry_interval_start, args.retry_interval_max
             ),
             retry_interval_max=args.retry_interval_max,
+            provisioning_finalizer=args.provisioning_finalizer,
             **ctx.options.leader_election_fields(),
         )
         factory = SharedInformerFactory(
