@@ -515,6 +515,10 @@ async def crash_scenario(handler: str, vas: int, kills: int, seed: int) -> None:
 
         async def crash_loop() -> None:
             for _ in range(kills):
+                # On a loaded machine the phase may not have written anything yet: a kill
+                # before there is work tests nothing, so wait (briefly) for some.
+                with contextlib.suppress(AssertionError):
+                    await wait_until(lambda: not world.settled(), timeout=1.0, message="")
                 task = asyncio.create_task(world.controller().run())
                 await asyncio.sleep(rng.uniform(0.05, 0.6))
                 killed_mid_work.append(not world.settled())
