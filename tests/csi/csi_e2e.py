@@ -94,6 +94,7 @@ async def csi_env(
                 ProvisionControllerOptions(**defaults),
                 informer_factory=factory,
             )
+            provisioner.recorder = controller.recorder
             task = asyncio.create_task(controller.run())
             informers = asyncio.create_task(_run_informers(factory))
             try:

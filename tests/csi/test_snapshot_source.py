@@ -19,6 +19,7 @@ from csi_e2e import (
     create_snapshot,
     csi_env,
     delete_claim,
+    events_of,
     get_snapshot,
     get_volume,
     require_snapshot_crds,
@@ -269,6 +270,30 @@ async def test_rejected_snapshot_source_is_reported_and_not_created(
                     {"metadata": {"finalizers": None}},
                     namespace=kube_cluster.namespace,
                 )
+
+
+async def test_populator_data_source_is_left_to_the_populator(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    """Upstream: a dataSourceRef of any other kind belongs to a volume populator — a Normal
+    ``Provisioning`` event, no CreateVolume, no ProvisioningFailed, nothing retried."""
+    async with csi_env(kube_cluster, sock_dir) as env:
+        class_name = await create_class(env)
+        source = {"apiGroup": "hello.example.com", "kind": "Hello", "name": "greeting"}
+        claim = await create_claim(env, class_name, size="1Gi", dataSourceRef=source)
+        name = claim["metadata"]["name"]
+        event = await wait_event(
+            env, name, "Provisioning", "Assuming an external populator will provision the volume"
+        )
+        assert event["type"] == "Normal"
+        # A plain claim created afterwards is provisioned: the populator's claim was done with.
+        plain = await create_claim(env, class_name, size="1Gi")
+        await wait_bound(env, plain["metadata"]["name"])
+        assert create_calls_for(env, claim) == []
+        assert await get_volume(env, f"pvc-{claim['metadata']['uid']}") is None
+        events = await events_of(env, name)
+        assert not [e for e in events if e.get("reason") == "ProvisioningFailed"], events
+        assert claim["metadata"]["uid"] not in env.controller.claims_in_progress()
 
 
 async def test_volume_mode_change_allowed_by_annotation_or_option(

@@ -244,6 +244,7 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
             controller_options,
             informer_factory=factory,
         )
+        provisioner.recorder = controller.recorder
     except BaseException:
         connection.close()
         raise

@@ -15,6 +15,8 @@ GenerateAccessibilityRequirements, cloning protection). Differences, each on pur
 - Cloning protection is held while a clone is provisioned by this process and released when
   no clone of that source is in flight any more, without a separate controller. The same goes
   for the snapshot-source protection of a VolumeSnapshot a volume is restored from.
+- A data source of any other kind than PersistentVolumeClaim and VolumeSnapshot is left to a
+  volume populator, as upstream does: a Normal ``Provisioning`` event, then IgnoredError.
 - A cross-namespace data source (``dataSourceRef.namespace``, the alpha
   CrossNamespaceVolumeDataSource feature with ReferenceGrants) is refused with a final error,
   as upstream does while that feature gate is off (its default).
@@ -41,6 +43,7 @@ from pyprovlib.controller._convert import from_model, to_model
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
+from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.quantity import Format, Quantity, parse_storage_size
@@ -834,6 +837,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
     :class:`~pyprovlib.csi.connection.CSIConnection` (its driver name is the provisioner name).
     With ``informer_factory`` (the one the ProvisionController shares, started by the caller)
     StorageClasses, VolumeAttachments, Nodes and CSINodes are read from its caches.
+    ``recorder`` (usually the ProvisionController's, which :attr:`recorder` can also be set to
+    after construction) receives the events upstream records from the provisioner itself; without
+    one they are only logged.
     """
 
     def __init__(
@@ -844,6 +850,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         *,
         identity: str | None = None,
         informer_factory: SharedInformerFactory | None = None,
+        recorder: EventRecorder | None = None,
     ) -> None:
         if not connection.driver_name:
             raise ValueError("the CSI connection is not identified yet: use CSIConnection.open")
@@ -851,6 +858,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         self.connection = connection
         self.options = options or CSIProvisionerOptions()
         self.driver_name = connection.driver_name
+        self.recorder = recorder
         # Upstream's identity: start time in ms, a random number, the driver name.
         self.identity = identity or (
             f"{int(time.time() * 1000)}-{random.randint(0, 9999)}-{self.driver_name}"  # noqa: S311
@@ -1226,10 +1234,18 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
                     f"{claim_key} cannot be cloned from {source.describe()}"
                 )
         else:
-            raise _PreparationError(
-                f"unsupported data source {source.api_group or 'core'}/{source.kind} "
-                f"{source.name!r}: only PersistentVolumeClaim clones and VolumeSnapshot "
-                "restores are supported by this provisioner"
+            # Upstream: any other kind is a volume populator's (AnyVolumeDataSource); the
+            # populator creates the volume and binds it, so there is nothing to do here.
+            if self.recorder is not None:
+                self.recorder.event(
+                    {**claim, "kind": "PersistentVolumeClaim", "apiVersion": "v1"},
+                    "Normal",
+                    "Provisioning",
+                    "Assuming an external populator will provision the volume",
+                )
+            raise IgnoredError(
+                f"data source {source.api_group or 'core'}/{source.kind} {source.name!r} is not "
+                "handled by the provisioner, assuming an external populator will provision it"
             )
 
     async def _content_source(
