@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import os
+import random
+import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from kubernetes_asyncio.client import (
@@ -325,3 +329,74 @@ def check_invariants(
 def asset_dirs(root: Path) -> list[str]:
     """The volume directories under a file-backed provisioner's root."""
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def load_support(suite: str, name: str) -> ModuleType:
+    """The support module ``tests/<suite>/<name>.py``, which is not on ``sys.path`` when only
+    this suite runs (loaded once, under a private module name)."""
+    key = f"pyprovlib_tests_{suite}_{name}"
+    if key not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / suite / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(key, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+# -- API server chaos ----------------------------------------------------------------------------
+
+FAULT_KINDS = ("500", "503", "429", "latency", "drop_watches", "compact", "restart")
+
+
+async def inject(server: ApiServer, kind: str, rng: random.Random) -> None:
+    """One dose of ``kind``."""
+    if kind in ("500", "503"):
+        server.faults.fail(int(kind), count=rng.randint(3, 10))
+    elif kind == "429":
+        server.faults.fail(429, count=rng.randint(2, 6), retry_after=1)
+    elif kind == "latency":
+        server.faults.latency(rng.uniform(0.05, 0.3), count=rng.randint(5, 20))
+    elif kind == "drop_watches":
+        server.drop_watches()
+    elif kind == "compact":
+        server.compact()
+        server.drop_watches()
+    elif kind == "restart":
+        await server.restart()
+    else:
+        raise ValueError(kind)
+
+
+@contextlib.asynccontextmanager
+async def chaos(
+    server: ApiServer, kinds: Sequence[str], seed: int, interval: float = 0.15
+) -> AsyncIterator[list[str]]:
+    """Inject faults of ``kinds`` every ``interval`` (jittered) for the duration of the block;
+    yields the log of what was injected. The first fault goes in before the block runs, so a
+    phase that finishes quickly is still faulted. Faults left over are cleared on exit."""
+    rng = random.Random(seed)
+    injected: list[str] = []
+
+    async def inject_one() -> None:
+        kind = rng.choice(kinds)
+        await inject(server, kind, rng)
+        injected.append(kind)
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(rng.uniform(interval / 2, interval * 1.5))
+            await inject_one()
+
+    await inject_one()
+
+    task = asyncio.create_task(loop())
+    try:
+        yield injected
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        server.faults.clear()

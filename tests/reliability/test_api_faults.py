@@ -11,17 +11,17 @@ Default: 60 claims per fault kind; ``-m slow``: 500 claims with every fault kind
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from rel_support import (
+    FAULT_KINDS,
     PROVISIONER,
     Backend,
     BackendProvisioner,
     all_bound,
+    chaos,
     check_invariants,
     create_claims,
     create_class,
@@ -38,59 +38,6 @@ from rel_support import (
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.testing.server import ApiServer
-
-FAULT_KINDS = ("500", "503", "429", "latency", "drop_watches", "compact", "restart")
-
-
-async def inject(server: ApiServer, kind: str, rng: random.Random) -> None:
-    """One dose of ``kind``."""
-    if kind in ("500", "503"):
-        server.faults.fail(int(kind), count=rng.randint(3, 10))
-    elif kind == "429":
-        server.faults.fail(429, count=rng.randint(2, 6), retry_after=1)
-    elif kind == "latency":
-        server.faults.latency(rng.uniform(0.05, 0.3), count=rng.randint(5, 20))
-    elif kind == "drop_watches":
-        server.drop_watches()
-    elif kind == "compact":
-        server.compact()
-        server.drop_watches()
-    elif kind == "restart":
-        await server.restart()
-    else:
-        raise ValueError(kind)
-
-
-@contextlib.asynccontextmanager
-async def chaos(
-    server: ApiServer, kinds: Sequence[str], seed: int, interval: float = 0.15
-) -> AsyncIterator[list[str]]:
-    """Inject faults of ``kinds`` every ``interval`` (jittered) for the duration of the block;
-    yields the log of what was injected. The first fault goes in before the block runs, so a
-    phase that finishes quickly is still faulted. Faults left over are cleared on exit."""
-    rng = random.Random(seed)
-    injected: list[str] = []
-
-    async def inject_one() -> None:
-        kind = rng.choice(kinds)
-        await inject(server, kind, rng)
-        injected.append(kind)
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(rng.uniform(interval / 2, interval * 1.5))
-            await inject_one()
-
-    await inject_one()
-
-    task = asyncio.create_task(loop())
-    try:
-        yield injected
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        server.faults.clear()
 
 
 async def run_scenario(

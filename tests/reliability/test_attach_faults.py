@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import random
 import signal
@@ -32,13 +31,11 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
-from rel_support import cancel, unique, wait_until, with_retries
-from test_api_faults import FAULT_KINDS, chaos
+from rel_support import FAULT_KINDS, cancel, chaos, load_support, unique, wait_until, with_retries
 
 from pyprovlib.attacher import AttachNode, AttachVolume
 from pyprovlib.controller.attach import NODE_ID_ANNOTATION, AttachController
@@ -48,24 +45,8 @@ from pyprovlib.kube.resources import CSINODES, PERSISTENT_VOLUMES, VOLUME_ATTACH
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.server import ApiServer
 
-_ATTACH_TESTS = Path(__file__).resolve().parents[1] / "attach"
-
-
-def _load(name: str) -> ModuleType:
-    """A support module of tests/attach (not on sys.path when only this suite runs)."""
-    key = f"pyprovlib_tests_attach_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, _ATTACH_TESTS / f"{name}.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-attach_support = _load("attach_support")
-csi_attach_driver = _load("csi_attach_driver")
+attach_support = load_support("attach", "attach_support")
+csi_attach_driver = load_support("attach", "csi_attach_driver")
 
 PUBLISH_CONTEXT = {"devicePath": "/dev/reliability"}
 Pair = tuple[str, str]  # (volume handle, node id)

@@ -26,19 +26,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import random
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
-from rel_support import cancel, create_namespace, unique, wait_until, with_retries
-from test_api_faults import FAULT_KINDS, chaos
+from rel_support import (
+    FAULT_KINDS,
+    cancel,
+    chaos,
+    create_namespace,
+    load_support,
+    unique,
+    wait_until,
+    with_retries,
+)
 
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.kube.objects import Obj, meta, name_of
@@ -52,23 +56,7 @@ from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.resizer import ExpansionResult, Resizer
 from pyprovlib.testing.server import ApiServer
 
-_RESIZE_TESTS = Path(__file__).resolve().parents[1] / "resize"
-
-
-def _load(name: str) -> ModuleType:
-    """A support module of tests/resize (not on sys.path when only this suite runs)."""
-    key = f"pyprovlib_tests_resize_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, _RESIZE_TESTS / f"{name}.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-resize_support = _load("resize_support")
+resize_support = load_support("resize", "resize_support")
 
 GI = 1024**3
 RESIZE_CONDITIONS = {
