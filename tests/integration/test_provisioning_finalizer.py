@@ -150,6 +150,11 @@ async def test_finalizer_held_while_provisioning_and_removed_once_bound(
     controller = ProvisionController(
         kube_cluster.api_client, name, provisioner, fast_options(provisioning_finalizer=True)
     )
+    patches_before = (
+        kube_cluster.server.requests.count("patch", "persistentvolumeclaims")
+        if kube_cluster.server is not None
+        else 0
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -168,6 +173,11 @@ async def test_finalizer_held_while_provisioning_and_removed_once_bound(
         # Let the updates our own patches caused be processed, then count.
         await asyncio.sleep(0.3)
         assert len(provisioner.calls) == 1, "the claim was provisioned more than once"
+    if kube_cluster.server is not None:
+        # One add and one remove: the binder's two writes (claim, then its status) both show
+        # the finalizer and a volumeName, but only the first may cause a removal.
+        patches = kube_cluster.server.requests.count("patch", "persistentvolumeclaims")
+        assert patches - patches_before == 2
 
 
 async def test_claim_deleted_while_provisioning_then_controller_killed(

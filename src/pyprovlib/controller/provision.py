@@ -564,6 +564,9 @@ class ProvisionController(ControllerLifecycle):
         # UIDs of claims this process put the provisioning-protection finalizer on, until the
         # claim's outcome is known (the cache may not show the finalizer yet).
         self._finalizer_added: set[str] = set()
+        # UIDs of bound claims whose finalizer this process removed, until the cache shows a
+        # version without it: the binder's second write must not cause a second removal.
+        self._finalizer_removed: set[str] = set()
         # UIDs of PVs whose asset is deleted while the PV object still exists.
         self._assets_deleted: set[str] = set()
         self.volume_store: VolumeStore
@@ -698,6 +701,7 @@ class ProvisionController(ControllerLifecycle):
     def _forget_claim(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         self._finalizer_added.discard(uid_of(last))
+        self._finalizer_removed.discard(uid_of(last))
 
     def _enqueue_volume(self, obj: Obj) -> None:
         name = name_of(obj)
@@ -808,6 +812,8 @@ class ProvisionController(ControllerLifecycle):
         if has_provisioning_finalizer(claim) or uid_of(claim) in self._finalizer_added:
             if await self._sync_protected_claim(claim, deadline):
                 return
+        elif self._finalizer_removed:
+            self._finalizer_removed.discard(uid_of(claim))
         elif self.options.provisioning_finalizer and is_deleting(claim):
             # Its volume was never requested (the finalizer would be on it): nothing to do.
             return
@@ -1162,7 +1168,10 @@ class ProvisionController(ControllerLifecycle):
         if not self._claim_names_us(claim):
             return True  # another provisioner's claim (and finalizer)
         if _spec(claim).get("volumeName"):
-            await self._release_claim(claim, "claim is bound")
+            uid = uid_of(claim)
+            if uid not in self._finalizer_removed:  # else: a version from before our removal
+                await self._release_claim(claim, "claim is bound")
+                self._finalizer_removed.add(uid)
             return True
         if not is_deleting(claim):
             return False
