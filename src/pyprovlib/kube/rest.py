@@ -9,6 +9,7 @@ as kubernetes-asyncio's ``ApiException`` so :mod:`pyprovlib.kube.errors` classif
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -21,6 +22,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
+from pyprovlib.kube.transport import HttpResponse, RawResponse
 
 __all__ = [
     "PATCH_CONTENT_TYPES",
@@ -99,8 +101,11 @@ class WatchStream:
         self._path = path
         self._query = query
         self._timeout = timeout
-        self._response: aiohttp.ClientResponse | None = None
+        self._response: RawResponse | None = None
         self._closed = False
+        # Lines read but not yet handed out: the lean transport gives every complete line
+        # one network read brought (a burst of events costs one wakeup, not one per event).
+        self._lines: deque[bytes] = deque()
 
     async def __aenter__(self) -> Self:
         await self._open()
@@ -117,7 +122,7 @@ class WatchStream:
     def __aiter__(self) -> Self:
         return self
 
-    async def _open(self) -> aiohttp.ClientResponse:
+    async def _open(self) -> RawResponse:
         if self._closed:
             raise RuntimeError("watch stream already closed")
         if self._response is None:
@@ -133,11 +138,24 @@ class WatchStream:
             )
         return self._response
 
+    async def _next_line(self, response: RawResponse) -> bytes:
+        lines = self._lines
+        if not lines:
+            if isinstance(response, HttpResponse):
+                lines.extend(await response.read_lines())
+                if not lines:
+                    return b""
+            else:
+                return await response.content.readline()
+        return lines.popleft()
+
     async def __anext__(self) -> Obj:
-        response = await self._open()
+        response = self._response
+        if response is None:
+            response = await self._open()
         try:
             while True:
-                line = await response.content.readline()
+                line = await self._next_line(response)
                 if not line:
                     raise StopAsyncIteration
                 if line.isspace():
@@ -147,7 +165,8 @@ class WatchStream:
                     # StreamWatcher treats an unexpected EOF the same way).
                     log.debug("watch stream truncated", path=self._path, tail_bytes=len(line))
                     raise StopAsyncIteration
-                event: Obj = json.loads(line)
+                # UTF-8 by the API's contract: decoding first skips json's encoding sniffing.
+                event: Obj = json.loads(line.decode("utf-8"))
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     if not isinstance(status, dict):
@@ -195,7 +214,7 @@ class ResourceClient:
         *,
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
-    ) -> aiohttp.ClientResponse:
+    ) -> RawResponse:
         """Send a request; return the open response on 2xx, raise ``ApiException`` otherwise."""
         response = await send_request(
             self.api_client,
@@ -228,7 +247,7 @@ class ResourceClient:
             data = await response.content.read()
         finally:
             response.release()
-        return json.loads(data) if data else None
+        return json.loads(data.decode("utf-8")) if data else None
 
     def _namespace(self, namespace: str | None) -> str | None:
         return namespace if self.resource.namespaced else None
