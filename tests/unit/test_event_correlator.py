@@ -273,8 +273,8 @@ async def test_recorder_builds_client_go_shaped_events() -> None:
         pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv1"}}
         rec.event(pv, "Warning", "Failed", "x" * 3000)
         rec.event(pv, "Warning", "Failed", "again")
-        first = rec._queue.get_nowait()
-        second = rec._queue.get_nowait()
+        # Both wait in the buffer, in order, under their one object.
+        ((first, second),) = [list(events) for events in rec._waiting.values()]
     assert first["metadata"]["namespace"] == "default"
     # name: <object>.<hex UnixNano>, unique even when the clock did not move
     name, _, nanos = first["metadata"]["name"].partition(".")

@@ -8,7 +8,7 @@ import asyncio
 import random
 import re
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,7 +52,6 @@ storage error message can be arbitrarily long, so messages are cut to this many 
 
 _TRUNCATION_SUFFIX = " ..."
 _DROP_LOG_INTERVAL = 60.0
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -106,9 +105,19 @@ class _LRU(Generic[_K, _V]):
         return len(self._data)
 
 
+_last_time: tuple[int, str] = (0, "")
+
+
 def _time(dt: datetime) -> str:
-    # metav1.Time serializes as RFC 3339 with whole seconds.
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # metav1.Time serializes as RFC 3339 with whole seconds; events come in bursts within
+    # one second, so the last formatting is kept.
+    global _last_time  # noqa: PLW0603 - a one-entry cache
+    seconds = int(dt.timestamp())
+    if _last_time[0] == seconds:
+        return _last_time[1]
+    text = dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _last_time = (seconds, text)
+    return text
 
 
 def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
@@ -144,10 +153,12 @@ def _spam_key(event: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _event_key(event: Mapping[str, Any]) -> tuple[str, ...]:
+def _event_key(
+    event: Mapping[str, Any], spam_key: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
     ref = _ref(event)
     return (
-        *_spam_key(event),
+        *(_spam_key(event) if spam_key is None else spam_key),
         str(ref.get("fieldPath", "")),
         str(event.get("type", "")),
         str(event.get("reason", "")),
@@ -155,9 +166,11 @@ def _event_key(event: Mapping[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _aggregate_key(event: Mapping[str, Any]) -> tuple[str, ...]:
+def _aggregate_key(
+    event: Mapping[str, Any], spam_key: tuple[str, ...] | None = None
+) -> tuple[str, ...]:
     return (
-        *_spam_key(event),
+        *(_spam_key(event) if spam_key is None else spam_key),
         str(event.get("type", "")),
         str(event.get("reason", "")),
         str(event.get("reportingComponent", "")),
@@ -218,9 +231,11 @@ class EventCorrelator:
     def correlate(self, event: Obj) -> CorrelateResult:
         """Run ``event`` (a core/v1 Event dict, count 1) through aggregation, counting and
         the spam filter."""
-        aggregated, key = self._aggregate(event)
+        # A combined event keeps the source and object: one spam key serves all three steps.
+        spam_key = _spam_key(event)
+        aggregated, key = self._aggregate(event, spam_key)
         observed, patch = self._observe(aggregated, key)
-        if self._filter(observed):
+        if self._filter(spam_key):
             return CorrelateResult(None, None, True)
         return CorrelateResult(observed, patch, False)
 
@@ -238,9 +253,9 @@ class EventCorrelator:
             ),
         )
 
-    def _aggregate(self, event: Obj) -> tuple[Obj, tuple[str, ...]]:
+    def _aggregate(self, event: Obj, spam_key: tuple[str, ...]) -> tuple[Obj, tuple[str, ...]]:
         now = self._clock.now()
-        agg_key = _aggregate_key(event)
+        agg_key = _aggregate_key(event, spam_key)
         record = self._aggregates.get(agg_key)
         interval = self.options.aggregate_interval
         if record is None or (now - record.last).total_seconds() > interval:
@@ -249,7 +264,7 @@ class EventCorrelator:
         record.last = now
         self._aggregates.put(agg_key, record)
         if len(record.local_keys) < self.options.aggregate_max_events:
-            return event, _event_key(event)
+            return event, _event_key(event, spam_key)
         # Keep the set bounded at the threshold, like client-go's PopAny.
         record.local_keys.pop()
         ref = dict(_ref(event))
@@ -298,8 +313,7 @@ class EventCorrelator:
         )
         return observed, patch
 
-    def _filter(self, event: Obj) -> bool:
-        key = _spam_key(event)
+    def _filter(self, key: tuple[str, ...]) -> bool:
         bucket = self._spam.get(key)
         if bucket is None:
             bucket = TokenBucket(self.options.spam_qps, self.options.spam_burst, clock=self._clock)
@@ -319,8 +333,8 @@ class _NameFactory:
         self._last = 0
 
     def __call__(self, object_name: str) -> str:
-        delta = self._clock.now() - _EPOCH
-        nanos = (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
+        now = self._clock.now()
+        nanos = int(now.timestamp()) * 10**9 + now.microsecond * 1000
         nanos = max(nanos, self._last + 1)
         self._last = nanos
         return f"{object_name}.{nanos:x}"
@@ -433,7 +447,7 @@ class EventRecorder:
     broadcaster, recorder and sink in one).
 
     :meth:`event` never blocks and never raises: it puts the event in a bounded buffer
-    (``max_buffer``, client-go's ``maxQueuedEvents``) or drops it. :meth:`run` writes the
+    (``max_buffer``, see below) or drops it. :meth:`run` writes the
     buffer until cancelled: correlation, then create or patch, retrying transport errors,
     429 and 5xx up to ``max_tries`` times ``retry_sleep`` seconds apart (client-go: 12 and
     10 s; unlike client-go, 5xx answers are retried because kubernetes-asyncio has no retry
@@ -445,6 +459,18 @@ class EventRecorder:
     until the full buffer dropped a third of the events. So ``writers`` writers drain the
     buffer together; the events of one object are written one at a time, in the order they
     were recorded (their correlation — counts, aggregation, spam — depends on that order).
+    A writer only ever takes an event whose object has no write in flight, so one object's
+    backlog never holds a writer idle while other objects' events wait.
+
+    ``max_buffer`` bounds the events waiting to be written (not those being written).
+    client-go's bound is 1,000 (``maxQueuedEvents``: its broadcaster moves events from the
+    incoming channel to each watcher's 1,000-event channel without waiting and drops for a
+    full one), drained by a sink that writes over HTTP/2 in its own goroutine. Here writes
+    share the controller's event loop: during a 1,000-claim burst a provisioner records two
+    events per claim faster than 16 writers get them written (the buffer's high-water mark
+    reached 500-920 in bench/provision.py and bench/csi_provision.py, and 8 writers with
+    1,000 slots dropped 10-50 %). So the default holds a whole burst's 2,000 events — a few
+    MB at most — and lets the writers catch up after it, rather than losing them.
     """
 
     def __init__(
@@ -454,23 +480,34 @@ class EventRecorder:
         *,
         host: str = "",
         clock: Clock | None = None,
-        max_buffer: int = 1000,
+        max_buffer: int = 2000,
         registry: CollectorRegistry | None = None,
         max_tries: int = 12,
         retry_sleep: float = 10.0,
         correlator_options: CorrelatorOptions | None = None,
         rng: random.Random | None = None,
-        writers: int = 8,
+        writers: int = 16,
     ) -> None:
         if not component:
             raise ValueError("an EventRecorder needs a component name")
         if max_buffer < 1 or max_tries < 1 or writers < 1:
             raise ValueError("max_buffer, max_tries and writers must be at least 1")
         self.writers = writers
-        # One lock per shard of involved objects: an object's events never overlap. A writer
-        # takes its event's lock right after dequeuing it, without yielding in between, so
-        # the lock's FIFO waiters keep the events of one object in buffer order.
-        self._object_locks = [asyncio.Lock() for _ in range(writers)]
+        self.max_buffer = max_buffer
+        # Waiting events per involved object, in the order they were recorded. An object is
+        # in _ready (once) when it has waiting events and no write in flight: writers take
+        # objects from there, so one object's events never overlap and never block a writer
+        # behind another object's write (sharding objects over per-writer locks did: writers
+        # parked on a busy shard while the buffer filled, ~3 of 8 writing on average).
+        self._waiting: dict[tuple[str, ...], deque[Obj]] = {}
+        self._ready: asyncio.Queue[tuple[str, ...]] = asyncio.Queue()
+        self._in_flight: set[tuple[str, ...]] = set()
+        self._buffered = 0
+        self._unfinished = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.high_water = 0
+        """The most events ever waiting at once: how close bursts came to ``max_buffer``."""
         self._api = api_client
         self.component = component
         self.host = host
@@ -479,7 +516,6 @@ class EventRecorder:
         self.correlator = EventCorrelator(
             clock=self._clock, options=correlator_options, name_factory=self._names
         )
-        self._queue: asyncio.Queue[Obj] = asyncio.Queue(maxsize=max_buffer)
         self._dropped = _dropped_counter(registry if registry is not None else REGISTRY)
         self.max_tries = max_tries
         self.retry_sleep = retry_sleep
@@ -507,10 +543,21 @@ class EventRecorder:
         except Exception as err:  # a recorder must never fail its caller
             self._drop("invalid", reason=reason, error=str(err))
             return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+        if self._buffered >= self.max_buffer:
             self._drop("buffer_full", reason=reason, object=_describe(ref))
+            return
+        key = _object_key(ref)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            self._waiting[key] = deque((event,))
+            if key not in self._in_flight:
+                self._ready.put_nowait(key)
+        else:
+            waiting.append(event)
+        self._buffered += 1
+        self.high_water = max(self.high_water, self._buffered)
+        self._unfinished += 1
+        self._idle.clear()
 
     def _make_event(
         self,
@@ -549,8 +596,8 @@ class EventRecorder:
 
     @property
     def pending(self) -> int:
-        """Events buffered and not yet written (or dropped)."""
-        return self._queue.qsize()
+        """Events buffered and not yet written (or dropped), those being written excluded."""
+        return self._buffered
 
     async def run(self) -> None:
         """Write buffered events until cancelled. Events still buffered when cancelled are
@@ -560,23 +607,30 @@ class EventRecorder:
                 for i in range(self.writers):
                     tg.create_task(self._writer(), name=f"event-writer-{i}")
         finally:
-            left = 0
-            while not self._queue.empty():
-                self._queue.get_nowait()
-                self._queue.task_done()
-                left += 1
+            left = self._buffered
+            self._waiting.clear()
+            while not self._ready.empty():
+                self._ready.get_nowait()
+            self._buffered = 0
+            self._unfinished -= left
+            if self._unfinished <= 0:
+                self._unfinished = 0
+                self._idle.set()
             if left:
                 self._dropped.labels("shutdown").inc(left)
                 log.warning("events dropped at shutdown", count=left, component=self.component)
 
     async def _writer(self) -> None:
         while True:
-            event = await self._queue.get()
+            key = await self._ready.get()
+            waiting = self._waiting[key]
+            event = waiting.popleft()
+            if not waiting:
+                del self._waiting[key]
+            self._buffered -= 1
+            self._in_flight.add(key)
             try:
-                ref = _ref(event)
-                shard = hash((ref.get("uid"), ref.get("namespace"), ref.get("name")))
-                async with self._object_locks[shard % self.writers]:
-                    await self._record(event)
+                await self._record(event)
             except asyncio.CancelledError:
                 # Interrupted mid-write or mid-retry: it may not have been written.
                 self._dropped.labels("shutdown").inc()
@@ -585,13 +639,18 @@ class EventRecorder:
                 log.exception("event writer failed on one event", component=self.component)
                 self._dropped.labels("error").inc()
             finally:
-                self._queue.task_done()
+                self._in_flight.discard(key)
+                if key in self._waiting:
+                    self._ready.put_nowait(key)
+                self._unfinished -= 1
+                if self._unfinished == 0:
+                    self._idle.set()
 
     async def flush(self, timeout: float) -> bool:  # noqa: ASYNC109 - clock-driven timeout
         """Wait until every buffered event is written or dropped, at most ``timeout``
         seconds of the recorder's clock; True when the buffer drained in time. Needs
         :meth:`run` to be running."""
-        return await _wait_with_timeout(self._queue.join(), timeout, self._clock)
+        return await _wait_with_timeout(self._idle.wait(), timeout, self._clock)
 
     async def _record(self, event: Obj) -> None:
         try:
@@ -672,12 +731,22 @@ class EventRecorder:
             self._drops_since_log.clear()
 
 
+def _object_key(ref: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which object an event is about, for keeping one object's events in order."""
+    return (
+        str(ref.get("kind", "")),
+        str(ref.get("namespace", "")),
+        str(ref.get("name", "")),
+        str(ref.get("uid", "")),
+    )
+
+
 def _describe(ref: Mapping[str, Any]) -> str:
     ns, name = ref.get("namespace"), ref.get("name")
     return f"{ref.get('kind', '')} {ns}/{name}" if ns else f"{ref.get('kind', '')} {name}"
 
 
-async def _wait_with_timeout(aw: Awaitable[None], seconds: float, clock: Clock) -> bool:
+async def _wait_with_timeout(aw: Awaitable[object], seconds: float, clock: Clock) -> bool:
     """Await ``aw`` for at most ``seconds`` of ``clock``; False on timeout. Both tasks are
     owned here and cancelled/awaited before returning."""
     work = asyncio.ensure_future(aw)
