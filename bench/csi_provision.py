@@ -278,9 +278,7 @@ async def run_controller(args: argparse.Namespace) -> None:
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
-    api = provision.CountingApiClient(configuration)
-    if not args.aiohttp_trust_env:
-        api.rest_client.pool_manager._trust_env = False
+    api = provision.make_client(configuration, args)
     # As the sidecar does: one informer factory for the controller and the provisioner.
     factory = SharedInformerFactory(api)
     provisioner = counting_provisioner(CSIProvisioner)(api, connection, informer_factory=factory)
@@ -307,6 +305,8 @@ async def run_controller(args: argparse.Namespace) -> None:
         cpu, rss = provision._rusage()
         snapshot.update(
             cpu=cpu,
+            sys=provision._sys_cpu(),
+            backlog=controller.recorder.high_water,
             rss=rss,
             counts=Counter(api.counts),
             dropped=provision._events_dropped(),
@@ -337,6 +337,7 @@ async def run_controller(args: argparse.Namespace) -> None:
             await task
         await asyncio.sleep(0.01)
     cpu0, rss0 = provision._rusage()
+    sys0 = provision._sys_cpu()
     api.counts.clear()
     if profiler is not None:
         profiler.enable()
@@ -370,6 +371,8 @@ async def run_controller(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "cpu_provision_s": snapshot.get("cpu", cpu1) - cpu0,
+                "cpu_provision_sys_s": snapshot.get("sys", sys0) - sys0,
+                "events_backlog_peak": snapshot.get("backlog"),
                 "cpu_delete_s": cpu1 - snapshot.get("cpu", cpu1),
                 "cpu_total_s": cpu1,
                 "rss_ready_mb": rss0 / 1024,
@@ -533,13 +536,16 @@ def main() -> None:
     p.add_argument("--role", choices=["bench", "controller", "driver"], default="bench")
     p.add_argument("--provisioner", default=provision.PROVISIONER.replace("/", "-"))
     p.add_argument("--socket", help="driver role: the unix socket to serve on")
+    p.add_argument("--py-spy", metavar="FILE", help="as in provision.py")
+    p.add_argument("--py-spy-command", help="as in provision.py")
+    p.add_argument("--py-spy-rate", type=int, default=250, help="as in provision.py")
     p.add_argument(
         "--profile",
         help="write the controller's cProfile stats to this file. cProfile counts every "
         "resumption of a coroutine as a call: an async function's ncalls is its invocations "
         "plus its suspensions, not a number of attempts (provision_attempts_per_volume is)",
     )
-    p.add_argument("--aiohttp-trust-env", action="store_true")
+    provision.add_client_arguments(p)
     p.add_argument(
         "--transport",
         choices=["grpc", "none"],

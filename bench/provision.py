@@ -47,7 +47,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
 import structlog
 
@@ -75,52 +74,58 @@ HERE = Path(__file__).resolve()
 # --------------------------------------------------------------------------------------------
 
 
-class CountingApiClient(ApiClient):
-    """An ApiClient counting the requests it sends by (verb, resource)."""
+def counting_client(configuration: Configuration, *, lean_transport: bool = True) -> Any:
+    """The controller's client as ``new_client`` builds it (a LimitedApiClient, here
+    unthrottled like the Go reference), counting the raw requests it sends by (verb,
+    resource). Counting overrides ``send``, the raw path every controller request takes
+    (overriding ``request`` instead would move them off the lean transport)."""
+    from pyprovlib.kube.config import LimitedApiClient
+    from pyprovlib.kube.ratelimit import TokenBucket
 
-    def __init__(self, configuration: Configuration) -> None:
-        super().__init__(configuration=configuration)
-        self.counts: Counter[tuple[str, str]] = Counter()
+    class CountingApiClient(LimitedApiClient):
+        def __init__(self) -> None:
+            super().__init__(
+                configuration, limiter=TokenBucket(0, 0), lean_transport=lean_transport
+            )
+            self.counts: Counter[tuple[str, str]] = Counter()
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        query_params: Any = None,
-        headers: Any = None,
-        post_params: Any = None,
-        body: Any = None,
-        _preload_content: bool = True,
-        _request_timeout: Any = None,
-    ) -> Any:
-        self.counts[_classify(method, url, query_params)] += 1
-        return await super().request(
-            method,
-            url,
-            query_params=query_params,
-            headers=headers,
-            post_params=post_params,
-            body=body,
-            _preload_content=_preload_content,
-            _request_timeout=_request_timeout,
-        )
+        async def send(
+            self, method: str, path: str, *, query: list[tuple[str, str]], **kwargs: Any
+        ) -> Any:
+            self.counts[_classify(method, path, query)] += 1
+            return await super().send(method, path, query=query, **kwargs)
+
+    return CountingApiClient()
 
 
-def _classify(method: str, url: str, query_params: Any) -> tuple[str, str]:
-    parsed = urlparse(url)
-    query = dict(query_params or []) if not isinstance(query_params, dict) else query_params
-    query.update({k: v[0] for k, v in parse_qs(parsed.query).items()})
-    parts = [p for p in parsed.path.split("/") if p]
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def _classify(method: str, path: str, query: list[tuple[str, str]]) -> tuple[str, str]:
+    """(verb, resource) of a raw request, cheaply: it runs in the measured process."""
+    watch = any(k == "watch" and v.lower() in ("true", "1") for k, v in query)
+    key = (method, path, watch)
+    found = _CLASSIFIED.get(key)
+    if found is None:
+        found = _classify_path(method, path, watch)
+        if len(_CLASSIFIED) < 10_000:
+            _CLASSIFIED[key] = found
+    return found
+
+
+_CLASSIFIED: dict[tuple[str, str, bool], tuple[str, str]] = {}
+
+
+def _classify_path(method: str, path: str, watch: bool) -> tuple[str, str]:
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
     # /api/v1/<plural>[/<name>] or /api/v1/namespaces/<ns>/<plural>[/<name>], /apis/<g>/<v>/...
     parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
-    if len(parts) >= 2 and parts[0] == "namespaces" and len(parts) > 2:
+    if len(parts) > 2 and parts[0] == "namespaces":
         parts = parts[2:]
     plural = parts[0] if parts else "?"
-    named = len(parts) > 1
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    verb = _VERBS.get(method)
     if verb is None:
-        watch = str(query.get("watch", "")).lower() in ("true", "1")
-        verb = "watch" if watch else ("get" if named else "list")
+        verb = "watch" if watch else ("get" if len(parts) > 1 else "list")
     return verb, plural
 
 
@@ -160,15 +165,32 @@ def _events_dropped() -> dict[str, int]:
     return out
 
 
+def make_client(configuration: Configuration, args: argparse.Namespace) -> Any:
+    """The controller's counting client; ``--client-transport aiohttp`` keeps its raw
+    requests on aiohttp, ``--aiohttp-trust-env`` as kubernetes-asyncio opens its session."""
+    api = counting_client(configuration, lean_transport=args.client_transport == "lean")
+    if args.aiohttp_trust_env:
+        # kubernetes-asyncio's own session: trust_env=True makes aiohttp look up ~/.netrc
+        # and the proxy environment in the default thread pool on every request (two
+        # executor round trips). LimitedApiClient resolves the proxy once instead (and so
+        # may use the lean transport); this undoes that, for comparison.
+        api.rest_client.pool_manager._trust_env = True
+    return api
+
+
 def _rusage() -> tuple[float, int]:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime, r.ru_maxrss
 
 
+def _sys_cpu() -> float:
+    """CPU seconds spent in the kernel (sockets, epoll) so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
 async def run_controller(args: argparse.Namespace) -> None:
     from pyprovlib.controller.options import ProvisionControllerOptions
     from pyprovlib.controller.provision import ProvisionController
-    from pyprovlib.kube.config import use_resolved_proxy
     from pyprovlib.provisioner import Provisioner
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -179,12 +201,7 @@ async def run_controller(args: argparse.Namespace) -> None:
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
-    api = CountingApiClient(configuration)
-    if not args.aiohttp_trust_env:
-        # kubernetes-asyncio opens its aiohttp session with trust_env=True: every request then
-        # looks up ~/.netrc and the proxy environment in the default thread pool (two executor
-        # round trips per request). Resolve the proxy once instead, as new_client() does.
-        use_resolved_proxy(api)
+    api = make_client(configuration, args)
     backend = Backend()
     controller = ProvisionController(
         api,
@@ -201,12 +218,19 @@ async def run_controller(args: argparse.Namespace) -> None:
     flushing: list[asyncio.Task[None]] = []
 
     async def provisioned() -> None:
-        # SIGUSR1: the driver saw every claim Bound. Events are written in the background by
-        # one writer (like client-go's broadcaster) and may lag behind: let the ones about
+        # SIGUSR1: the driver saw every claim Bound. Events are written in the background
+        # (like client-go's broadcaster) and may lag behind: let the ones about
         # this work be written, so their cost counts here, then split the figures.
         await controller.recorder.flush(60)
         cpu, rss = _rusage()
-        snapshot.update(cpu=cpu, rss=rss, counts=Counter(api.counts), dropped=_events_dropped())
+        snapshot.update(
+            cpu=cpu,
+            sys=_sys_cpu(),
+            rss=rss,
+            counts=Counter(api.counts),
+            dropped=_events_dropped(),
+            backlog=controller.recorder.high_water,
+        )
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
@@ -223,6 +247,7 @@ async def run_controller(args: argparse.Namespace) -> None:
             await task
         await asyncio.sleep(0.01)
     cpu0, rss0 = _rusage()
+    sys0 = _sys_cpu()
     api.counts.clear()
     if profiler is not None:
         profiler.enable()
@@ -242,6 +267,8 @@ async def run_controller(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "cpu_provision_s": snapshot.get("cpu", cpu1) - cpu0,
+                "cpu_provision_sys_s": snapshot.get("sys", sys0) - sys0,
+                "events_backlog_peak": snapshot.get("backlog"),
                 "cpu_delete_s": cpu1 - snapshot.get("cpu", cpu1),
                 "cpu_total_s": cpu1,
                 "rss_ready_mb": rss0 / 1024,
@@ -462,6 +489,8 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 provisioner,
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--aiohttp-trust-env"] if args.aiohttp_trust_env else []),
+                "--client-transport",
+                args.client_transport,
                 stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -471,6 +500,25 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     if not line:
                         raise RuntimeError("the controller exited before becoming ready")
 
+            spy: asyncio.subprocess.Process | None = None
+            if args.py_spy:
+                # Sampled from outside between READY and PROVISIONED: the provisioning only.
+                spy = await asyncio.create_subprocess_exec(
+                    *(args.py_spy_command or "py-spy").split(),
+                    "record",
+                    "--rate",
+                    str(args.py_spy_rate),
+                    "--nonblocking",
+                    "--format",
+                    "raw",
+                    "--output",
+                    args.py_spy,
+                    "--pid",
+                    str(controller.pid),
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+                await asyncio.sleep(1.0)  # attached
             observer = Observer(api, namespace, args.volumes)
             async with asyncio.TaskGroup() as tg:
                 watchers = [
@@ -522,6 +570,10 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     ):
                         if not line:
                             raise RuntimeError("the controller exited before its figures")
+
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    await spy.wait()
 
                 # Clean up through the controller too: deleting the claims releases the PVs.
                 async def delete(i: int) -> None:
@@ -590,6 +642,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "threadiness": args.threadiness,
         "target": "real" if args.kubeconfig else "in-memory",
         "aiohttp_trust_env": args.aiohttp_trust_env,
+        "client_transport": "aiohttp" if args.aiohttp_trust_env else args.client_transport,
         "create_rate": args.create_rate or None,
         "binder_process": args.binder_process,
         "create_s": round(t_created - t0, 3),
@@ -607,6 +660,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
             round(_percentile(from_annotation, 0.99), 4) if from_annotation else None
         ),
         "cpu_s_per_1000": round(stats["cpu_provision_s"] * 1000 / n, 3),
+        "cpu_sys_s_per_1000": round(stats.get("cpu_provision_sys_s", 0.0) * 1000 / n, 3),
         "cpu_s_per_1000_delete": round(stats["cpu_delete_s"] * 1000 / n, 3),
         "controller_cpu_total_s": round(stats["cpu_total_s"], 3),
         "rss_idle_mb": round(stats["rss_ready_mb"], 1),
@@ -616,6 +670,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "api_requests_per_volume_delete": per_volume_delete,
         "api_requests_by_resource": stats["requests_provision"],
         "events_dropped": stats.get("events_dropped_provision", {}),
+        "events_backlog_peak": stats.get("events_backlog_peak"),
         "apiserver_cpu_s": (
             round(server_cpu1 - server_cpu0, 2)
             if server_cpu0 is not None and server_cpu1 is not None
@@ -680,6 +735,23 @@ def add_driver_arguments(p: argparse.ArgumentParser, *, threadiness: int) -> Non
     p.add_argument("--timeout", type=float, default=300.0)
 
 
+def add_client_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the controller's API client, shared with csi_provision.py."""
+    p.add_argument(
+        "--aiohttp-trust-env",
+        action="store_true",
+        help="keep kubernetes-asyncio's trust_env=True session (netrc/proxy lookups per request) "
+        "instead of pyprovlib.kube.config.use_resolved_proxy (implies aiohttp)",
+    )
+    p.add_argument(
+        "--client-transport",
+        choices=["lean", "aiohttp"],
+        default="lean",
+        help="the controller's raw requests over pyprovlib.kube.transport (default, what "
+        "new_client() gives) or over kubernetes-asyncio's aiohttp session",
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_driver_arguments(p, threadiness=4)
@@ -687,11 +759,14 @@ def main() -> None:
     p.add_argument("--provisioner", default=PROVISIONER)
     p.add_argument("--profile", help="write the controller's cProfile stats to this file")
     p.add_argument(
-        "--aiohttp-trust-env",
-        action="store_true",
-        help="keep kubernetes-asyncio's trust_env=True session (netrc/proxy lookups per request) "
-        "instead of pyprovlib.kube.config.use_resolved_proxy",
+        "--py-spy",
+        metavar="FILE",
+        help="sample the controller with py-spy during provisioning; raw (collapsed) stacks "
+        "to FILE",
     )
+    p.add_argument("--py-spy-command", help="how to run py-spy (default: py-spy on PATH)")
+    p.add_argument("--py-spy-rate", type=int, default=250, help="py-spy samples per second")
+    add_client_arguments(p)
     args = p.parse_args()
     if args.kubeconfig:
         args.kubeconfig = os.path.expanduser(args.kubeconfig)
