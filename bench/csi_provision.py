@@ -55,6 +55,7 @@ HERE = Path(__file__).resolve()
 CALLS_FILE_ENV = "PYPROVLIB_BENCH_CSI_CALLS_FILE"
 # provision.py starts the controller role with its own flags: --transport travels by env.
 TRANSPORT_ENV = "PYPROVLIB_BENCH_CSI_TRANSPORT"
+FINALIZER_ENV = "PYPROVLIB_BENCH_CSI_PROVISIONING_FINALIZER"
 
 
 def _load_provision_bench() -> Any:
@@ -286,7 +287,11 @@ async def run_controller(args: argparse.Namespace) -> None:
         api,
         connection.driver_name,
         provisioner,
-        ProvisionControllerOptions(leader_election=False, threadiness=args.threadiness),
+        ProvisionControllerOptions(
+            leader_election=False,
+            threadiness=args.threadiness,
+            provisioning_finalizer=args.provisioning_finalizer,
+        ),
         informer_factory=factory,
     )
     snapshot: dict[str, Any] = {}
@@ -553,12 +558,21 @@ def main() -> None:
         help="none: answer CreateVolume/DeleteVolume in the controller, without driver or gRPC",
     )
     p.add_argument(
+        "--provisioning-finalizer",
+        choices=["true", "false"],
+        default=os.environ.get(FINALIZER_ENV, "true"),
+        help="hold claims with pyprovlib.io/provisioning-protection while their volume is "
+        "created (the sidecar's default: true; false is upstream's behaviour, two claim "
+        "PATCHes fewer per volume)",
+    )
+    p.add_argument(
         "--isolated",
         action="store_true",
         help="measure CSIProvisioner.provision against the driver alone (no API server)",
     )
     p.add_argument("--repeat", type=int, default=3, help="--isolated: runs of --volumes each")
     args = p.parse_args()
+    args.provisioning_finalizer = args.provisioning_finalizer == "true"
     if args.kubeconfig:
         args.kubeconfig = os.path.expanduser(args.kubeconfig)
     if args.role == "driver":
@@ -578,10 +592,12 @@ def main() -> None:
         calls_file = Path(tmp) / "calls.json"
         os.environ[CALLS_FILE_ENV] = str(calls_file)
         os.environ[TRANSPORT_ENV] = args.transport
+        os.environ[FINALIZER_ENV] = str(args.provisioning_finalizer).lower()
         result = asyncio.run(provision.drive(args))
         figures = json.loads(calls_file.read_text()) if calls_file.exists() else {}
     result["bench"] = "csi_provision"
     result["transport"] = args.transport
+    result["provisioning_finalizer"] = args.provisioning_finalizer
     calls = figures.get("driver_calls", {})
     result["csi_calls_per_volume"] = {k: round(v / args.volumes, 3) for k, v in calls.items()}
     result["provision_attempts_per_volume"] = round(figures.get("attempts", 0) / args.volumes, 3)

@@ -57,3 +57,7 @@ def test_csi_provision_bench_runs() -> None:
     assert result["volumes"] == 20
     assert result["csi_calls_per_volume"] == {"CreateVolume": 1.0, "DeleteVolume": 1.0}
     assert result["cpu_s_per_1000"] > 0
+    # The sidecar's default: the provisioning-protection finalizer is added once per claim and
+    # removed once (a removal may still be on its way when the bench stops counting).
+    assert result["provisioning_finalizer"] is True
+    assert 1.0 <= result["api_requests_per_volume"]["patch"] <= 2.0
