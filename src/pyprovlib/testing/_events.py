@@ -7,12 +7,12 @@ through either API is read through both.
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.resources import Resource
+from pyprovlib.testing._storage import copy_json
 from pyprovlib.testing._validation import Cause
 
 __all__ = ["core_to_v1", "v1_to_core", "validate_event"]
@@ -38,7 +38,7 @@ def v1_to_core(obj: Any) -> Any:
     """An events.k8s.io/v1 Event body in the core/v1 shape (non-objects pass through)."""
     if not isinstance(obj, dict):
         return obj
-    out = copy.deepcopy(obj)
+    out = copy_json(obj)
     for new, old in _RENAMED:
         out.pop(old, None)
         if new in out:

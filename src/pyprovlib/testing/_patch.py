@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from pyprovlib.testing._status import ApiError, bad_request
+from pyprovlib.testing._storage import copy_json
 
 __all__ = ["apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch"]
 
@@ -20,7 +20,7 @@ __all__ = ["apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch
 def apply_merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: maps merge recursively, ``null`` deletes, everything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return copy_json(patch)
     result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -120,7 +120,7 @@ def apply_json_patch(target: Any, ops: Any) -> Any:
     """RFC 6902 over a copy of ``target``; a failing op (``test`` included) is a 422."""
     if not isinstance(ops, list):
         raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc = copy.deepcopy(target)
+    doc = copy_json(target)
     for op in ops:
         if not isinstance(op, dict):
             raise bad_request("json: cannot unmarshal into Go value of type jsonpatch.Operation")
@@ -130,7 +130,7 @@ def apply_json_patch(target: Any, ops: Any) -> Any:
         if kind == "add":
             if "value" not in op:
                 raise _invalid("add operation does not apply: missing value")
-            doc = _add(doc, parts, copy.deepcopy(op["value"]), str(path))
+            doc = _add(doc, parts, copy_json(op["value"]), str(path))
         elif kind == "remove":
             _remove(doc, parts, str(path))
         elif kind == "replace":
@@ -138,20 +138,20 @@ def apply_json_patch(target: Any, ops: Any) -> Any:
                 raise _invalid("replace operation does not apply: missing value")
             _get_at(doc, parts, str(path))
             if not parts:
-                doc = copy.deepcopy(op["value"])
+                doc = copy_json(op["value"])
             else:
                 parent = _container(doc, parts, str(path))
                 if isinstance(parent, dict):
-                    parent[parts[-1]] = copy.deepcopy(op["value"])
+                    parent[parts[-1]] = copy_json(op["value"])
                 else:
-                    parent[_index(parts[-1], len(parent), str(path))] = copy.deepcopy(op["value"])
+                    parent[_index(parts[-1], len(parent), str(path))] = copy_json(op["value"])
         elif kind in ("move", "copy"):
             src = _pointer(op.get("from"))
             value = _get_at(doc, src, str(op.get("from")))
             if kind == "move":
                 _remove(doc, src, str(op.get("from")))
             else:
-                value = copy.deepcopy(value)
+                value = copy_json(value)
             doc = _add(doc, parts, value, str(path))
         elif kind == "test":
             actual = _get_at(doc, parts, str(path)) if parts else doc
@@ -191,13 +191,13 @@ def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
     """Apply a strategic merge patch to ``target`` (the whole object) and return the result."""
     if not isinstance(patch, dict):
         raise bad_request("strategic merge patch must be a JSON object")
-    return _merge_map(copy.deepcopy(target) if isinstance(target, dict) else {}, patch, "")
+    return _merge_map(copy_json(target) if isinstance(target, dict) else {}, patch, "")
 
 
 def _merge_map(original: dict[str, Any], patch: dict[str, Any], path: str) -> dict[str, Any]:
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != _DIRECTIVE}
+        return {k: copy_json(v) for k, v in patch.items() if k != _DIRECTIVE}
     if directive == "delete":
         return {}
     if directive is not None:
@@ -237,7 +237,7 @@ def _merge_map(original: dict[str, Any], patch: dict[str, Any], path: str) -> di
             merged = _merge_list(current if isinstance(current, list) else [], value, key, child)
             original[key] = merged
         else:
-            original[key] = copy.deepcopy(value)
+            original[key] = copy_json(value)
     for field, order in orders.items():
         if isinstance(original.get(field), list):
             original[field] = _reorder(original[field], order, _MERGE_KEYS.get(field))
@@ -257,10 +257,10 @@ def _merge_list(original: list[Any], patch: list[Any], key: str, path: str) -> l
         return out
     merge_key = _MERGE_KEYS.get(key)
     if merge_key is None or not all(isinstance(p, dict) for p in patch):
-        return copy.deepcopy([p for p in patch if not (isinstance(p, dict) and _DIRECTIVE in p)])
+        return copy_json([p for p in patch if not (isinstance(p, dict) and _DIRECTIVE in p)])
     if any(p.get(_DIRECTIVE) == "replace" for p in patch):
-        return [copy.deepcopy(p) for p in patch if _DIRECTIVE not in p]
-    out = [copy.deepcopy(o) for o in original]
+        return [copy_json(p) for p in patch if _DIRECTIVE not in p]
+    out = [copy_json(o) for o in original]
     for item in patch:
         if merge_key not in item:
             raise bad_request(f"map: {item} does not contain declared merge key: {merge_key}")

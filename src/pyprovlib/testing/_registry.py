@@ -3,17 +3,19 @@ get, list, update, patch and delete with their metadata bookkeeping, optimistic 
 finalizers, preconditions, status subresources and namespace lifecycle.
 
 Everything here is synchronous (hence atomic on the event loop) and raises
-:class:`~pyprovlib.testing._status.ApiError` for what the real server refuses.
+:class:`~pyprovlib.testing._status.ApiError` for what the real server refuses. Methods may
+change the request bodies they are given and return objects that may be the stored ones:
+serialise them, never mutate them (stored objects are replaced, never changed in place,
+which is what lets a write's response and its watch lines share one encoding).
 """
 
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import secrets
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyprovlib.kube import resources as R
@@ -37,7 +39,7 @@ from pyprovlib.testing._status import (
     status_success,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Obj, Storage
+from pyprovlib.testing._storage import Key, Obj, Storage, copy_json
 from pyprovlib.testing._validation import (
     default_on_create,
     default_on_update,
@@ -113,6 +115,13 @@ class ListResult:
     resource_version: str
     continue_token: str
     remaining: int | None
+    keys: list[Key] = field(default_factory=list)
+    """The storage key of each item."""
+
+    @property
+    def keyed_items(self) -> list[tuple[Key, Obj]]:
+        """(storage key, item) pairs."""
+        return list(zip(self.keys, self.items, strict=True))
 
 
 def _spec_part(obj: Obj) -> Obj:
@@ -219,7 +228,8 @@ class Registry:
     def create(
         self, resource: Resource, namespace: str | None, body: Any, *, dry_run: bool = False
     ) -> Obj:
-        """POST: stamp metadata, default, validate, store; returns the stored object."""
+        """POST: stamp metadata, default, validate, store; returns the stored object (do not
+        mutate it)."""
         if resource is R.EVENTS_V1:
             body = v1_to_core(self._check_body_identity(resource, namespace, body))
             return core_to_v1(self._create(R.EVENTS, namespace, body, dry_run, R.EVENTS_V1))
@@ -228,7 +238,9 @@ class Registry:
     def _create(
         self, resource: Resource, namespace: str | None, body: Any, dry_run: bool, view: Resource
     ) -> Obj:
-        obj = copy.deepcopy(self._check_body_identity(resource, namespace, body))
+        # Not to protect the caller (the body is ours), but so that nothing is stored that
+        # cannot be copied again: a body nested too deeply fails here, as a 400.
+        obj = copy_json(self._check_body_identity(resource, namespace, body))
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             for _ in range(8):
@@ -266,15 +278,15 @@ class Registry:
         meta["resourceVersion"] = str(rv)
         obj = self.typed(resource, obj)
         self.storage.put(resource, obj, rv, "ADDED")
-        return copy.deepcopy(obj)
+        return obj
 
     # --- read --------------------------------------------------------------------------------
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Obj:
-        """GET one object (a copy)."""
+        """GET one object (the stored one: do not mutate it)."""
         if resource is R.EVENTS_V1:
-            return core_to_v1(copy.deepcopy(self._require(R.EVENTS, namespace, name)))
-        return copy.deepcopy(self._require(resource, namespace, name))
+            return core_to_v1(self._require(R.EVENTS, namespace, name))
+        return self._require(resource, namespace, name)
 
     def list_page(
         self,
@@ -309,6 +321,7 @@ class Registry:
         else:
             list_rv = self.storage.rv
         items: list[Obj] = []
+        keys: list[Key] = []
         convert = core_to_v1 if resource is R.EVENTS_V1 else None
         if convert is not None:
             resource = R.EVENTS
@@ -332,6 +345,7 @@ class Registry:
                 more = True
                 break
             items.append(obj)
+            keys.append(key)
             last_key = key
         continue_token = ""
         remaining: int | None = None
@@ -340,7 +354,7 @@ class Registry:
             if not labels.requirements and not fields.terms:
                 remaining = self._remaining(resource, namespace, last_key)
         return ListResult(
-            items, str(self.storage.rv if not token else list_rv), continue_token, remaining
+            items, str(self.storage.rv if not token else list_rv), continue_token, remaining, keys
         )
 
     def _remaining(self, resource: Resource, namespace: str | None, last: tuple[str, str]) -> int:
@@ -383,7 +397,8 @@ class Registry:
             if resource in _CREATE_ON_UPDATE and subresource is None:
                 return self.create(resource, namespace, body, dry_run=dry_run), True
             raise not_found(resource, name)
-        return self._apply_update(resource, old, copy.deepcopy(body), subresource, dry_run), False
+        # copied for the same reason as in create
+        return self._apply_update(resource, old, copy_json(body), subresource, dry_run), False
 
     def _apply_update(
         self, resource: Resource, old: Obj, new: Obj, subresource: str | None, dry_run: bool
@@ -410,7 +425,7 @@ class Registry:
             )
         if subresource == "status":
             # status updates change status only (metav1.ResetObjectMetaForStatus)
-            merged = copy.deepcopy(old)
+            merged = copy_json(old)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -422,7 +437,7 @@ class Registry:
         else:
             if resource in _STATUS_SUBRESOURCE:
                 if "status" in old:
-                    new["status"] = copy.deepcopy(old["status"])
+                    new["status"] = copy_json(old["status"])
                 else:
                     new.pop("status", None)
             for keep in (
@@ -439,7 +454,7 @@ class Registry:
                     meta.pop(keep, None)
             meta["name"] = name
             if resource is R.NAMESPACES:
-                new["spec"] = copy.deepcopy(old.get("spec", {}))
+                new["spec"] = copy_json(old.get("spec", {}))
                 labels = meta.get("labels") or {}
                 labels["kubernetes.io/metadata.name"] = name
                 meta["labels"] = labels
@@ -469,7 +484,7 @@ class Registry:
         if not new["metadata"].get("finalizers"):
             new["metadata"].pop("finalizers", None)
         if new == old:
-            return copy.deepcopy(old)
+            return old
         if dry_run:
             return new
         if (
@@ -479,14 +494,13 @@ class Registry:
         ):
             # the last finalizer went: the object goes
             self._remove(resource, new)
-            return copy.deepcopy(new)
+            return new
         rv_new = self.storage.next_rv()
         new["metadata"]["resourceVersion"] = str(rv_new)
         self.storage.put(resource, new, rv_new, "MODIFIED")
-        out = copy.deepcopy(new)
         if resource is R.NAMESPACES and old_meta.get("deletionTimestamp"):
             self._maybe_remove_namespace(name)
-        return out
+        return new
 
     # --- patch -------------------------------------------------------------------------------
 
@@ -532,7 +546,7 @@ class Registry:
                     "json: cannot unmarshal into Go value of type map[string]interface {}"
                 )
             # deep: the result must share nothing with the stored (and historic) object
-            new = _patch.apply_merge_patch(copy.deepcopy(shown), patch)
+            new = _patch.apply_merge_patch(copy_json(shown), patch)
         else:
             new = _patch.apply_strategic_merge_patch(shown, patch)
         if not isinstance(new, dict):
@@ -610,12 +624,12 @@ class Registry:
         if not pending:
             if options.dry_run:
                 return self._deleted_body(resource, obj)
-            final = copy.deepcopy(obj)
+            final = copy_json(obj)
             self._remove(resource, final)
             return self._deleted_body(resource, final)
         if meta.get("deletionTimestamp"):
-            return copy.deepcopy(obj)
-        new = copy.deepcopy(obj)
+            return obj
+        new = copy_json(obj)
         new["metadata"]["deletionTimestamp"] = self.timestamp()
         new["metadata"]["deletionGracePeriodSeconds"] = 0
         new["metadata"]["generation"] = int(meta.get("generation") or 1) + 1
@@ -626,14 +640,13 @@ class Registry:
         rv = self.storage.next_rv()
         new["metadata"]["resourceVersion"] = str(rv)
         self.storage.put(resource, new, rv, "MODIFIED")
-        body = copy.deepcopy(new)
         if resource is R.NAMESPACES:
             self._finalize_namespace(name)
-        return body
+        return new
 
     def _deleted_body(self, resource: Resource, obj: Obj) -> Obj:
         if resource in _RETURN_DELETED:
-            return copy.deepcopy(obj)
+            return obj
         return status_success(resource, obj["metadata"]["name"], obj["metadata"]["uid"])
 
     def _remove(self, resource: Resource, final: Obj) -> None:
@@ -661,7 +674,7 @@ class Registry:
             return
         if not self.storage.namespace_empty(name):
             return
-        final = copy.deepcopy(ns)
+        final = copy_json(ns)
         final["spec"] = {}
         rv = self.storage.next_rv()
         final["metadata"]["resourceVersion"] = str(rv)
@@ -676,7 +689,7 @@ class Registry:
         options: DeleteOptions,
     ) -> list[Obj]:
         """DELETE on a collection; returns the deleted (or now terminating) objects."""
-        convert = core_to_v1 if resource is R.EVENTS_V1 else copy.deepcopy
+        convert = core_to_v1 if resource is R.EVENTS_V1 else _same
         stored = R.EVENTS if resource is R.EVENTS_V1 else resource
         targets = [
             shown
@@ -696,6 +709,10 @@ class Registry:
             )
             out.append(body if body.get("kind") != "Status" else obj)
         return out
+
+
+def _same(obj: Obj) -> Obj:
+    return obj
 
 
 def _go_strings(items: list[str]) -> str:

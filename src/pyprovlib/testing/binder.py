@@ -6,6 +6,10 @@ external provisioner get the ``volume.kubernetes.io/storage-provisioner`` annota
 node is selected for ``WaitForFirstConsumer`` classes), pre-bound and matching PVs are bound to
 their claims (PV and claim both ``Bound``), PVs whose claim went away are ``Released`` and bound
 claims whose PV went away are ``Lost``. :func:`set_selected_node` plays the scheduler.
+
+It reaches the API server through a kubernetes-asyncio ``ApiClient`` (HTTP), or, when
+:class:`~pyprovlib.testing.server.ApiServer` runs it, through the server's in-process transport
+(the same request pipeline without TCP and HTTP; see :class:`BinderTransport`).
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import itertools
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
@@ -47,6 +52,7 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
     Resource,
 )
+from pyprovlib.testing._storage import copy_json
 
 __all__ = [
     "ANN_BETA_STORAGE_PROVISIONER",
@@ -55,7 +61,9 @@ __all__ = [
     "ANN_DYNAMICALLY_PROVISIONED",
     "ANN_SELECTED_NODE",
     "ANN_STORAGE_PROVISIONER",
+    "BINDER_USER_AGENT",
     "COMPONENT",
+    "BinderTransport",
     "PVBinder",
     "claim_class",
     "parse_quantity",
@@ -83,6 +91,8 @@ ANN_BETA_DEFAULT_STORAGE_CLASS = "storageclass.beta.kubernetes.io/is-default-cla
 
 COMPONENT = "persistentvolume-controller"
 """The event source component, as kube-controller-manager reports it."""
+BINDER_USER_AGENT = "pyprovlib-pv-binder (persistentvolume-controller)"
+"""The User-Agent of the binder's requests when it runs inside the in-memory server."""
 
 # Claim and volume phases (core/v1).
 CLAIM_PENDING, CLAIM_BOUND, CLAIM_LOST = "Pending", "Bound", "Lost"
@@ -284,7 +294,32 @@ def _is_newer(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
 # Raw JSON over kubernetes-asyncio's ApiClient: no model deserialisation (see DESIGN.md).
 
 
+class BinderTransport(Protocol):
+    """How the binder talks to the API server: JSON requests and watch streams. Errors are
+    kubernetes-asyncio ``ApiException``s (status, body, headers), as over HTTP."""
+
+    async def json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        """Send one request; the JSON object of a 2xx answer, else raise ApiException."""
+        ...
+
+    def stream(
+        self, path: str, *, query: Mapping[str, Any] | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[bytes]]:
+        """Open a watch: its bytes (newline-separated JSON events) until the server ends it."""
+        ...
+
+
 class _Http:
+    """:class:`BinderTransport` over a kubernetes-asyncio ApiClient."""
+
     def __init__(self, api_client: ApiClient) -> None:
         self.api = api_client
 
@@ -335,6 +370,21 @@ class _Http:
             resp.release()
         out = json.loads(data)
         return out if isinstance(out, dict) else {}
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, *, query: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        resp = await self.open(
+            "GET",
+            path,
+            query=query,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+        )
+        try:
+            yield resp.content.iter_any()
+        finally:
+            resp.release()
 
 
 async def set_selected_node(
@@ -467,22 +517,15 @@ class _Informer:
         }
         if self.rv:
             query["resourceVersion"] = self.rv
-        resp = await self.binder.http.open(
-            "GET",
-            self.resource.path(),
-            query=query,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
-        )
-        try:
+        async with self.binder.http.stream(self.resource.path(), query=query) as chunks:
             buf = b""
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+            async for chunk in chunks:
+                # Split each chunk once: a chunk may hold a whole backlog of events.
+                lines = (buf + chunk).split(b"\n")
+                buf = lines.pop()
+                for line in lines:
                     if line.strip():
                         self._handle_line(line)
-        finally:
-            resp.release()
 
     def _handle_line(self, line: bytes) -> None:
         try:
@@ -515,7 +558,8 @@ class _Informer:
 class PVBinder:
     """The persistentvolume controller of kube-controller-manager, for tests.
 
-    ``PVBinder(api_client)``; ``await start()`` launches its watches and worker (owned tasks),
+    ``PVBinder(api_client)`` (or ``PVBinder(transport=...)``, see :class:`BinderTransport`);
+    ``await start()`` launches its watches and worker (owned tasks),
     ``await stop()`` cancels and awaits them. ``resync_period`` re-examines every claim and
     volume (upstream's ``--pvclaimbinder-sync-period``, shortened for tests), and
     ``event_interval`` bounds how often a still-true event (``ExternalProvisioning``,
@@ -533,19 +577,30 @@ class PVBinder:
 
     def __init__(
         self,
-        api_client: ApiClient,
+        api_client: ApiClient | None = None,
         *,
         resync_period: float = 2.0,
         event_interval: float = 15.0,
         clock: Clock | None = None,
         workers: int = 8,
+        transport: BinderTransport | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
-        # Resolve the proxy once instead of aiohttp's two thread-pool hops per request (about
-        # a third of the binder's CPU time under load).
-        use_resolved_proxy(api_client)
-        self.http = _Http(api_client)
+        if (api_client is None) == (transport is None):
+            raise ValueError(
+                "PVBinder needs exactly one way to the API server: an api_client (HTTP) or a "
+                "transport (e.g. the in-memory server's InProcessTransport), not both or neither"
+            )
+        self.http: BinderTransport
+        if api_client is not None:
+            # Resolve the proxy once instead of aiohttp's two thread-pool hops per request
+            # (about a third of the binder's CPU time under load).
+            use_resolved_proxy(api_client)
+            self.http = _Http(api_client)
+        else:
+            assert transport is not None
+            self.http = transport
         self.workers = workers
         self.clock: Clock = clock or RealClock()
         self.resync_period = resync_period
@@ -1388,7 +1443,7 @@ def _describe(err: BaseException) -> str:
 
 
 def _copy(obj: Obj) -> Obj:
-    copied: Obj = json.loads(json.dumps(obj))
+    copied = copy_json(obj)
     if not isinstance(copied.get("metadata"), dict):
         copied["metadata"] = {}
     if not isinstance(copied.get("spec"), dict) and "spec" in copied:

@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import http
 import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import structlog
-from aiohttp import web
 from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.resources import RESOURCES, Resource
 from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
+from pyprovlib.testing._http import HttpServer, Reply, Request, Stream, WireRequest
 from pyprovlib.testing._registry import DeleteOptions, Registry
 from pyprovlib.testing._selectors import (
     FieldSelector,
@@ -46,13 +50,13 @@ from pyprovlib.testing._status import (
     method_not_allowed,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Event, Obj, Storage, dumps
+from pyprovlib.testing._storage import Event, Obj, Storage, copy_json, dumps
 from pyprovlib.testing.faults import Faults, Requests
 
 if TYPE_CHECKING:
     from pyprovlib.testing.binder import PVBinder
 
-__all__ = ["ApiServer", "StorageView"]
+__all__ = ["ApiServer", "InProcessTransport", "StorageView"]
 
 log = structlog.get_logger(__name__)
 
@@ -85,17 +89,17 @@ class StorageView:
         obj = self._storage.get(R.EVENTS if r is R.EVENTS_V1 else r, namespace, name)
         if obj is None:
             return None
-        return core_to_v1(copy.deepcopy(obj)) if r is R.EVENTS_V1 else copy.deepcopy(obj)
+        return core_to_v1(copy_json(obj)) if r is R.EVENTS_V1 else copy_json(obj)
 
     def list(self, resource: Resource | str, namespace: str | None = None) -> list[Obj]:
         """Every object of a resource (in one namespace when given), in key order."""
         r = self._resource(resource)
         if r is R.EVENTS_V1:
             return [
-                core_to_v1(copy.deepcopy(o))
+                core_to_v1(copy_json(o))
                 for _k, o in self._storage.iter_from(R.EVENTS, namespace, None)
             ]
-        return [copy.deepcopy(o) for _k, o in self._storage.iter_from(r, namespace, None)]
+        return [copy_json(o) for _k, o in self._storage.iter_from(r, namespace, None)]
 
     @property
     def resource_version(self) -> int:
@@ -227,9 +231,8 @@ class ApiServer:
         """Fault injection: ``fail``, ``latency``, ``clear``."""
         self.requests = Requests()
         """Request counters by (verb, resource) and recent User-Agents."""
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self._binder: PVBinder | None = None
-        self._binder_client: ApiClient | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -243,38 +246,32 @@ class ApiServer:
         """``http://127.0.0.1:<port>``."""
         return f"http://{self.host}:{self._port}"
 
+    @property
+    def listening(self) -> bool:
+        """Whether the server accepts connections (not before start, after stop, or while
+        restarting)."""
+        return self._http is not None
+
     async def _listen(self) -> None:
-        app = web.Application(client_max_size=_MAX_BODY_BYTES)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(
-            app,
-            handle_signals=False,
-            shutdown_timeout=0.5,
-            handler_cancellation=True,
-            access_log=None,
-        )
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self._port, reuse_address=True)
-        await site.start()
-        self._runner = runner
-        for s in runner.addresses:
-            if isinstance(s, tuple):
-                self._port = int(s[1])
-                break
+        http_server = HttpServer(self._serve, max_body=_MAX_BODY_BYTES, too_large=self._too_large)
+        self._port = await http_server.start(self.host, self._port)
+        self._http = http_server
 
     async def start(self) -> None:
         """Listen, then start the PV binder when asked for."""
         await self._listen()
         log.info("apiserver listening", url=self.url)
         if self._want_binder:
-            from pyprovlib.testing.binder import PVBinder
+            from pyprovlib.testing.binder import BINDER_USER_AGENT, PVBinder
 
-            self._binder_client = self.api_client()
+            # In-process, the binder skips TCP and HTTP but not the request pipeline: as seen
+            # over the API it is the same client (see InProcessTransport).
+            transport = InProcessTransport(self, BINDER_USER_AGENT)
             if self._binder_resync_period is None:
-                self._binder = PVBinder(self._binder_client, clock=self.clock)
+                self._binder = PVBinder(transport=transport, clock=self.clock)
             else:
                 self._binder = PVBinder(
-                    self._binder_client,
+                    transport=transport,
                     clock=self.clock,
                     resync_period=self._binder_resync_period,
                 )
@@ -282,18 +279,15 @@ class ApiServer:
 
     async def _close_site(self) -> None:
         self._storage.drop_watches()
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        if self._http is not None:
+            http_server, self._http = self._http, None
+            await http_server.close(timeout=0.5)
 
     async def stop(self) -> None:
         """Stop the binder, end every watch, close every connection."""
         if self._binder is not None:
             binder, self._binder = self._binder, None
             await binder.stop()
-        if self._binder_client is not None:
-            client, self._binder_client = self._binder_client, None
-            await client.close()
         await self._close_site()
 
     async def restart(self) -> None:
@@ -301,7 +295,7 @@ class ApiServer:
         history and counters are kept. Once begun, a restart completes even when the caller is
         cancelled (the cancellation is re-raised afterwards)."""
         # Cancelled half-way, a restart left either nothing listening or the old site still
-        # bound with ``_runner`` already cleared, so every later restart failed with EADDRINUSE.
+        # bound with ``_http`` already cleared, so every later restart failed with EADDRINUSE.
         task = asyncio.ensure_future(self._restart())
         try:
             await asyncio.shield(task)
@@ -378,7 +372,8 @@ class ApiServer:
 
     # --- HTTP --------------------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _serve(self, request: Request) -> Reply | Stream:
+        """One request, whichever way it came (HTTP, or the in-process binder's transport)."""
         try:
             return await self._dispatch(request)
         except ApiError as e:
@@ -387,16 +382,6 @@ class ApiServer:
             raise
         except (ConnectionResetError, BrokenPipeError):
             raise
-        except web.HTTPRequestEntityTooLarge:
-            # aiohttp's own error for a body over client_max_size; the real server's answer.
-            return self._error(
-                ApiError(
-                    413,
-                    f"Request entity too large: limit is {_MAX_BODY_BYTES}",
-                    "RequestEntityTooLarge",
-                    {},
-                )
-            )
         except RecursionError:
             # Only a body nested deeper than Python can parse or copy gets here: the client's
             # fault, not the server's (it used to be a 500 Internal error).
@@ -405,17 +390,27 @@ class ApiServer:
             log.exception("apiserver request failed", method=request.method, path=request.path)
             return self._error(internal_error(f"{type(e).__name__}: {e}"))
 
-    @staticmethod
-    def _error(err: ApiError) -> web.Response:
-        return web.Response(
-            status=err.code, body=dumps(err.body()), content_type=_JSON, headers=err.headers
+    @classmethod
+    def _too_large(cls) -> Reply:
+        # the real server's answer to a body over its limit
+        return cls._error(
+            ApiError(
+                413,
+                f"Request entity too large: limit is {_MAX_BODY_BYTES}",
+                "RequestEntityTooLarge",
+                {},
+            )
         )
 
     @staticmethod
-    def _json(obj: Any, status: int = 200) -> web.Response:
-        return web.Response(status=status, body=dumps(obj), content_type=_JSON)
+    def _error(err: ApiError) -> Reply:
+        return Reply(err.code, dumps(err.body()), {"Content-Type": _JSON, **err.headers})
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+    @staticmethod
+    def _json(obj: Any, status: int = 200) -> Reply:
+        return Reply(status, dumps(obj))
+
+    async def _dispatch(self, request: Request) -> Reply | Stream:
         path = request.path.rstrip("/") or "/"
         if path.startswith(("/api", "/apis")):
             target = _parse_target(path)
@@ -426,7 +421,7 @@ class ApiServer:
         if path in ("/healthz", "/readyz", "/livez") or path.startswith(
             ("/healthz/", "/readyz/", "/livez/")
         ):
-            return web.Response(text="ok", content_type="text/plain")
+            return Reply(200, b"ok", _TEXT_HEADERS)
         body = self._discovery(path)
         if body is None:
             raise _NOT_FOUND_PATH
@@ -452,7 +447,7 @@ class ApiServer:
             return _discovery.resource_list(f"{parts[1]}/{parts[2]}")
         return None
 
-    async def _resource_request(self, request: web.Request, target: _Target) -> web.StreamResponse:
+    async def _resource_request(self, request: Request, target: _Target) -> Reply | Stream:
         q = request.query
         method = request.method
         r = target.resource
@@ -490,11 +485,14 @@ class ApiServer:
         ns, name = target.namespace, target.name
 
         if verb == "watch":
-            return await self._watch(request, target)
+            return self._watch(request, target)
         if verb == "list":
             return self._list(request, target)
         if verb == "get":
-            return self._respond(request, r, self._registry.get(r, ns, name or ""))
+            obj = self._registry.get(r, ns, name or "")
+            if r is not R.EVENTS_V1 and not self._table_mode(request):
+                return Reply(200, self._storage.encoded_item(r, (ns or "", name or ""), obj))
+            return self._respond(request, r, obj)
         if verb == "create":
             body = await self._read_body(request)
             obj = self._registry.create(r, ns, body, dry_run=dry_run)
@@ -534,7 +532,7 @@ class ApiServer:
             }
         )
 
-    async def _read_body(self, request: web.Request) -> Any:
+    async def _read_body(self, request: Request) -> Any:
         content_type = request.content_type
         raw = await request.read()
         if content_type in ("application/yaml", "application/x-yaml"):
@@ -556,7 +554,7 @@ class ApiServer:
         except ValueError as e:
             raise bad_request(f"couldn't get version/kind; json parse error: {e}") from e
 
-    async def _delete_options(self, request: web.Request) -> DeleteOptions:
+    async def _delete_options(self, request: Request) -> DeleteOptions:
         q = request.query
         body: Any = {}
         raw = await request.read()
@@ -585,8 +583,10 @@ class ApiServer:
     # --- output ------------------------------------------------------------------------------
 
     @staticmethod
-    def _table_mode(request: web.Request) -> bool:
+    def _table_mode(request: Request) -> bool:
         accept = request.headers.get("Accept", "")
+        if "as=Table" not in accept:
+            return False
         for part in accept.split(","):
             if (
                 "as=Table" in part
@@ -597,9 +597,7 @@ class ApiServer:
                 return True
         return False
 
-    def _respond(
-        self, request: web.Request, r: Resource, obj: Obj, status: int = 200
-    ) -> web.Response:
+    def _respond(self, request: Request, r: Resource, obj: Obj, status: int = 200) -> Reply:
         if self._table_mode(request):
             include = request.query.get("includeObject", "Metadata")
             table = _discovery.to_table(
@@ -610,16 +608,17 @@ class ApiServer:
                 {"resourceVersion": obj.get("metadata", {}).get("resourceVersion", "")},
             )
             return self._json(table, status)
-        return self._json(obj, status)
+        # A write's response shares its encoding with the watch lines of the same event.
+        return Reply(status, self._storage.encoded(obj))
 
-    def _selectors(self, request: web.Request, r: Resource) -> tuple[LabelSelector, FieldSelector]:
+    def _selectors(self, request: Request, r: Resource) -> tuple[LabelSelector, FieldSelector]:
         q = request.query
         return (
             parse_label_selector(q.get("labelSelector")),
             parse_field_selector(q.get("fieldSelector"), r.group, r.plural),
         )
 
-    def _list(self, request: web.Request, target: _Target) -> web.Response:
+    def _list(self, request: Request, target: _Target) -> Reply:
         q = request.query
         r = target.resource
         labels, fields = self._selectors(request, r)
@@ -669,17 +668,21 @@ class ApiServer:
         if self._table_mode(request):
             include = q.get("includeObject", "Metadata")
             return self._json(_discovery.to_table(r, result.items, self.clock.now(), include, meta))
-        body = {
-            "kind": r.list_kind,
-            "apiVersion": r.api_version,
-            "metadata": meta,
-            "items": result.items,
-        }
-        return self._json(body)
+        # Stored objects keep their encoding until they change: a relist re-encodes nothing
+        # that has not been written since (the bytes are what dumps(body) would write).
+        stored = R.EVENTS if r is R.EVENTS_V1 else r
+        items = [self._storage.encoded_item(stored, key, obj) for key, obj in result.keyed_items]
+        body = b'{"kind":%s,"apiVersion":%s,"metadata":%s,"items":[%s]}' % (
+            dumps(r.list_kind),
+            dumps(r.api_version),
+            dumps(meta),
+            b",".join(items),
+        )
+        return Reply(200, body)
 
     # --- watch -------------------------------------------------------------------------------
 
-    async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
+    def _watch(self, request: Request, target: _Target) -> Stream:
         q = request.query
         r = target.resource
         labels, fields = self._selectors(request, r)
@@ -703,29 +706,55 @@ class ApiServer:
                 raise bad_request(f"invalid resource version: {rv_param}") from e
         else:
             since = self._storage.rv
-
-        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
-        response.enable_chunked_encoding()
         expired: ApiError | None = None
         if rv_param not in ("", "0"):
             try:
                 self._storage.check_rv(since)
             except ApiError as e:
                 expired = e
-        if expired is not None:
-            await response.prepare(request)
-            await response.write(dumps({"type": "ERROR", "object": expired.body()}) + b"\n")
-            await response.write_eof()
-            return response
+        return Stream(
+            self._watch_chunks(
+                r,
+                target.namespace,
+                labels,
+                fields,
+                rv_param=rv_param,
+                since=since,
+                send_initial=send_initial,
+                timeout=timeout,
+                bookmarks=bookmarks,
+                table=table,
+                include=include,
+                expired=expired,
+            )
+        )
 
-        namespace = target.namespace
-        # subscribe and take the backlog in one synchronous step: no gap, no duplicate
+    async def _watch_chunks(
+        self,
+        r: Resource,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        *,
+        rv_param: str,
+        since: int,
+        send_initial: bool,
+        timeout: float | None,  # noqa: ASYNC109
+        bookmarks: bool,
+        table: bool,
+        include: str,
+        expired: ApiError | None,
+    ) -> AsyncGenerator[bytes, None]:
+        """The watch stream's bytes: the backlog first (or b"" to open the stream), then the
+        matching events as they happen, bookmarks, and the end."""
+        if expired is not None:
+            yield dumps({"type": "ERROR", "object": expired.body()}) + b"\n"
+            return
         # events.k8s.io/v1 Events are a view of the stored core/v1 Events
         stored = R.EVENTS if r is R.EVENTS_V1 else r
         convert = core_to_v1 if r is R.EVENTS_V1 else None
-        watcher = self._storage.subscribe(stored)
-        backlog: list[bytes] = []
         first_table = [True]
+        selective = bool(namespace or labels.requirements or fields.terms)
 
         def encode(event_type: str, obj: Obj, shared: Event | None = None) -> bytes:
             if table:
@@ -746,6 +775,8 @@ class ApiServer:
         def matches(obj: Obj | None) -> bool:
             if obj is None:
                 return False
+            if not selective:
+                return True
             if namespace and (obj.get("metadata") or {}).get("namespace") != namespace:
                 return False
             return labels.matches(obj) and fields.matches(obj)
@@ -766,69 +797,59 @@ class ApiServer:
             if now_in:
                 return encode("ADDED", obj)
             if was_in and old is not None:
-                gone = copy.deepcopy(old)
+                gone = copy_json(old)
                 gone["metadata"]["resourceVersion"] = str(event.rv)
                 return encode("DELETED", gone)
             return None
 
-        if rv_param in ("", "0") or send_initial:
-            for _k, current in self._storage.iter_from(stored, namespace, None):
-                shown = convert(current) if convert is not None else current
-                if matches(shown):
-                    backlog.append(encode("ADDED", shown))
-            if send_initial:
-                backlog.append(
-                    dumps(
-                        {
-                            "type": "BOOKMARK",
-                            "object": {
-                                "kind": r.kind,
-                                "apiVersion": r.api_version,
-                                "metadata": {
-                                    "resourceVersion": str(self._storage.rv),
-                                    "annotations": {"k8s.io/initial-events-end": "true"},
-                                },
-                            },
-                        }
-                    )
-                    + b"\n"
-                )
-        else:
-            for past in self._storage.events_after(stored, since):
-                line = filtered(past)
-                if line is not None:
-                    backlog.append(line)
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout if timeout else None
-        next_bookmark = loop.time() + self.bookmark_interval
+        # subscribe and take the backlog in one synchronous step: no gap, no duplicate
+        watcher = self._storage.subscribe(stored)
         try:
-            await response.prepare(request)
-            if backlog:
-                await response.write(b"".join(backlog))
+            backlog: list[bytes] = []
+            if rv_param in ("", "0") or send_initial:
+                for _k, current in self._storage.iter_from(stored, namespace, None):
+                    shown = convert(current) if convert is not None else current
+                    if matches(shown):
+                        backlog.append(encode("ADDED", shown))
+                if send_initial:
+                    backlog.append(
+                        dumps(
+                            {
+                                "type": "BOOKMARK",
+                                "object": {
+                                    "kind": r.kind,
+                                    "apiVersion": r.api_version,
+                                    "metadata": {
+                                        "resourceVersion": str(self._storage.rv),
+                                        "annotations": {"k8s.io/initial-events-end": "true"},
+                                    },
+                                },
+                            }
+                        )
+                        + b"\n"
+                    )
             else:
-                # flush headers so clients see the stream open
-                await response.write(b"")
-            while True:
-                chunk: list[bytes] = []
-                ended = False
-                while not watcher.queue.empty():
-                    queued = watcher.queue.get_nowait()
-                    if queued is None:
-                        ended = True
-                        break
-                    line = filtered(queued)
+                for past in self._storage.events_after(stored, since):
+                    line = filtered(past)
                     if line is not None:
-                        chunk.append(line)
+                        backlog.append(line)
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout if timeout else None
+            next_bookmark = loop.time() + self.bookmark_interval
+            yield b"".join(backlog)
+            while True:
+                # Everything that happened since the last wake-up goes out as one write.
+                chunk = [line for e in watcher.take() if (line := filtered(e)) is not None]
                 if chunk:
-                    await response.write(b"".join(chunk))
-                if ended:
+                    yield b"".join(chunk)
+                if watcher.closed:
                     break
                 now = loop.time()
                 if deadline is not None and now >= deadline:
                     break
                 if bookmarks and now >= next_bookmark:
-                    await response.write(
+                    yield (
                         dumps(
                             {
                                 "type": "BOOKMARK",
@@ -849,20 +870,100 @@ class ApiServer:
                     wait = (
                         min(wait, next_bookmark - now) if wait is not None else next_bookmark - now
                     )
-                try:
-                    async with asyncio.timeout(wait):
-                        live = await watcher.queue.get()
-                except TimeoutError:
-                    continue
-                if live is None:
-                    break
-                line = filtered(live)
-                if line is not None:
-                    await response.write(line)
-            with contextlib.suppress(ConnectionResetError, RuntimeError):
-                await response.write_eof()
-        except (ConnectionResetError, BrokenPipeError):
-            log.debug("watch client went away", resource=r.plural)
+                await watcher.wait(wait)
         finally:
             self._storage.unsubscribe(watcher)
-        return response
+
+
+_TEXT_HEADERS = {"Content-Type": "text/plain; charset=utf-8"}
+
+
+class InProcessTransport:
+    """How the PV binder started by :class:`ApiServer` reaches that server: every request goes
+    through the same pipeline as an HTTP one — request counters, injected faults and latency,
+    decoding, validation, the registry, watch streams with their bookmarks and 410s — and
+    comes back as the same bytes; only TCP and HTTP framing are skipped, whose client and
+    server sides cost more CPU than the request itself. Requests fail with a connection error
+    while the server is not listening (during :meth:`ApiServer.restart`), as over HTTP.
+
+    Implements :class:`pyprovlib.testing.binder.BinderTransport`.
+    """
+
+    def __init__(self, server: ApiServer, user_agent: str) -> None:
+        self._server = server
+        self._user_agent = user_agent
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None,
+        body: Any,
+        content_type: str,
+    ) -> Reply | Stream:
+        # A request is a trip through the event loop, as over a socket: a binder sync of
+        # several writes must not hold the loop (and every other client) for all of them.
+        await asyncio.sleep(0)
+        if not self._server.listening:
+            raise aiohttp.ClientConnectionError(
+                f"cannot connect to the API server at {self._server.url}: not listening"
+            )
+        raw = b"" if body is None else dumps(body)
+        headers = {"Content-Type": content_type, "Accept": _JSON, "User-Agent": self._user_agent}
+        request = WireRequest(
+            method,
+            path,
+            query=MultiDict((k, str(v)) for k, v in (query or {}).items()),
+            headers=headers,
+            content_type=content_type,
+            body=raw,
+        )
+        return await self._server._serve(request)
+
+    @staticmethod
+    def _raise(reply: Reply) -> None:
+        try:
+            reason = http.HTTPStatus(reply.status).phrase
+        except ValueError:
+            reason = ""
+        err = ApiException(status=reply.status, reason=reason)
+        err.body = reply.body
+        err.headers = CIMultiDictProxy(CIMultiDict(reply.headers))
+        raise err
+
+    async def json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = _JSON,
+    ) -> Obj:
+        """Send one request; the decoded JSON object of a 2xx answer, else ApiException."""
+        reply = await self._send(method, path, query, body, content_type)
+        if isinstance(reply, Stream):
+            await reply.chunks.aclose()
+            raise RuntimeError(f"{method} {path} answered with a stream")
+        if not 200 <= reply.status <= 299:
+            self._raise(reply)
+        out = json.loads(reply.body)
+        return out if isinstance(out, dict) else {}
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, path: str, *, query: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Open a watch: the stream's bytes until it ends (ApiException when refused)."""
+        reply = await self._send("GET", path, query, None, _JSON)
+        if isinstance(reply, Reply):
+            if not 200 <= reply.status <= 299:
+                self._raise(reply)
+
+            async def one() -> AsyncIterator[bytes]:
+                yield reply.body
+
+            yield one()
+            return
+        async with contextlib.aclosing(reply.chunks) as chunks:
+            yield chunks
