@@ -501,7 +501,9 @@ async def crash_scenario(handler: str, vas: int, kills: int, seed: int) -> None:
                 with contextlib.suppress(AssertionError):
                     await wait_until(lambda: not world.settled(), timeout=1.0, message="")
                 task = asyncio.create_task(world.controller().run())
-                await asyncio.sleep(rng.uniform(0.05, 0.6))
+                # Short enough that a kill usually lands while the 50 ms status writes are
+                # still going, however fast the server answers everything else.
+                await asyncio.sleep(rng.uniform(0.02, 0.3))
                 killed_mid_work.append(not world.settled())
                 await cancel(task)
 
