@@ -141,6 +141,17 @@ async def delete_mid_provision(
     return claim_name, pv_name
 
 
+async def restart_until_gone(
+    cluster: TestCluster, name: str, backend: dict[str, Obj], claim_name: str
+) -> MemoryProvisioner:
+    """Start a new controller on ``backend`` and run it until the deleted claim is gone."""
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(cluster.api_client, name, second, protected_options())
+    async with running(restarted):
+        await wait_claim_gone(cluster, claim_name)
+    return second
+
+
 async def test_finalizer_held_while_provisioning_and_removed_once_bound(
     kube_cluster: TestCluster,
 ) -> None:
@@ -188,10 +199,7 @@ async def test_claim_deleted_while_provisioning_then_controller_killed(
     backend: dict[str, Obj] = {}
     claim_name, pv_name = await delete_mid_provision(kube_cluster, name, class_name, backend)
 
-    second = MemoryProvisioner(backend)
-    restarted = ProvisionController(kube_cluster.api_client, name, second, protected_options())
-    async with running(restarted):
-        await wait_claim_gone(kube_cluster, claim_name)
+    second = await restart_until_gone(kube_cluster, name, backend, claim_name)
     assert backend == {}, "the volume of the deleted claim leaked"
     assert second.deleted == [pv_name]
     assert [c.pv_name for c in second.calls] == [pv_name]
@@ -207,10 +215,7 @@ async def test_claim_deleted_while_provisioning_retain_class_keeps_a_pv(
     claim_name, pv_name = await delete_mid_provision(kube_cluster, name, class_name, backend)
     kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
 
-    second = MemoryProvisioner(backend)
-    restarted = ProvisionController(kube_cluster.api_client, name, second, protected_options())
-    async with running(restarted):
-        await wait_claim_gone(kube_cluster, claim_name)
+    second = await restart_until_gone(kube_cluster, name, backend, claim_name)
     volume = await get_volume(kube_cluster.api_client, pv_name)
     assert volume is not None, "a Retain volume of a deleted claim must keep its PV"
     assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"

@@ -252,6 +252,15 @@ def _known(name: object, names: Collection[str]) -> bool:
     return isinstance(name, str) and bool(name) and name in names
 
 
+def _requested_provisioner(claim: Mapping[str, Any]) -> object:
+    """The provisioner a claim's storage-provisioner annotation names (GA, else beta)."""
+    annotations = annotations_of(claim)
+    provisioner = annotations.get(ANN_STORAGE_PROVISIONER)
+    if provisioner is None:
+        provisioner = annotations.get(ANN_BETA_STORAGE_PROVISIONER)
+    return provisioner
+
+
 def claim_wants_provisioning(
     claim: Mapping[str, Any],
     storage_class: Mapping[str, Any] | None,
@@ -266,12 +275,9 @@ def claim_wants_provisioning(
     """
     if _spec(claim).get("volumeName"):
         return False
-    annotations = annotations_of(claim)
-    provisioner = annotations.get(ANN_STORAGE_PROVISIONER)
-    if provisioner is None:
-        provisioner = annotations.get(ANN_BETA_STORAGE_PROVISIONER)
-    if provisioner is None or not _known(provisioner, names):
+    if not _known(_requested_provisioner(claim), names):
         return False
+    annotations = annotations_of(claim)
     if storage_class is None:
         raise ClassNotFoundError(get_claim_class(claim))
     if storage_class.get("volumeBindingMode") == WAIT_FOR_FIRST_CONSUMER:
@@ -1154,18 +1160,11 @@ class ProvisionController(ControllerLifecycle):
             "removed the provisioning-protection finalizer", claim=_claim_key(claim), why=why
         )
 
-    def _claim_names_us(self, claim: Obj) -> bool:
-        annotations = annotations_of(claim)
-        provisioner = annotations.get(ANN_STORAGE_PROVISIONER)
-        if provisioner is None:
-            provisioner = annotations.get(ANN_BETA_STORAGE_PROVISIONER)
-        return _known(provisioner, self._names)
-
     async def _sync_protected_claim(self, claim: Obj, deadline: float | None) -> bool:
         """A claim carrying the provisioning-protection finalizer: release it once bound; finish
         and delete the volume of a deleted one. Returns False when the claim is to be provisioned
         as usual."""
-        if not self._claim_names_us(claim):
+        if not _known(_requested_provisioner(claim), self._names):
             return True  # another provisioner's claim (and finalizer)
         if _spec(claim).get("volumeName"):
             uid = uid_of(claim)
