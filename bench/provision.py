@@ -65,6 +65,8 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.config import load_kube_config
 
+from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING
+
 PROVISIONER = "bench.pyprovlib.io/memory"
 HERE = Path(__file__).resolve()
 
@@ -358,6 +360,11 @@ class Observer:
         self.pv_seen: dict[str, float] = {}  # by claim uid
         self.all_pvs = asyncio.Event()
         self.all_bound = asyncio.Event()
+        # Bound, and no longer holding the provisioning-protection finalizer (which the
+        # controller removes once the claim is bound, when that option is on): the controller's
+        # work for the claims is over only then, so its CPU is read after this.
+        self.all_settled = asyncio.Event()
+        self.protected: set[str] = set()
         self.no_pvs = asyncio.Event()
         self.pv_names: set[str] = set()
 
@@ -385,10 +392,16 @@ class Observer:
                         # The PV controller (binder) asked for provisioning: the controller's
                         # own latency starts here.
                         self.claim_annotated.setdefault(uid, now)
+                    if FINALIZER_PROVISIONING in (obj["metadata"].get("finalizers") or ()):
+                        self.protected.add(uid)
+                    else:
+                        self.protected.discard(uid)
                     if obj.get("status", {}).get("phase") == "Bound":
                         self.bound.setdefault(uid, now)
                         if len(self.bound) >= self.expected:
                             self.all_bound.set()
+                    if self.all_bound.is_set() and not self.protected:
+                        self.all_settled.set()
 
     async def watch_volumes(self) -> None:
         from pyprovlib.kube.resources import PERSISTENT_VOLUMES
@@ -561,6 +574,9 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 async with asyncio.timeout(args.timeout):
                     await observer.all_bound.wait()
                 t_bound = time.monotonic()
+                async with asyncio.timeout(args.timeout):
+                    await observer.all_settled.wait()
+                t_settled = time.monotonic()
                 server_cpu1 = _proc_cpu(server.pid) if server is not None else None
                 binder_cpu1 = _proc_cpu(binder.pid) if binder is not None else None
                 controller.send_signal(signal.SIGUSR1)
@@ -648,6 +664,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "create_s": round(t_created - t0, 3),
         "all_pvs_s": round(t_pvs - t0, 3),
         "all_bound_s": round(t_bound - t0, 3),
+        "all_settled_s": round(t_settled - t0, 3),
         "all_deleted_s": round(t_deleted - t_bound, 3),
         "volumes_per_s": round(n / (t_pvs - t0), 1),
         "p50_s": round(statistics.median(latencies), 4) if latencies else None,
