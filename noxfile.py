@@ -1,4 +1,4 @@
-"""Developer tasks: ``nox -s tests lint typecheck docs proto bench demo``.
+"""Developer tasks: ``nox -s tests lint typecheck docs proto bench demo e2e_standalone``.
 
 Every session installs the project into its own virtualenv from pyproject.toml, so the
 sessions work the same on a fresh machine and in CI.
@@ -77,3 +77,11 @@ def demo(session: nox.Session) -> None:
     """The hostpath example against the embedded API server: claims go Pending -> Bound."""
     session.install("-e", ".")
     session.run("python", "-m", "pyprovlib.examples.hostpath", "--demo", *session.posargs)
+
+
+@nox.session(python="3.11")
+def e2e_standalone(session: nox.Session) -> None:
+    """The e2e tests in real-cluster mode, twice, against one standalone in-memory API server
+    (``python -m pyprovlib.testing --scheduler --nodes 1``); ``-- --rounds N -- PYTEST_ARGS``."""
+    session.install("-e", ".[test]")
+    session.run("python", str(ROOT / "tests" / "e2e" / "standalone.py"), *session.posargs)

@@ -59,6 +59,10 @@ class Snapshot:
 
 @dataclass
 class DriverState:
+    name: str = DRIVER_NAME
+    """The driver name GetPluginInfo reports (the provisioner's name). Tests on a shared
+    cluster give every driver its own, so one test's provisioner never acts on (and deletes
+    the volume handles of) the PVs another test left behind."""
     volumes: dict[str, Volume] = field(default_factory=dict)
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     calls: list[tuple[str, object]] = field(default_factory=list)
@@ -111,11 +115,13 @@ class DriverState:
 
 
 class TestIdentity(IdentityService):
+    __test__ = False  # a driver service, not a pytest test class
+
     def __init__(self, state: DriverState, *, topology: bool) -> None:
         services = [Plugin.CONTROLLER_SERVICE]
         if topology:
             services.append(Plugin.VOLUME_ACCESSIBILITY_CONSTRAINTS)
-        super().__init__(DRIVER_NAME, "1.0.0", services=services)
+        super().__init__(state.name, "1.0.0", services=services)
         self.state = state
 
     async def is_ready(self) -> bool:
@@ -124,6 +130,8 @@ class TestIdentity(IdentityService):
 
 
 class TestController(ControllerService):
+    __test__ = False  # a driver service, not a pytest test class
+
     def __init__(self, state: DriverState, *, topology: bool, snapshots: bool = True) -> None:
         caps = [Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME]
         if snapshots:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from csi_driver import DRIVER_NAME, DriverState, serve_driver
+from csi_driver import DriverState, serve_driver
 from prometheus_client import CollectorRegistry
 
 from pyprovlib.controller.metrics import ProvisionMetrics
@@ -66,8 +66,9 @@ async def csi_env(
     """Driver, connection, provisioner and a running controller. ``shared_informers``: the
     provisioner reads classes, attachments, nodes from the controller's informer caches (the
     sidecar's set-up) instead of the API server. ``snapshots``: the driver declares
-    CREATE_DELETE_SNAPSHOT."""
-    state = DriverState()
+    CREATE_DELETE_SNAPSHOT. The driver gets a name of its own (``env.name``): on a shared
+    cluster a fixed name would make this test's provisioner act on other tests' PVs."""
+    state = DriverState(name=f"{cluster.unique_name('test')}.csi.pyprovlib.io")
     async with serve_driver(sock_dir, topology=topology, state=state, snapshots=snapshots):
         connection = await CSIConnection.open(
             str(sock_dir / "csi.sock"),
@@ -278,15 +279,16 @@ async def create_snapshot(
     *,
     restore_size: int | None = None,
     ready: bool = True,
-    driver: str = DRIVER_NAME,
+    driver: str | None = None,
     source_volume_mode: str | None = None,
     content_annotations: dict[str, str] | None = None,
     bound: bool = True,
 ) -> SnapshotObjects:
     """A VolumeSnapshot of the driver's snapshot ``handle``, bound both ways to a
     pre-provisioned VolumeSnapshotContent (Retain: deleting it leaves the driver alone), with
-    the statuses the snapshot controller and csi-snapshotter would write. ``bound=False``
-    names a content that does not exist, so the snapshot stays unbound."""
+    the statuses the snapshot controller and csi-snapshotter would write. ``driver`` defaults
+    to the test's driver. ``bound=False`` names a content that does not exist, so the snapshot
+    stays unbound."""
     api = env.cluster.api_client
     ns = env.cluster.namespace
     name = env.cluster.unique_name("snap")
@@ -302,7 +304,7 @@ async def create_snapshot(
     if not bound:
         return SnapshotObjects(name, content_name)
     spec: Obj = {
-        "driver": driver,
+        "driver": driver or env.name,
         "deletionPolicy": "Retain",
         "source": {"snapshotHandle": handle},
         "volumeSnapshotRef": {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from csi_driver import DRIVER_NAME, Fault
+from csi_driver import Fault
 from csi_e2e import (
     create_claim,
     create_class,
@@ -88,7 +88,7 @@ async def test_claim_bound_to_a_csi_volume_and_deleted_with_secrets(
         pv = await get_volume(env, pv_name)
         assert pv is not None
         csi = pv["spec"]["csi"]
-        assert csi["driver"] == DRIVER_NAME
+        assert csi["driver"] == env.name
         assert csi["volumeHandle"] == "vol-1"
         assert csi["fsType"] == "xfs"
         assert csi["volumeAttributes"]["fromDriver"] == "yes"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, Fault
+from csi_driver import TOPOLOGY_KEY, Fault
 from csi_e2e import (
     Env,
     create_claim,
@@ -55,9 +55,7 @@ async def add_node(env: Env, name: str, zone: str, *, csinode: bool = True) -> N
                 "kind": "CSINode",
                 "metadata": {"name": name},
                 "spec": {
-                    "drivers": [
-                        {"name": DRIVER_NAME, "nodeID": name, "topologyKeys": [TOPOLOGY_KEY]}
-                    ]
+                    "drivers": [{"name": env.name, "nodeID": name, "topologyKeys": [TOPOLOGY_KEY]}]
                 },
             }
         )
@@ -252,7 +250,7 @@ async def test_delete_is_refused_while_attached(
             "kind": "VolumeAttachment",
             "metadata": {"name": kube_cluster.unique_name("va")},
             "spec": {
-                "attacher": DRIVER_NAME,
+                "attacher": env.name,
                 "nodeName": "node-1",
                 "source": {"persistentVolumeName": pv_name},
             },

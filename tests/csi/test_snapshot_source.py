@@ -315,7 +315,9 @@ async def test_volume_mode_change_allowed_by_annotation_or_option(
 
     options = CSIProvisionerOptions(prevent_volume_mode_conversion=False)
     async with csi_env(kube_cluster, sock_dir, options=options) as env:
-        snap = await snapshot_of_new_volume(env, class_name)  # a new driver: a new snapshot
+        # A new driver (with a name of its own): a new class and a new snapshot.
+        class_name = await create_class(env)
+        snap = await snapshot_of_new_volume(env, class_name)
         objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
         claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
         await wait_bound(env, claim["metadata"]["name"])

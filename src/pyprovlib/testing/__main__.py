@@ -1,7 +1,9 @@
 """Serve the in-memory API server standalone so kubectl and other real clients can use it.
 
-``python -m pyprovlib.testing --port PORT --kubeconfig FILE [--no-binder]`` writes a kubeconfig
-naming the server, prints where it listens, and serves until SIGTERM or SIGINT.
+``python -m pyprovlib.testing --port PORT --kubeconfig FILE [--no-binder] [--scheduler]
+[--nodes N]`` writes a kubeconfig naming the server, prints where it listens, and serves until
+SIGTERM or SIGINT. ``--scheduler`` and ``--nodes`` make it closer to a real cluster: a pod
+scheduler selecting nodes for ``WaitForFirstConsumer`` claims, and Ready nodes to select.
 
 ``python -m pyprovlib.testing --binder-only --kubeconfig FILE`` runs only the PV binder
 (kube-controller-manager's part) against the API server that kubeconfig names, in its own
@@ -16,6 +18,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.testing.scheduler import PodScheduler
 from pyprovlib.testing.server import ApiServer
 
 __all__ = ["main", "run"]
@@ -39,6 +44,20 @@ def _parser() -> argparse.ArgumentParser:
         "--binder-only",
         action="store_true",
         help="run only the PV binder, against the server named by --kubeconfig",
+    )
+    p.add_argument(
+        "--scheduler",
+        action="store_true",
+        help=(
+            "run a pod scheduler (kube-scheduler's volume binding): sets selected-node on "
+            "WaitForFirstConsumer claims of pending pods"
+        ),
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="register this many Ready nodes, pyprovlib-node-1..N (default 0)",
     )
     p.add_argument(
         "--binder-resync-period",
@@ -76,6 +95,34 @@ async def _run_binder(kubeconfig: str, resync_period: float, stop: asyncio.Event
             await binder.stop()
 
 
+def _node(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+        },
+    }
+
+
+async def _register_nodes(api: ApiClient, count: int) -> None:
+    """Create Ready nodes, as kubelets registering with the cluster would."""
+    from pyprovlib.kube.resources import NODES
+    from pyprovlib.kube.rest import ResourceClient
+
+    nodes = ResourceClient(api, NODES)
+    ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+    for i in range(1, count + 1):
+        name = f"pyprovlib-node-{i}"
+        await nodes.create(_node(name))
+        await nodes.patch(
+            name,
+            {"status": ready},
+            subresource="status",
+        )
+
+
 async def run(args: argparse.Namespace) -> int:
     """Serve (or bind) until SIGTERM/SIGINT; returns the exit status."""
     stop = asyncio.Event()
@@ -89,19 +136,31 @@ async def run(args: argparse.Namespace) -> int:
                 return 2
             await _run_binder(args.kubeconfig, args.binder_resync_period, stop)
             return 0
-        async with ApiServer(
-            host=args.host,
-            port=args.port,
-            binder=args.binder,
-            watch_window=args.watch_window,
-            binder_resync_period=args.binder_resync_period,
-        ) as server:
+        async with (
+            ApiServer(
+                host=args.host,
+                port=args.port,
+                binder=args.binder,
+                watch_window=args.watch_window,
+                binder_resync_period=args.binder_resync_period,
+            ) as server,
+            server.api_client() as api,
+        ):
+            if args.nodes:
+                await _register_nodes(api, args.nodes)
+            scheduler = PodScheduler(api) if args.scheduler else None
+            if scheduler is not None:
+                await scheduler.start()
             where = f"pyprovlib apiserver listening on {server.url}"
             if args.kubeconfig:
                 path = server.write_kubeconfig(args.kubeconfig)
                 where += f" (kubeconfig {path})"
             print(where, flush=True)  # the one line callers wait for
-            await stop.wait()
+            try:
+                await stop.wait()
+            finally:
+                if scheduler is not None:
+                    await scheduler.stop()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

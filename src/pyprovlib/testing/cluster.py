@@ -15,6 +15,7 @@ method plays the scheduler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
@@ -28,12 +29,14 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_kube_config
 
+from pyprovlib.controller.provision import FINALIZER_PV
 from pyprovlib.kube.errors import is_already_exists, is_not_found
-from pyprovlib.kube.objects import Obj, annotations_of, name_of
+from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of
 from pyprovlib.kube.resources import (
     NAMESPACES,
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
     PODS,
     STORAGE_CLASSES,
     Resource,
@@ -144,6 +147,53 @@ class TestCluster:
         self._tracked.clear()
         # Namespaced objects go with the namespace (asynchronously on a real cluster).
         await _delete_quietly(http, NAMESPACES.path(name=self.namespace))
+        if self.is_real:
+            # The in-memory server goes away with the test; a real cluster keeps the PVs made
+            # for this namespace's claims (Released, their provisioner stopped) forever.
+            await self._delete_namespace_volumes(http)
+
+    async def _delete_namespace_volumes(self, http: _Http) -> None:
+        cont = ""
+        names: list[str] = []
+        while True:
+            query: dict[str, str | int] = {"limit": 500}
+            if cont:
+                query["continue"] = cont
+            try:
+                page = await http.json("GET", PERSISTENT_VOLUMES.path(), query=query)
+            except (ApiException, TimeoutError, OSError) as err:
+                log.warning("test cluster cleanup: listing PVs failed", error=repr(err))
+                return
+            for pv in page.get("items") or []:
+                ref = (pv.get("spec") or {}).get("claimRef") or {}
+                if ref.get("namespace") == self.namespace:
+                    names.append(name_of(pv))
+            cont = str((page.get("metadata") or {}).get("continue") or "")
+            if not cont:
+                break
+        for name in names:
+            path = PERSISTENT_VOLUMES.path(name=name)
+            await _delete_quietly(http, path)
+            # The provisioner that would remove its finalizer has stopped with the test.
+            try:
+                pv = await http.json("GET", path)
+            except (ApiException, TimeoutError, OSError):
+                continue
+            finalizers = meta(pv).get("finalizers") or []
+            if FINALIZER_PV in finalizers:
+                kept = [f for f in finalizers if f != FINALIZER_PV]
+                with contextlib.suppress(ApiException, TimeoutError, OSError):
+                    await http.json(
+                        "PATCH",
+                        path,
+                        body={
+                            "metadata": {
+                                "finalizers": kept,
+                                "resourceVersion": meta(pv).get("resourceVersion"),
+                            }
+                        },
+                        content_type="application/merge-patch+json",
+                    )
 
     async def _close(self) -> None:
         if self._api_client is not None:
