@@ -253,6 +253,41 @@ async def test_claim_deleted_while_provisioning_fails_in_the_background(
     assert await get_volume(kube_cluster.api_client, pv_name) is None
 
 
+async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
+    kube_cluster: TestCluster,
+) -> None:
+    """A worker may read the deleted claim from the informer cache after the controller
+    released it (the DELETED event not processed yet): the volume, already deleted, must not be
+    provisioned and deleted again."""
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = FlakyProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, protected_options()
+    )
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        claim_name = claim["metadata"]["name"]
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+
+        async def retried() -> bool:
+            return len(provisioner.calls) >= 2
+
+        await kube_cluster.wait_for(retried, message="provisioning retried")
+        await delete_claim(kube_cluster, claim_name)
+        stale = await get_claim(kube_cluster, claim_name)  # deleting, still protected
+        assert stale is not None
+        assert FINALIZER_PROVISIONING in stale["metadata"]["finalizers"]
+        provisioner.healthy = True
+        await wait_claim_gone(kube_cluster, claim_name)
+        assert provisioner.deleted == [pv_name]
+        calls = len(provisioner.calls)
+        await controller.sync_claim(stale)  # what a worker reading the stale cache does
+        assert len(provisioner.calls) == calls
+    assert provisioner.deleted == [pv_name]
+    assert provisioner.assets == {}
+
+
 async def test_final_failure_releases_the_claim(kube_cluster: TestCluster) -> None:
     name = provisioner_name(kube_cluster)
     class_name = await create_class(kube_cluster, name)

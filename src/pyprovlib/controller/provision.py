@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
+from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -191,6 +192,9 @@ class _StopProvisionError(Exception):
 
 _STOP = _StopProvisionError("stop provisioning")
 _SAVED = _StopProvisionError("the volume's PersistentVolume exists")
+
+_CLEANED_UP_REMEMBERED = 4096
+"""How many cleaned-up deleted claims a controller remembers (see ``_cleaned_up``)."""
 """Like :data:`_STOP`, but the claim's PV exists: its provisioning-protection finalizer stays
 until the claim is bound."""
 
@@ -573,6 +577,11 @@ class ProvisionController(ControllerLifecycle):
         # UIDs of bound claims whose finalizer this process removed, until the cache shows a
         # version without it: the binder's second write must not cause a second removal.
         self._finalizer_removed: set[str] = set()
+        # UIDs of deleted claims this process cleaned up and released (the latest
+        # _CLEANED_UP_REMEMBERED): a worker reading an older cached version (still deleting,
+        # still protected) must not finish and delete the volume a second time. Kept past the
+        # DELETED event, as a sync may already hold such a version when it arrives.
+        self._cleaned_up: OrderedDict[str, None] = OrderedDict()
         # UIDs of PVs whose asset is deleted while the PV object still exists.
         self._assets_deleted: set[str] = set()
         self.volume_store: VolumeStore
@@ -1156,6 +1165,10 @@ class ProvisionController(ControllerLifecycle):
             if not is_conflict(err):  # 409: the name belongs to a recreated claim now
                 raise
         self._finalizer_added.discard(uid)
+        if is_deleting(claim):
+            self._cleaned_up[uid] = None
+            if len(self._cleaned_up) > _CLEANED_UP_REMEMBERED:
+                self._cleaned_up.popitem(last=False)
         self._log.debug(
             "removed the provisioning-protection finalizer", claim=_claim_key(claim), why=why
         )
@@ -1174,6 +1187,9 @@ class ProvisionController(ControllerLifecycle):
             return True
         if not is_deleting(claim):
             return False
+        if uid_of(claim) in self._cleaned_up:
+            # A deleting claim never gets a finalizer back: this version predates our release.
+            return True
         if isinstance(self.provisioner, Qualifier):
             model = to_model(claim, V1PersistentVolumeClaim)
             if not await self.provisioner.should_provision(model):
