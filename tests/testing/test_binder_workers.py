@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.kube.config import request_json
 from pyprovlib.testing.binder import PVBinder
@@ -170,7 +171,8 @@ def test_workers_must_be_positive() -> None:
 
 
 async def test_binder_client_resolves_its_proxy_once(apiserver: ApiServer) -> None:
-    async with apiserver.api_client() as client:
+    # A plain kubernetes-asyncio client (apiserver.api_client() resolves its proxy already).
+    async with ApiClient(configuration=apiserver.configuration()) as client:
         assert client.rest_client.pool_manager.trust_env is True  # kubernetes-asyncio's default
         PVBinder(client)
         assert client.rest_client.pool_manager.trust_env is False

@@ -327,8 +327,16 @@ class ApiServer:
         return config
 
     def api_client(self) -> ApiClient:
-        """A new kubernetes-asyncio ApiClient for this server (close it, or use ``async with``)."""
-        return ApiClient(configuration=self.configuration())
+        """A new client for this server (close it, or use ``async with``): a
+        kubernetes-asyncio ``ApiClient`` as controllers get it from
+        :func:`~pyprovlib.kube.config.new_client` — a
+        :class:`~pyprovlib.kube.config.LimitedApiClient`, unthrottled, whose raw-JSON requests
+        (informers, events, leases, ``ResourceClient``) take the lean HTTP transport — so tests
+        exercise the production request path."""
+        from pyprovlib.kube.config import LimitedApiClient
+        from pyprovlib.kube.ratelimit import TokenBucket
+
+        return LimitedApiClient(self.configuration(), limiter=TokenBucket(0, 0))
 
     def write_kubeconfig(self, path: str | Path) -> Path:
         """Write a kubeconfig naming this server (no credentials) and return its path."""
