@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -494,16 +495,33 @@ async def crash_scenario(handler: str, vas: int, kills: int, seed: int) -> None:
         world.server.faults.latency(0.05, verb="patch", resource="volumeattachments/status")
         killed_mid_work: list[bool] = []
 
+        def writes() -> int:
+            return world.server.requests.count("patch", "volumeattachments") + (
+                world.server.requests.count("patch", "volumeattachments/status")
+            )
+
+        def wrote_since(before: int) -> bool:
+            return writes() > before or world.settled()
+
         async def crash_loop() -> None:
-            for _ in range(kills):
+            for attempt in range(kills):
                 # On a loaded machine the phase may not have written anything yet: a kill
                 # before there is work tests nothing, so wait (briefly) for some.
                 with contextlib.suppress(AssertionError):
                     await wait_until(lambda: not world.settled(), timeout=1.0, message="")
+                before = writes()
                 task = asyncio.create_task(world.controller().run())
-                # Short enough that a kill usually lands while the 50 ms status writes are
-                # still going, however fast the server answers everything else.
-                await asyncio.sleep(rng.uniform(0.02, 0.3))
+                if attempt == 0:
+                    # However fast the client and server are, one kill per phase lands right
+                    # after the controller's first write of a VA went out (a 50 ms status
+                    # write is then still in flight), not after the work is all done.
+                    with contextlib.suppress(AssertionError):
+                        await wait_until(
+                            functools.partial(wrote_since, before), timeout=5.0, message=""
+                        )
+                else:
+                    # The others at random points, some during the status writes, some later.
+                    await asyncio.sleep(rng.uniform(0.02, 0.3))
                 killed_mid_work.append(not world.settled())
                 await cancel(task)
 
