@@ -18,6 +18,8 @@ import pytest
 from csi_driver import DriverState, serve_driver
 
 from pyprovlib.csi._sidecar import build_parser
+from pyprovlib.csi.attacher import parser as attacher_parser
+from pyprovlib.csi.resizer import parser as resizer_parser
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
@@ -156,6 +158,36 @@ def test_flags_have_external_provisioner_names_and_defaults() -> None:
         build_parser().parse_args(["--provisioning-finalizer=false"]).provisioning_finalizer
         is False
     )
+
+
+@pytest.mark.parametrize(
+    "parser",
+    [build_parser, attacher_parser, resizer_parser],
+    ids=["provisioner", "attacher", "resizer"],
+)
+def test_grpc_client_flag(parser: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parser().parse_args([]).grpc_client == "lean"
+    assert parser().parse_args(["--grpc-client", "grpclib"]).grpc_client == "grpclib"
+    monkeypatch.setenv("PYPROVLIB_GRPC_CLIENT", "grpclib")
+    assert parser().parse_args([]).grpc_client == "grpclib"
+    assert parser().parse_args(["--grpc-client=lean"]).grpc_client == "lean"
+
+
+async def test_grpclib_fallback_provisions(tmp_path: pathlib.Path, sock_dir: pathlib.Path) -> None:
+    """``--grpc-client grpclib`` (the escape hatch from the lean client) runs the sidecar's
+    calls through grpclib's channel, end to end."""
+    async with ApiServer(binder=True) as server, serve_driver(sock_dir) as (state, _):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        socket = sock_dir / "csi.sock"
+        async with sidecar(
+            kubeconfig, "--csi-address", f"unix://{socket}", "--grpc-client", "grpclib"
+        ) as proc:
+            identified = await proc.wait_for("CSI driver identified")
+            assert identified["grpc_client"] == "grpclib"
+            claim = await provision_one(server, "test.csi.pyprovlib.io")
+            assert claim["spec"]["volumeName"] == f"pvc-{claim['metadata']['uid']}"
+            assert len(state.volumes) == 1
 
 
 async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(

@@ -14,7 +14,12 @@ from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._sidecar_controller import SidecarController
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
+from pyprovlib.csi.connection import (
+    GRPC_CLIENT_HELP,
+    ConnectionOptions,
+    CSIConnection,
+    grpc_client_choice,
+)
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
@@ -84,6 +89,15 @@ def build_parser() -> RuntimeArgumentParser:
         "--timeout",
         default=10.0,
         help="timeout of every call to the CSI driver",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--grpc-client",
+        default="lean",
+        type=grpc_client_choice,
+        help=GRPC_CLIENT_HELP,
+        metavar="lean|grpclib",
         group=group,
     )
     add_duration_flag(
@@ -199,7 +213,9 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     connection = await CSIConnection.open(
         args.csi_address,
         ConnectionOptions(
-            timeout=args.timeout, exit_on_connection_loss=args.exit_on_connection_loss
+            timeout=args.timeout,
+            exit_on_connection_loss=args.exit_on_connection_loss,
+            grpc_client=args.grpc_client,
         ),
     )
     try:

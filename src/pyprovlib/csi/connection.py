@@ -13,6 +13,7 @@ grpc_status_code}``, is logged with its secrets stripped, and fails with a
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import functools
@@ -36,6 +37,8 @@ from pyprovlib.kube.clock import Clock, RealClock
 
 __all__ = [
     "GO_STATUS_NAMES",
+    "GRPC_CLIENTS",
+    "GRPC_CLIENT_HELP",
     "OPERATIONS_BUCKETS",
     "UNARY_METHODS",
     "CSICallError",
@@ -47,6 +50,7 @@ __all__ = [
     "Endpoint",
     "PluginCapabilities",
     "default_csi_metrics",
+    "grpc_client_choice",
     "parse_endpoint",
 ]
 
@@ -217,6 +221,28 @@ class ConnectionOptions:
     """``lean``: unary calls through :class:`~pyprovlib.csi.grpc_client.GrpcClient`;
     ``grpclib``: every call through grpclib's ``Channel`` (the fallback). Streaming methods
     use grpclib either way."""
+
+
+GRPC_CLIENTS: Final = ("lean", "grpclib")
+"""The values of :attr:`ConnectionOptions.grpc_client` (the sidecars' ``--grpc-client``)."""
+
+GRPC_CLIENT_HELP: Final = (
+    "gRPC client of the unary CSI calls: lean (pyprovlib.csi.grpc_client, a fraction of the "
+    "CPU) or grpclib (the fallback, should a driver's gRPC server disagree with the lean one)"
+)
+"""The sidecars' ``--grpc-client`` help text."""
+
+
+def grpc_client_choice(text: str) -> Literal["lean", "grpclib"]:
+    """Parse a ``--grpc-client`` value (an :class:`argparse.ArgumentTypeError`, which argparse
+    reports against the flag, names the choices)."""
+    if text == "lean":
+        return "lean"
+    if text == "grpclib":
+        return "grpclib"
+    raise argparse.ArgumentTypeError(
+        f"invalid gRPC client {text!r}: expected {' or '.join(GRPC_CLIENTS)}"
+    )
 
 
 _STUBS: Final[dict[str, Callable[[Channel], Any]]] = {
@@ -458,6 +484,7 @@ class CSIConnection:
             vendor_version=info.vendor_version,
             plugin_capabilities=sorted(s.name for s in services),
             controller_capabilities=sorted(c.name for c in self.controller_capabilities),
+            grpc_client=self.options.grpc_client,
         )
 
     async def monitor(self) -> None:
