@@ -324,6 +324,7 @@ async def run_controller(args: argparse.Namespace) -> None:
             rss=rss,
             counts=Counter(api.counts),
             dropped=provision._events_dropped(),
+            claim_syncs=provision._claim_syncs(),
             attempts=provisioner.attempts,
             outcomes=dict(provisioner.outcomes),
             client_calls=csi_client_calls(connection),
@@ -352,6 +353,7 @@ async def run_controller(args: argparse.Namespace) -> None:
         await asyncio.sleep(0.01)
     cpu0, rss0 = provision._rusage()
     sys0 = provision._sys_cpu()
+    syncs0 = provision._claim_syncs()
     api.counts.clear()
     if profiler is not None:
         profiler.enable()
@@ -396,6 +398,8 @@ async def run_controller(args: argparse.Namespace) -> None:
                 "requests": by_verb(api.counts),
                 "assets": 0,
                 "events_dropped_provision": snapshot.get("dropped", {}),
+                "claim_syncs_provision": snapshot.get("claim_syncs", provision._claim_syncs())
+                - syncs0,
             }
         ),
         flush=True,

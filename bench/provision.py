@@ -153,6 +153,14 @@ class MemoryProvisioner:
         self.assets.pop(volume.metadata.name, None)
 
 
+def _claim_syncs() -> int:
+    """How many claim syncs the controller ran (its ``claims`` work queue's processed items)."""
+    from prometheus_client import REGISTRY
+
+    value = REGISTRY.get_sample_value("workqueue_work_duration_seconds_count", {"name": "claims"})
+    return int(value or 0)
+
+
 def _events_dropped() -> dict[str, int]:
     """pyprovlib_events_dropped_total by reason (the recorder drops, like client-go, when its
     buffer is full)."""
@@ -231,6 +239,7 @@ async def run_controller(args: argparse.Namespace) -> None:
             rss=rss,
             counts=Counter(api.counts),
             dropped=_events_dropped(),
+            claim_syncs=_claim_syncs(),
             backlog=controller.recorder.high_water,
         )
         if profiler is not None:
@@ -250,6 +259,7 @@ async def run_controller(args: argparse.Namespace) -> None:
         await asyncio.sleep(0.01)
     cpu0, rss0 = _rusage()
     sys0 = _sys_cpu()
+    syncs0 = _claim_syncs()
     api.counts.clear()
     if profiler is not None:
         profiler.enable()
@@ -280,6 +290,7 @@ async def run_controller(args: argparse.Namespace) -> None:
                 "requests": by_verb(api.counts),
                 "assets": len(backend.assets),
                 "events_dropped_provision": snapshot.get("dropped", {}),
+                "claim_syncs_provision": snapshot.get("claim_syncs", _claim_syncs()) - syncs0,
             }
         ),
         flush=True,
@@ -687,6 +698,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "api_requests_per_volume_delete": per_volume_delete,
         "api_requests_by_resource": stats["requests_provision"],
         "events_dropped": stats.get("events_dropped_provision", {}),
+        "claim_syncs_per_volume": round(stats.get("claim_syncs_provision", 0) / n, 2),
         "events_backlog_peak": stats.get("events_backlog_peak"),
         "apiserver_cpu_s": (
             round(server_cpu1 - server_cpu0, 2)

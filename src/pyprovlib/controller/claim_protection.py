@@ -26,6 +26,7 @@ __all__ = [
     "add_provisioning_finalizer",
     "has_provisioning_finalizer",
     "is_deleting",
+    "only_protection_changed",
     "remove_provisioning_finalizer",
 ]
 
@@ -42,6 +43,31 @@ def has_provisioning_finalizer(claim: Mapping[str, Any]) -> bool:
 def is_deleting(obj: Mapping[str, Any]) -> bool:
     """Whether ``obj`` has a ``deletionTimestamp`` (finalizers are holding it)."""
     return meta(obj).get("deletionTimestamp") is not None
+
+
+# What every write changes, besides the finalizer itself.
+_WRITE_BOOKKEEPING: Final = frozenset({"resourceVersion", "managedFields", "finalizers"})
+
+
+def only_protection_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether the claim update ``old`` → ``new`` is nothing but :data:`FINALIZER_PROVISIONING`
+    coming or going — the echo of the controller's own PATCH, which needs no sync: the claim's
+    state is unchanged. A resync (same resourceVersion) is never one."""
+    old_meta, new_meta = meta(old), meta(new)
+    if old_meta.get("resourceVersion") == new_meta.get("resourceVersion"):
+        return False
+    old_finalizers = old_meta.get("finalizers") or []
+    new_finalizers = new_meta.get("finalizers") or []
+    if (FINALIZER_PROVISIONING in old_finalizers) == (FINALIZER_PROVISIONING in new_finalizers):
+        return False
+    if [f for f in old_finalizers if f != FINALIZER_PROVISIONING] != [
+        f for f in new_finalizers if f != FINALIZER_PROVISIONING
+    ]:
+        return False
+    if old.keys() != new.keys() or any(old[key] != new[key] for key in old if key != "metadata"):
+        return False
+    keys = (old_meta.keys() | new_meta.keys()) - _WRITE_BOOKKEEPING
+    return all(old_meta.get(key) == new_meta.get(key) for key in keys)
 
 
 async def add_provisioning_finalizer(claims: ResourceClient, claim: Obj) -> Obj:

@@ -51,6 +51,7 @@ from pyprovlib.controller.claim_protection import (
     add_provisioning_finalizer,
     has_provisioning_finalizer,
     is_deleting,
+    only_protection_changed,
     remove_provisioning_finalizer,
 )
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
@@ -551,7 +552,7 @@ class ProvisionController(ControllerLifecycle):
         )
         self.claim_informer.add_event_handler(
             on_add=self._enqueue_claim,
-            on_update=lambda _old, new: self._enqueue_claim(new),
+            on_update=self._claim_updated,
             # Nothing to do: a claim being provisioned is in claims-in-progress and in the
             # queue, so it is still processed; any other claim no longer matters.
             on_delete=self._forget_claim,
@@ -712,6 +713,13 @@ class ProvisionController(ControllerLifecycle):
         uid = uid_of(obj)
         if uid:
             self.claim_queue.add(uid)
+
+    def _claim_updated(self, old: Obj, new: Obj) -> None:
+        if self.options.provisioning_finalizer and only_protection_changed(old, new):
+            # Our own finalizer PATCH echoing back: the worker that wrote it already acted on
+            # this claim's state (a sync costs more than this comparison).
+            return
+        self._enqueue_claim(new)
 
     def _forget_claim(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
