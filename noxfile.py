@@ -82,6 +82,6 @@ def demo(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def e2e_standalone(session: nox.Session) -> None:
     """The e2e tests in real-cluster mode, twice, against one standalone in-memory API server
-    (``python -m pyprovlib.testing --scheduler --nodes 1``); ``-- --rounds N -- PYTEST_ARGS``."""
+    (``python -m pyprovlib.testing --scheduler --nodes 2``); ``-- --rounds N -- PYTEST_ARGS``."""
     session.install("-e", ".[test]")
     session.run("python", str(ROOT / "tests" / "e2e" / "standalone.py"), *session.posargs)

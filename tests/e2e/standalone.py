@@ -1,8 +1,8 @@
 """Run the ``e2e`` tests in real-cluster mode against a standalone in-memory API server.
 
 ``python tests/e2e/standalone.py [--rounds N] [-- PYTEST_ARGS...]`` starts
-``python -m pyprovlib.testing --scheduler --nodes 1`` (API server, PV binder, pod scheduler and a
-Ready node, in a process of its own) with a kubeconfig in a temporary directory, runs
+``python -m pyprovlib.testing --scheduler --nodes 2`` (API server, PV binder, pod scheduler and
+two Ready nodes, in a process of its own) with a kubeconfig in a temporary directory, runs
 ``pytest -m e2e`` with ``PYPROVLIB_E2E_KUBECONFIG`` naming it ``N`` times (default 2) against
 the same server, so state accumulates as on a shared cluster, then stops the server. It prints
 each round's wall time and exits non-zero if a round failed. ``nox -s e2e_standalone`` runs it.
@@ -29,7 +29,12 @@ STOP_TIMEOUT_S = 15.0
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=2, help="pytest runs against one server")
-    p.add_argument("--nodes", type=int, default=1, help="Ready nodes the server registers")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        help="Ready nodes the server registers (tests placing claims on two nodes need 2)",
+    )
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     return p
 

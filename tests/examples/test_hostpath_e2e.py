@@ -19,7 +19,6 @@ from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
     StorageV1Api,
-    V1Node,
     V1ObjectMeta,
     V1PersistentVolumeClaim,
     V1PersistentVolumeClaimSpec,
@@ -35,7 +34,8 @@ from pyprovlib.examples.hostpath import (
     LocalDirectories,
     NodeHostPathProvisioner,
 )
-from pyprovlib.kube.resources import NODES, STORAGE_CLASSES
+from pyprovlib.kube.objects import name_of
+from pyprovlib.kube.resources import STORAGE_CLASSES
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner
 from pyprovlib.testing.cluster import TestCluster
@@ -254,39 +254,31 @@ async def test_node_mode_serves_only_its_node(kube_cluster: TestCluster, tmp_pat
     """Two DaemonSet pods, two nodes, two disks: each provisioner takes only the claims
     scheduled to its node and deletes only its node's volumes."""
     c = kube_cluster
-    c.require_in_memory("places claims on chosen nodes by playing the scheduler")
     core = CoreV1Api(c.api_client)
+    node_a, node_b = await c.ready_nodes(2)
     disks: dict[str, Path] = {}
-    for node in ("node-a", "node-b"):
-        await core.create_node(
-            V1Node(
-                metadata=V1ObjectMeta(
-                    name=node, labels={"kubernetes.io/hostname": f"{node}.internal"}
-                )
-            )
-        )
-        c.track(NODES, node)
-        disks[node] = tmp_path / node
-        disks[node].mkdir()
+    for node in (node_a, node_b):
+        disks[name_of(node)] = tmp_path / name_of(node)
+        disks[name_of(node)].mkdir()
     name = c.unique_name("pyprovlib.io/hostpath-e2e")
     # The class's basePath is the same on every node; each node's "disk" is mounted there.
     # Here each provisioner gets its own disk through its own LocalDirectories root.
-    sc_a = await make_class(c, name, {"basePath": str(disks["node-a"])})
-    sc_b = await make_class(c, name, {"basePath": str(disks["node-b"])})
+    sc_a = await make_class(c, name, {"basePath": str(disks[name_of(node_a)])})
+    sc_b = await make_class(c, name, {"basePath": str(disks[name_of(node_b)])})
     claim_a = await make_claim(c, sc_a, "claim-a")
     claim_b = await make_claim(c, sc_b, "claim-b")
-    prov_a = NodeHostPathProvisioner(c.api_client, "node-a")
-    prov_b = NodeHostPathProvisioner(c.api_client, "node-b")
+    prov_a = NodeHostPathProvisioner(c.api_client, name_of(node_a))
+    prov_b = NodeHostPathProvisioner(c.api_client, name_of(node_b))
     async with running(c.api_client, name, prov_a), running(c.api_client, name, prov_b):
-        await c.schedule(claim_a, "node-a")
-        await c.schedule(claim_b, "node-b")
+        await c.create_consumer_pod(claim_a, node=node_a)
+        await c.create_consumer_pod(claim_b, node=node_b)
         pv_a = await wait_bound(c, claim_a)
         pv_b = await wait_bound(c, claim_b)
-        assert tree(disks["node-a"]) == [pv_a.metadata.name]
-        assert tree(disks["node-b"]) == [pv_b.metadata.name]
+        assert tree(disks[name_of(node_a)]) == [pv_a.metadata.name]
+        assert tree(disks[name_of(node_b)]) == [pv_b.metadata.name]
         values = pv_b.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
-        assert values.values == ["node-b.internal"]
+        assert values.values == [node_b["metadata"]["labels"]["kubernetes.io/hostname"]]
         await core.delete_namespaced_persistent_volume_claim(claim_a, c.namespace)
         await wait_pv_gone(c, pv_a.metadata.name)
-        assert tree(disks["node-a"]) == []
-        assert tree(disks["node-b"]) == [pv_b.metadata.name]
+        assert tree(disks[name_of(node_a)]) == []
+        assert tree(disks[name_of(node_b)]) == [pv_b.metadata.name]

@@ -17,7 +17,6 @@ from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
     StorageV1Api,
-    V1Node,
     V1ObjectMeta,
     V1PersistentVolumeClaim,
     V1PersistentVolumeClaimSpec,
@@ -34,7 +33,8 @@ from pyprovlib.examples.hostpath.resize import (
     HostPathResizer,
     volume_node,
 )
-from pyprovlib.kube.resources import NODES, STORAGE_CLASSES
+from pyprovlib.kube.objects import Obj, name_of
+from pyprovlib.kube.resources import STORAGE_CLASSES
 from pyprovlib.runtime import CompositeController, Controller, RuntimeContext, parse_common
 from pyprovlib.testing.cluster import TestCluster
 
@@ -77,13 +77,6 @@ def node_argv(provisioner: str, node: str, *extra: str) -> list[str]:
     ]
 
 
-async def make_node(c: TestCluster, node: str) -> None:
-    await CoreV1Api(c.api_client).create_node(
-        V1Node(metadata=V1ObjectMeta(name=node, labels={"kubernetes.io/hostname": node}))
-    )
-    c.track(NODES, node)
-
-
 async def make_expandable_class(c: TestCluster, provisioner: str, base: Path) -> str:
     name = c.unique_name("hostpath")
     await StorageV1Api(c.api_client).create_storage_class(
@@ -100,8 +93,8 @@ async def make_expandable_class(c: TestCluster, provisioner: str, base: Path) ->
     return name
 
 
-async def bound_claim(c: TestCluster, sc: str, node: str) -> tuple[str, str]:
-    """A 64Mi claim of ``sc`` scheduled to ``node``, once Bound: (claim, PV)."""
+async def bound_claim(c: TestCluster, sc: str, node: Obj) -> tuple[str, str]:
+    """A 64Mi claim of ``sc`` with a consumer pod pinned to ``node``, once Bound: (claim, PV)."""
     core = CoreV1Api(c.api_client)
     claim = c.unique_name("data")
     await core.create_namespaced_persistent_volume_claim(
@@ -115,7 +108,7 @@ async def bound_claim(c: TestCluster, sc: str, node: str) -> tuple[str, str]:
             ),
         ),
     )
-    await c.schedule(claim, node)
+    await c.create_consumer_pod(claim, node=node)
 
     async def bound() -> Any:
         pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
@@ -167,13 +160,12 @@ async def test_growing_claim_gets_one_clear_event(
     kube_cluster: TestCluster, tmp_path: Path
 ) -> None:
     c = kube_cluster
-    c.require_in_memory("places claims on chosen nodes by playing the scheduler")
-    await make_node(c, "node-a")
+    (node,) = await c.ready_nodes(1)
     provisioner = c.unique_name("pyprovlib.io/hostpath-resize")
     sc = await make_expandable_class(c, provisioner, tmp_path)
-    async with running_cli(c, *node_argv(provisioner, "node-a")) as controller:
+    async with running_cli(c, *node_argv(provisioner, name_of(node))) as controller:
         assert isinstance(controller, CompositeController)
-        claim, pv = await bound_claim(c, sc, "node-a")
+        claim, pv = await bound_claim(c, sc, node)
         await grow(c, claim)
         event = await wait_one_event(c, claim)
         assert event.type == "Warning"
@@ -193,18 +185,18 @@ async def test_one_event_per_claim_with_one_instance_per_node(
 ) -> None:
     """Two DaemonSet pods: each claim is answered by its own node's instance only."""
     c = kube_cluster
-    c.require_in_memory("places claims on chosen nodes by playing the scheduler")
+    nodes = {name_of(node): node for node in await c.ready_nodes(2)}
     provisioner = c.unique_name("pyprovlib.io/hostpath-resize")
     classes = {}
-    for node in ("node-a", "node-b"):
-        await make_node(c, node)
+    for node in nodes:
         (tmp_path / node).mkdir()
         classes[node] = await make_expandable_class(c, provisioner, tmp_path / node)
+    node_a, node_b = nodes
     async with (
-        running_cli(c, *node_argv(provisioner, "node-a")),
-        running_cli(c, *node_argv(provisioner, "node-b")),
+        running_cli(c, *node_argv(provisioner, node_a)),
+        running_cli(c, *node_argv(provisioner, node_b)),
     ):
-        claims = {node: await bound_claim(c, classes[node], node) for node in classes}
+        claims = {node: await bound_claim(c, classes[node], nodes[node]) for node in classes}
         for claim, _ in claims.values():
             await grow(c, claim)
         for claim, pv in claims.values():
@@ -215,14 +207,13 @@ async def test_one_event_per_claim_with_one_instance_per_node(
 
 async def test_resize_events_off(kube_cluster: TestCluster, tmp_path: Path) -> None:
     c = kube_cluster
-    c.require_in_memory("places claims on chosen nodes by playing the scheduler")
-    await make_node(c, "node-a")
+    (node,) = await c.ready_nodes(1)
     provisioner = c.unique_name("pyprovlib.io/hostpath-resize")
     sc = await make_expandable_class(c, provisioner, tmp_path)
-    argv = node_argv(provisioner, "node-a", "--resize-events=false")
+    argv = node_argv(provisioner, name_of(node), "--resize-events=false")
     async with running_cli(c, *argv) as controller:
         assert isinstance(controller, ProvisionController)
-        claim, pv = await bound_claim(c, sc, "node-a")
+        claim, pv = await bound_claim(c, sc, node)
         await grow(c, claim)
         await asyncio.sleep(1.5)
         assert await resize_events(c, claim) == []

@@ -58,6 +58,7 @@ DEFAULT_POD_IMAGE = "registry.k8s.io/pause:3.10"
 """A tiny image that does nothing, forever."""
 
 _IN_MEMORY_NODE = "pyprovlib-node-1"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 T = TypeVar("T")
 
@@ -258,15 +259,61 @@ class TestCluster:
         self.require_in_memory("selected-node is set by the scheduler on a real cluster")
         await set_selected_node(self.api_client, self.namespace, claim_name, node)
 
+    async def ready_nodes(self, count: int) -> list[Obj]:
+        """``count`` nodes to place claims on, sorted by name.
+
+        On a real cluster: Ready, schedulable, untainted nodes that exist (the test is skipped
+        when there are fewer). In memory: ``count`` new nodes, Ready, labelled
+        ``kubernetes.io/hostname=<name>.internal`` (a hostname that is not the node name, as on
+        some clouds, so tests see which of the two a component uses), deleted when the cluster
+        exits."""
+        from pyprovlib.testing.scheduler import node_schedulable
+
+        http = self._http()
+        if self.is_real:
+            listed = await http.json("GET", NODES.path())
+            usable = sorted(
+                (n for n in listed.get("items") or [] if node_schedulable(n)), key=name_of
+            )
+            if len(usable) < count:
+                import pytest
+
+                pytest.skip(
+                    f"needs {count} Ready, schedulable nodes; the cluster has {len(usable)}"
+                )
+            return usable[:count]
+        nodes: list[Obj] = []
+        for _ in range(count):
+            node_name = self.unique_name("node")
+            body: Obj = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node_name,
+                    "labels": {HOSTNAME_LABEL: f"{node_name}.internal"},
+                },
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+            nodes.append(await http.json("POST", NODES.path(), body=body))
+            self.track(NODES, node_name)
+        return sorted(nodes, key=name_of)
+
     async def create_consumer_pod(
-        self, claim_name: str, *, name: str | None = None, image: str | None = None
+        self,
+        claim_name: str,
+        *,
+        name: str | None = None,
+        image: str | None = None,
+        node: Obj | None = None,
     ) -> Obj:
         """Create a small pod mounting ``claim_name`` and return it.
 
         On a real cluster the scheduler then picks a node (and sets selected-node on a
-        ``WaitForFirstConsumer`` claim). In memory this plays the scheduler: it picks a node
-        (creating one if the cluster has none) and sets selected-node on the claim when its
-        class delays binding and it is not bound yet. The pod itself is never run in memory.
+        ``WaitForFirstConsumer`` claim); ``node`` (one of :meth:`ready_nodes`) pins the pod to
+        that node with a ``nodeSelector`` on its ``kubernetes.io/hostname`` label. In memory this
+        plays the scheduler: it picks ``node``, or a node (creating one if the cluster has none),
+        and sets selected-node on the claim when its class delays binding and it is not bound
+        yet. The pod itself is never run in memory.
         """
         pod_name = name or self.unique_name("consumer")
         pod: Obj = {
@@ -285,13 +332,18 @@ class TestCluster:
                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name}}],
             },
         }
+        if node is not None:
+            hostname = (meta(node).get("labels") or {}).get(HOSTNAME_LABEL)
+            if not hostname:
+                raise ValueError(f"node {name_of(node)!r} has no {HOSTNAME_LABEL} label to pin to")
+            pod["spec"]["nodeSelector"] = {HOSTNAME_LABEL: hostname}
         http = self._http()
         created = await http.json("POST", PODS.path(self.namespace), body=pod)
         if not self.is_real:
-            await self._play_scheduler(claim_name)
+            await self._play_scheduler(claim_name, None if node is None else name_of(node))
         return created
 
-    async def _play_scheduler(self, claim_name: str) -> None:
+    async def _play_scheduler(self, claim_name: str, node: str | None = None) -> None:
         http = self._http()
         claim = await http.json("GET", PERSISTENT_VOLUME_CLAIMS.path(self.namespace, claim_name))
         spec = claim.get("spec")
@@ -310,7 +362,9 @@ class TestCluster:
             raise
         if sc.get("volumeBindingMode") != "WaitForFirstConsumer":
             return
-        await set_selected_node(self.api_client, self.namespace, claim_name, await self._node())
+        await set_selected_node(
+            self.api_client, self.namespace, claim_name, node or await self._node()
+        )
 
     async def _node(self) -> str:
         http = self._http()
@@ -327,7 +381,7 @@ class TestCluster:
                     "kind": "Node",
                     "metadata": {
                         "name": _IN_MEMORY_NODE,
-                        "labels": {"kubernetes.io/hostname": _IN_MEMORY_NODE},
+                        "labels": {HOSTNAME_LABEL: _IN_MEMORY_NODE},
                     },
                 },
             )

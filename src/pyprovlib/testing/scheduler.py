@@ -38,7 +38,13 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.binder import ANN_SELECTED_NODE, claim_class
 
-__all__ = ["DEFAULT_SCHEDULER_NAME", "NO_PROVISIONER", "PodScheduler", "node_matches_terms"]
+__all__ = [
+    "DEFAULT_SCHEDULER_NAME",
+    "NO_PROVISIONER",
+    "PodScheduler",
+    "node_matches_terms",
+    "node_schedulable",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +126,7 @@ def _node_in_topologies(node: Mapping[str, Any], topologies: Sequence[Any]) -> b
     return False
 
 
-def _node_schedulable(node: Mapping[str, Any]) -> bool:
+def node_schedulable(node: Mapping[str, Any]) -> bool:
     """Ready, not cordoned, not being deleted, no NoSchedule/NoExecute taint (the scheduler
     would need a toleration; the node lifecycle controller taints nodes that are not Ready)."""
     if _dict(node.get("metadata")).get("deletionTimestamp"):
@@ -261,7 +267,7 @@ class PodScheduler:
             (
                 n
                 for n in self._nodes.store.list()
-                if _node_schedulable(n)
+                if node_schedulable(n)
                 and all(labels_of(n).get(k) == v for k, v in node_selector.items())
             ),
             key=name_of,
