@@ -42,7 +42,7 @@ from test_provision_e2e import (
 
 from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING
 from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.controller.provision import ANN_STORAGE_PROVISIONER, ProvisionController
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
@@ -368,6 +368,78 @@ async def test_claim_deleted_before_provisioning_is_not_provisioned(
             patch_type="strategic",
         )
     await wait_claim_gone(kube_cluster, claim_name)
+
+
+async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_released(
+    kube_cluster: TestCluster,
+) -> None:
+    """Regression (issue 20): while the controller remembered any released claim, every other
+    claim skipped the "deleting without our finalizer: nothing to do" guard, so a deleting,
+    never-provisioned claim went down the provisioning path (a refused finalizer PATCH, a
+    failure and retries; one refusal away from a volume for a claim on its way out)."""
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = MemoryProvisioner({})
+    controller = ProvisionController(
+        kube_cluster.api_client, name, provisioner, protected_options()
+    )
+    hold = "test.pyprovlib.io/hold"
+    claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
+    async with running(controller):
+        bound = await create_claim(kube_cluster, class_name)
+        bound_name = bound["metadata"]["name"]
+        await wait_bound(kube_cluster, bound_name)
+
+        async def released() -> bool:
+            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, bound_name)
+
+        await kube_cluster.wait_for(released, message="finalizer removed once bound")
+        # A worker reading a version from before the removal (a stale cache) makes the
+        # controller remember the release, whatever order the binder's writes came in.
+        current = await get_claim(kube_cluster, bound_name)
+        assert current is not None
+        stale = {
+            **current,
+            "metadata": {
+                **current["metadata"],
+                "finalizers": [
+                    *(current["metadata"].get("finalizers") or []),
+                    FINALIZER_PROVISIONING,
+                ],
+            },
+        }
+        await controller.sync_claim(stale)
+    calls = len(provisioner.calls)
+    assert calls == 1
+
+    # Annotated as the PV controller does, so that nothing but the guard keeps it from us.
+    leaving = await create_claim(
+        kube_cluster, class_name, annotations={ANN_STORAGE_PROVISIONER: name}
+    )
+    leaving_name = leaving["metadata"]["name"]
+    # Stopped controller: nothing provisions the new claim before it is marked for deletion.
+    await claims.patch(
+        leaving_name,
+        {"metadata": {"finalizers": [hold]}},
+        namespace=kube_cluster.namespace,
+        patch_type="strategic",
+    )
+    try:
+        await delete_claim(kube_cluster, leaving_name)
+        deleting = await get_claim(kube_cluster, leaving_name)
+        assert deleting is not None
+        assert deleting["metadata"].get("deletionTimestamp")
+        await controller.sync_claim(deleting)  # must neither raise nor provision
+        assert len(provisioner.calls) == calls
+        assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, leaving_name)
+    finally:
+        await claims.patch(
+            leaving_name,
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}},
+            namespace=kube_cluster.namespace,
+            patch_type="strategic",
+        )
+    await wait_claim_gone(kube_cluster, leaving_name)
 
 
 async def _ready(controller: ProvisionController) -> bool:

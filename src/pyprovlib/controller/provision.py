@@ -835,11 +835,13 @@ class ProvisionController(ControllerLifecycle):
         if has_provisioning_finalizer(claim) or uid_of(claim) in self._finalizer_added:
             if await self._sync_protected_claim(claim, deadline):
                 return
-        elif self._finalizer_removed:
+        else:
+            # The cache shows our removal now (this claim's, not any claim's: see issue 20).
             self._finalizer_removed.discard(uid_of(claim))
-        elif self.options.provisioning_finalizer and is_deleting(claim):
-            # Its volume was never requested (the finalizer would be on it): nothing to do.
-            return
+            if self.options.provisioning_finalizer and is_deleting(claim):
+                # Its volume was never requested (the finalizer would be on it), or it was and
+                # the claim was released: either way nothing is left to do.
+                return
         self._delay_if_recently_infeasible(claim)
         class_name = get_claim_class(claim)
         source = _source_kind(claim)
