@@ -8,12 +8,14 @@ provisioner is first asked for its volume, so a deleted claim stays visible (wit
 ``deletionTimestamp``) until the controller has finished the volume and deleted it again; the
 finalizer comes off once the claim is bound to its PV or provisioning failed for good.
 
-This module holds the API writes and the decisions that need no controller state; the
-ProvisionController drives them.
+This module holds the API writes, the decisions that need no controller state, and
+:class:`ClaimProtection`, the one place the controller remembers what it did with the finalizer
+while its cache may not show it yet; the ProvisionController drives them.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,6 +25,7 @@ from pyprovlib.kube.rest import ResourceClient
 
 __all__ = [
     "FINALIZER_PROVISIONING",
+    "ClaimProtection",
     "add_provisioning_finalizer",
     "has_provisioning_finalizer",
     "is_deleting",
@@ -104,3 +107,76 @@ async def remove_provisioning_finalizer(claims: ResourceClient, claim: Obj) -> O
             return None
         raise
     return saved
+
+
+CLEANED_UP_REMEMBERED: Final = 4096
+"""How many cleaned-up deleted claims a :class:`ClaimProtection` remembers."""
+
+
+class ClaimProtection:
+    """The finalizer's life cycle on each claim, as this process wrote it; the informer cache
+    may show any older version of the claim meanwhile.
+
+    Per claim UID, what the controller remembers and until when:
+
+    - *added*: it put the finalizer on the claim (the cache may not show it yet); until the
+      claim is released or gone. An added claim is protected whatever the cache shows.
+    - *released while bound*: it removed the finalizer from a bound claim; until a worker sees
+      a version without it. A version still carrying it predates the removal (the PV
+      controller writes a bound claim twice): it must not cause a second removal.
+    - *cleaned up*: it dealt with the volume of a deleted claim and released the claim; the
+      latest :data:`CLEANED_UP_REMEMBERED`, kept past the claim's DELETED event because a
+      worker may already hold an older cached version (still deleting, still protected): that
+      version must not finish and delete the volume a second time.
+
+    Only workers read or write this object; event handlers only enqueue keys.
+    """
+
+    def __init__(self, remembered: int = CLEANED_UP_REMEMBERED) -> None:
+        self._added: set[str] = set()
+        self._released_bound: set[str] = set()
+        self._cleaned_up: OrderedDict[str, None] = OrderedDict()
+        self._remembered = remembered
+
+    def is_protected(self, claim: Mapping[str, Any]) -> bool:
+        """Whether the claim carries the finalizer, or this process put it there."""
+        return has_provisioning_finalizer(claim) or uid_of(claim) in self._added
+
+    def was_added(self, uid: str) -> bool:
+        """Whether this process put the finalizer on the claim and has not released it."""
+        return uid in self._added
+
+    def added(self, uid: str) -> None:
+        """The finalizer is on the claim (as saved by the API server)."""
+        self._added.add(uid)
+
+    def released(self, claim: Mapping[str, Any]) -> None:
+        """The finalizer is off the claim; a deleting claim is now cleaned up."""
+        uid = uid_of(claim)
+        self._added.discard(uid)
+        if is_deleting(claim):
+            self._cleaned_up[uid] = None
+            if len(self._cleaned_up) > self._remembered:
+                self._cleaned_up.popitem(last=False)
+
+    def released_while_bound(self, uid: str) -> bool:
+        """Whether the finalizer already came off this bound claim (the version at hand
+        predates the removal)."""
+        return uid in self._released_bound
+
+    def mark_released_while_bound(self, uid: str) -> None:
+        self._released_bound.add(uid)
+
+    def seen_without_finalizer(self, uid: str) -> None:
+        """A worker read a version of the claim without the finalizer: the cache shows the
+        removal."""
+        self._released_bound.discard(uid)
+
+    def was_cleaned_up(self, uid: str) -> bool:
+        """Whether this process already dealt with the deleted claim and released it."""
+        return uid in self._cleaned_up
+
+    def forget(self, uid: str) -> None:
+        """The claim is gone from the cache and nothing runs for it any more."""
+        self._added.discard(uid)
+        self._released_bound.discard(uid)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import socket
-from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -48,12 +47,13 @@ from pyprovlib.controller._convert import ConversionError, from_model, to_model
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.claim_protection import (
     FINALIZER_PROVISIONING,
+    ClaimProtection,
     add_provisioning_finalizer,
-    has_provisioning_finalizer,
     is_deleting,
     only_protection_changed,
     remove_provisioning_finalizer,
 )
+from pyprovlib.controller.expectations import VolumeExpectations
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.volume_store import (
@@ -194,8 +194,6 @@ class _StopProvisionError(Exception):
 _STOP = _StopProvisionError("stop provisioning")
 _SAVED = _StopProvisionError("the volume's PersistentVolume exists")
 
-_CLEANED_UP_REMEMBERED = 4096
-"""How many cleaned-up deleted claims a controller remembers (see ``_cleaned_up``)."""
 """Like :data:`_STOP`, but the claim's PV exists: its provisioning-protection finalizer stays
 until the claim is bound."""
 
@@ -553,9 +551,9 @@ class ProvisionController(ControllerLifecycle):
         self.claim_informer.add_event_handler(
             on_add=self._enqueue_claim,
             on_update=self._claim_updated,
-            # Nothing to do: a claim being provisioned is in claims-in-progress and in the
-            # queue, so it is still processed; any other claim no longer matters.
-            on_delete=self._forget_claim,
+            # A worker finds the claim gone and forgets what it remembered of it; a claim
+            # being provisioned is in claims-in-progress, so it is still processed.
+            on_delete=self._enqueue_deleted_claim,
         )
         self.volume_informer: SharedInformer = self.informer_factory.informer_for(
             PERSISTENT_VOLUMES
@@ -568,23 +566,11 @@ class ProvisionController(ControllerLifecycle):
         self.class_informer: SharedInformer = self.informer_factory.informer_for(STORAGE_CLASSES)
 
         self.slow_set = SlowSet(self.options.retry_interval_max, self._clock)
+        # Upstream's claimsInProgress: claims whose volume may still be being created.
         self._claims_in_progress: dict[str, Obj] = {}
-        # Names of PVs saved (or queued to be) that the volume informer has not shown yet: a
-        # claim synced meanwhile must not be provisioned again.
-        self._saved_not_seen: set[str] = set()
-        # UIDs of claims this process put the provisioning-protection finalizer on, until the
-        # claim's outcome is known (the cache may not show the finalizer yet).
-        self._finalizer_added: set[str] = set()
-        # UIDs of bound claims whose finalizer this process removed, until the cache shows a
-        # version without it: the binder's second write must not cause a second removal.
-        self._finalizer_removed: set[str] = set()
-        # UIDs of deleted claims this process cleaned up and released (the latest
-        # _CLEANED_UP_REMEMBERED): a worker reading an older cached version (still deleting,
-        # still protected) must not finish and delete the volume a second time. Kept past the
-        # DELETED event, as a sync may already hold such a version when it arrives.
-        self._cleaned_up: OrderedDict[str, None] = OrderedDict()
-        # UIDs of PVs whose asset is deleted while the PV object still exists.
-        self._assets_deleted: set[str] = set()
+        # What this process wrote that its caches may not show yet: one object per concern.
+        self._volume_expectations = VolumeExpectations()
+        self._protection = ClaimProtection()
         self.volume_store: VolumeStore
         if self.options.create_provisioned_pv_limiter is not None:
             self._log.debug("saving PVs to the API server in the background")
@@ -721,15 +707,16 @@ class ProvisionController(ControllerLifecycle):
             return
         self._enqueue_claim(new)
 
-    def _forget_claim(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+    def _enqueue_deleted_claim(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-        self._finalizer_added.discard(uid_of(last))
-        self._finalizer_removed.discard(uid_of(last))
+        # A claim in progress is in the queue already and keeps its retry timing (upstream
+        # does nothing here); any other is synced once more, to forget it.
+        if uid_of(last) not in self._claims_in_progress:
+            self._enqueue_claim(last)
 
     def _enqueue_volume(self, obj: Obj) -> None:
         name = name_of(obj)
         if name:
-            self._saved_not_seen.discard(name)
             self.volume_queue.add(name)
 
     def _forget_volume(self, obj: Obj | DeletedFinalStateUnknown) -> None:
@@ -738,9 +725,8 @@ class ProvisionController(ControllerLifecycle):
         except ValueError:
             return
         self.volume_queue.forget(key)
-        self._saved_not_seen.discard(key)
-        last = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-        self._assets_deleted.discard(uid_of(last))
+        # The worker finds the PV gone and settles the expectations about it.
+        self.volume_queue.add(key)
 
     # -- claims ------------------------------------------------------------------------------
 
@@ -759,7 +745,10 @@ class ProvisionController(ControllerLifecycle):
         else:
             self.claim_queue.forget(key)
             # Provisioning succeeded or the claim is not ours: nothing runs in the background.
-            self._claims_in_progress.pop(key, None)
+            if self._claims_in_progress.pop(key, None) is not None and not (
+                self.claim_informer.store.by_index(UID_INDEX, key)
+            ):
+                self._protection.forget(key)  # it was deleted while in progress
 
     def _handle_claim_error(
         self, key: str, err: Exception, logger: structlog.typing.FilteringBoundLogger
@@ -794,6 +783,7 @@ class ProvisionController(ControllerLifecycle):
             if in_progress is None:
                 self._log.debug("claim in work queue no longer exists", claim_uid=key)
                 self.slow_set.remove(key)
+                self._protection.forget(key)
                 return
             claim = in_progress
         await self.sync_claim(claim, deadline)
@@ -832,12 +822,12 @@ class ProvisionController(ControllerLifecycle):
 
     async def sync_claim(self, claim: Obj, deadline: float | None = None) -> None:
         """Provision ``claim`` if it should be; raises when the claim must be retried."""
-        if has_provisioning_finalizer(claim) or uid_of(claim) in self._finalizer_added:
+        if self._protection.is_protected(claim):
             if await self._sync_protected_claim(claim, deadline):
                 return
         else:
             # The cache shows our removal now (this claim's, not any claim's: see issue 20).
-            self._finalizer_removed.discard(uid_of(claim))
+            self._protection.seen_without_finalizer(uid_of(claim))
             if self.options.provisioning_finalizer and is_deleting(claim):
                 # Its volume was never requested (the finalizer would be on it), or it was and
                 # the claim was released: either way nothing is left to do.
@@ -865,11 +855,7 @@ class ProvisionController(ControllerLifecycle):
         uid = uid_of(claim)
         if error is None or state is ProvisioningState.FINISHED:
             self._claims_in_progress.pop(uid, None)
-            if (
-                error is not None
-                and error is not _SAVED
-                and (uid in self._finalizer_added or has_provisioning_finalizer(claim))
-            ):
+            if error is not None and error is not _SAVED and self._protection.is_protected(claim):
                 # Nothing is being created for the claim any more: let it be deleted freely.
                 await self._release_claim(claim, "provisioning ended without a volume")
             if error is None or isinstance(error, _StopProvisionError):
@@ -908,7 +894,7 @@ class ProvisionController(ControllerLifecycle):
 
         # A previous attempt may have finished meanwhile: the PV name is deterministic.
         if (
-            pv_name in self._saved_not_seen
+            self._volume_expectations.saved_not_seen(pv_name)
             or self.volume_informer.store.get_by_key(pv_name) is not None
         ):
             logger.debug("PersistentVolume already exists, skipping")
@@ -957,8 +943,7 @@ class ProvisionController(ControllerLifecycle):
         if (
             self.options.provisioning_finalizer
             and not undo
-            and not has_provisioning_finalizer(claim)
-            and uid_of(claim) not in self._finalizer_added
+            and not self._protection.is_protected(claim)
         ):
             protected = await self._protect_claim(claim, logger)
             if protected is None:
@@ -1045,11 +1030,11 @@ class ProvisionController(ControllerLifecycle):
             return await self._undo_volume(claim, volume, deadline, logger)
         logger.info("volume provisioned")
         # Before the save: the informer may show the PV before store_volume returns.
-        self._saved_not_seen.add(name_of(volume))
+        self._volume_expectations.expect_saved(name_of(volume))
         try:
             await self.volume_store.store_volume(claim, volume)
         except Exception as err:  # the store reported and cleaned up; retry from scratch
-            self._saved_not_seen.discard(name_of(volume))
+            self._volume_expectations.save_failed(name_of(volume))
             return ProvisioningState.FINISHED, err
         return ProvisioningState.FINISHED, None
 
@@ -1162,23 +1147,18 @@ class ProvisionController(ControllerLifecycle):
                 f"{_describe(err)}",
                 ProvisioningState.FINISHED,
             )
-        self._finalizer_added.add(uid_of(claim))
+        self._protection.added(uid_of(claim))
         return saved
 
     async def _release_claim(self, claim: Obj, why: str) -> None:
         """Remove the provisioning-protection finalizer from ``claim``. A failure raises (the
         claim is retried); a claim already gone counts as released."""
-        uid = uid_of(claim)
         try:
             await remove_provisioning_finalizer(self._claims_client, claim)
         except ApiException as err:
             if not is_conflict(err):  # 409: the name belongs to a recreated claim now
                 raise
-        self._finalizer_added.discard(uid)
-        if is_deleting(claim):
-            self._cleaned_up[uid] = None
-            if len(self._cleaned_up) > _CLEANED_UP_REMEMBERED:
-                self._cleaned_up.popitem(last=False)
+        self._protection.released(claim)
         self._log.debug(
             "removed the provisioning-protection finalizer", claim=_claim_key(claim), why=why
         )
@@ -1191,13 +1171,13 @@ class ProvisionController(ControllerLifecycle):
             return True  # another provisioner's claim (and finalizer)
         if _spec(claim).get("volumeName"):
             uid = uid_of(claim)
-            if uid not in self._finalizer_removed:  # else: a version from before our removal
+            if not self._protection.released_while_bound(uid):  # else: predates our removal
                 await self._release_claim(claim, "claim is bound")
-                self._finalizer_removed.add(uid)
+                self._protection.mark_released_while_bound(uid)
             return True
         if not is_deleting(claim):
             return False
-        if uid_of(claim) in self._cleaned_up:
+        if self._protection.was_cleaned_up(uid_of(claim)):
             # A deleting claim never gets a finalizer back: this version predates our release.
             return True
         if isinstance(self.provisioner, Qualifier):
@@ -1260,7 +1240,9 @@ class ProvisionController(ControllerLifecycle):
     async def _volume_saved(self, pv_name: str) -> bool:
         """Whether the PV ``pv_name`` exists or will be saved — asked of the API server when the
         caches do not show it, as a volume is about to be deleted otherwise."""
-        if pv_name in self._saved_not_seen or self.volume_informer.store.get_by_key(pv_name):
+        if self._volume_expectations.saved_not_seen(
+            pv_name
+        ) or self.volume_informer.store.get_by_key(pv_name):
             return True
         if isinstance(self.volume_store, QueueStore) and self.volume_store.is_pending(pv_name):
             return True
@@ -1335,6 +1317,7 @@ class ProvisionController(ControllerLifecycle):
 
     async def _sync_volume_handler(self, key: str, deadline: float | None) -> None:
         volume = self.volume_informer.store.get_by_key(key)
+        self._volume_expectations.observed(key, volume)
         if volume is None:
             return  # already deleted
         await self.sync_volume(volume, deadline)
@@ -1390,9 +1373,8 @@ class ProvisionController(ControllerLifecycle):
         """Delete the asset, then the PV, then our finalizer (``deleteVolumeOperation``).
         Raises when it must be retried."""
         name = name_of(volume)
-        uid = uid_of(volume)
         logger = self._log.bind(pv=name)
-        if uid not in self._assets_deleted:
+        if not self._volume_expectations.is_asset_deleted(volume):
             model = to_model(volume, V1PersistentVolume)
             try:
                 async with asyncio.timeout_at(deadline):
@@ -1417,7 +1399,7 @@ class ProvisionController(ControllerLifecycle):
                 )
                 raise
             # Updates of the PV racing with its deletion must not delete the asset twice.
-            self._assets_deleted.add(uid)
+            self._volume_expectations.asset_deleted(volume)
             logger.info("volume deleted")
 
         try:
