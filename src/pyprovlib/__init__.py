@@ -25,6 +25,7 @@ from pyprovlib.controller.options import (
 from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.provisioner import (
     BlockProvisioner,
     DeletionGuard,
@@ -62,6 +63,7 @@ __all__ = [
     "Provisioner",
     "ProvisioningError",
     "ProvisioningState",
+    "PyprovlibError",
     "Qualifier",
     "ResizeController",
     "ResizeControllerOptions",

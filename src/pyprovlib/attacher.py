@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = [
     "IN_PROGRESS_CODES",
     "AttachError",
@@ -80,7 +82,7 @@ IN_PROGRESS_CODES: Final = frozenset(
 CSI's "operation pending for this volume"."""
 
 
-class AttachError(Exception):
+class AttachError(PyprovlibError):
     """An attach or detach that failed. ``message`` is what goes into the VolumeAttachment's
     ``status.attachError``/``detachError`` (never put secrets in it); ``code`` is the gRPC
     status code when there is one (``status...errorCode``).

@@ -21,6 +21,8 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
 )
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = [
     "BlockProvisioner",
     "DeletionGuard",
@@ -56,7 +58,7 @@ class ProvisioningState(enum.Enum):
     ``volume.kubernetes.io/selected-node`` annotation so the scheduler picks again."""
 
 
-class ProvisioningError(Exception):
+class ProvisioningError(PyprovlibError):
     """Raised by :meth:`Provisioner.provision` when the volume could not be provisioned.
 
     The message becomes the ``ProvisioningFailed`` event's message: say what failed and what
@@ -80,7 +82,7 @@ class InfeasibleError(ProvisioningError):
         super().__init__(message, ProvisioningState.FINISHED)
 
 
-class IgnoredError(Exception):
+class IgnoredError(PyprovlibError):
     """Raised by ``provision`` or ``delete`` to decline an object without it counting as a
     failure: another provisioner may handle it, or (on delete) the PV is left alone."""
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 from pyprovlib.attacher import IN_PROGRESS_CODES, GrpcCode
+from pyprovlib.errors import PyprovlibError
 
 __all__ = [
     "INFEASIBLE_CODES",
@@ -60,7 +61,7 @@ class ExpansionResult(NamedTuple):
     node_expansion_required: bool
 
 
-class ResizeError(Exception):
+class ResizeError(PyprovlibError):
     """An expansion that failed. ``message`` goes into the claim's ``ControllerResizeError``
     condition and the ``VolumeResizeFailed`` event (never put secrets in it); ``code`` is the
     gRPC status code when there is one.

@@ -15,8 +15,9 @@ import pytest
 from aiohttp.client_reqrep import ConnectionKey
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib.kube.backoff import Backoff, BackoffTimer
 from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.informer import Backoff, SharedInformer
+from pyprovlib.kube.informer import SharedInformer
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.rest import WatchError, WatchExpiredError
 from pyprovlib.kube.store import DeletedFinalStateUnknown
@@ -167,7 +168,7 @@ async def run_informer(
             lw,
             name="things",
             clock=clock,
-            backoff=Backoff(clock=clock, rng=random.Random(1)),
+            backoff=BackoffTimer(clock=clock, rng=random.Random(1)),
             **kw,
         )
         rec = Recorder()
@@ -330,13 +331,17 @@ async def test_list_errors_back_off_exponentially_with_jitter_and_honour_retry_a
 
 async def test_backoff_resets_after_a_quiet_period() -> None:
     clock = FakeClock()
-    b = Backoff(0.8, 30.0, clock=clock, jitter=0.0)
+    b = BackoffTimer(Backoff(0.8, factor=2.0, steps=100, cap=30.0), clock=clock)
     assert [b.next() for _ in range(7)] == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0]
     await clock.advance(100)  # not quiet long enough
     assert b.next() == 30.0
     await clock.advance(121)  # quiet for longer than reset_after
     assert b.next() == 0.8
-    jittered = Backoff(1.0, 30.0, clock=clock, rng=random.Random(3))
+    jittered = BackoffTimer(
+        Backoff(1.0, factor=2.0, jitter=1.0, steps=100, cap=30.0),
+        clock=clock,
+        rng=random.Random(3),
+    )
     first = [jittered.next() for _ in range(3)]
     assert all(base <= d <= 2 * base for base, d in zip([1.0, 2.0, 4.0], first, strict=True))
     assert len(set(first)) == 3

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller.options import in_cluster_namespace
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
@@ -33,7 +34,7 @@ from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
 __all__ = ["ControllerLifecycle", "LeaderElectionLostError", "LifecycleOptions"]
 
 
-class LeaderElectionLostError(RuntimeError):
+class LeaderElectionLostError(PyprovlibError, RuntimeError):
     """The controller lost its leader election Lease (upstream exits the process)."""
 
 

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pyprovlib.errors import InvalidOptionsError
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
@@ -77,7 +79,7 @@ def lease_name(driver: str) -> str:
     return sanitize_driver_name(LEASE_NAME_PREFIX + driver)
 
 
-class InvalidAttachOptionsError(ValueError):
+class InvalidAttachOptionsError(InvalidOptionsError):
     """An :class:`AttachControllerOptions` field is out of range."""
 
 

@@ -18,6 +18,8 @@ from typing import Final
 from kubernetes_asyncio.client import V1PersistentVolumeClaim
 
 from pyprovlib.controller.metrics import ProvisionMetrics
+from pyprovlib.errors import InvalidOptionsError
+from pyprovlib.kube.backoff import Backoff
 from pyprovlib.kube.workqueue import RateLimiter
 
 __all__ = [
@@ -90,10 +92,6 @@ deterministic: after a crash the same claim must get the same name, so the asset
 before the crash is found again instead of a second one being created."""
 
 
-class InvalidOptionsError(ValueError):
-    """An option is out of range or two options contradict each other."""
-
-
 def provisioned_volume_name(claim: V1PersistentVolumeClaim) -> str:
     """The default :data:`VolumeNameHook`: ``pvc-<claim uid>``."""
     uid = claim.metadata.uid if claim.metadata is not None else None
@@ -113,40 +111,6 @@ def in_cluster_namespace() -> str:
     except OSError:
         ns = ""
     return ns or "default"
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """apimachinery's ``wait.Backoff`` for saving provisioned PVs: up to ``steps`` attempts;
-    between them sleep ``duration``, multiplied by ``factor`` after each attempt (capped at
-    ``cap``), plus up to ``jitter`` times the sleep at random."""
-
-    duration: float
-    factor: float = 1.0
-    jitter: float = 0.0
-    steps: int = 1
-    cap: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.duration < 0:
-            raise InvalidOptionsError(f"Backoff.duration must be >= 0, got {self.duration}")
-        if self.factor < 0:
-            raise InvalidOptionsError(f"Backoff.factor must be >= 0, got {self.factor}")
-        if self.jitter < 0:
-            raise InvalidOptionsError(f"Backoff.jitter must be >= 0, got {self.jitter}")
-        if self.steps < 1:
-            raise InvalidOptionsError(f"Backoff.steps must be at least 1, got {self.steps}")
-        if self.cap is not None and self.cap < 0:
-            raise InvalidOptionsError(f"Backoff.cap must be >= 0, got {self.cap}")
-
-    def delays(self) -> list[float]:
-        """The sleeps between the attempts, without jitter (``steps - 1`` of them)."""
-        out: list[float] = []
-        d = self.duration
-        for _ in range(self.steps - 1):
-            out.append(d if self.cap is None else min(d, self.cap))
-            d *= self.factor
-        return out
 
 
 @dataclass(frozen=True)

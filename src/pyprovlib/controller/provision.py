@@ -63,6 +63,7 @@ from pyprovlib.controller.volume_store import (
     VolumeStore,
     event_target,
 )
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.events import EventRecorder
@@ -165,7 +166,7 @@ STORE_DRAIN_TIMEOUT: Final = 10.0
 # --------------------------------------------------------------------------------------------
 
 
-class ClassNotFoundError(LookupError):
+class ClassNotFoundError(PyprovlibError, LookupError):
     """The StorageClass a claim names is not (yet) known."""
 
     def __init__(self, class_name: str) -> None:

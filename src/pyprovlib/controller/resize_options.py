@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pyprovlib.controller.attach_options import sanitize_driver_name
+from pyprovlib.errors import InvalidOptionsError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -58,7 +59,7 @@ def lease_name(resizer_name: str) -> str:
     return LEASE_NAME_PREFIX + sanitize_driver_name(resizer_name)
 
 
-class InvalidResizeOptionsError(ValueError):
+class InvalidResizeOptionsError(InvalidOptionsError):
     """A :class:`ResizeControllerOptions` field is out of range."""
 
 

@@ -25,6 +25,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib.controller._convert import ConversionError, to_model
 from pyprovlib.controller.options import Backoff
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.errors import ApiException, is_already_exists
 from pyprovlib.kube.events import EventRecorder
@@ -52,7 +53,7 @@ EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"
 
 
-class VolumeSaveError(Exception):
+class VolumeSaveError(PyprovlibError):
     """The PV of a provisioned volume could not be saved; the claim must be provisioned again."""
 
 

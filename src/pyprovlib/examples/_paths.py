@@ -19,6 +19,8 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = [
     "MAX_COMPONENT_BYTES",
     "MAX_PATH_BYTES",
@@ -41,7 +43,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NOFOLLOW_DIR_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
 
 
-class UnsafePathError(ValueError):
+class UnsafePathError(PyprovlibError, ValueError):
     """A path string is malformed, or would resolve outside the root it must stay in."""
 
 

@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -22,6 +22,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib.kube.backoff import REFLECTOR_BACKOFF, BackoffTimer
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.errors import (
     is_gone,
@@ -35,7 +36,6 @@ from pyprovlib.kube.rest import ResourceClient, WatchError
 from pyprovlib.kube.store import DeletedFinalStateUnknown, Indexer, IndexFunc, KeyFunc
 
 __all__ = [
-    "Backoff",
     "EventHandlerRegistration",
     "ListerWatcher",
     "OnAdd",
@@ -136,44 +136,6 @@ class ResourceListerWatcher:
         )
 
 
-class Backoff:
-    """client-go's reflector backoff: jittered exponential from ``initial`` to ``cap``, back to
-    ``initial`` once ``reset_after`` seconds passed since the previous backoff."""
-
-    def __init__(
-        self,
-        initial: float = 0.8,
-        cap: float = 30.0,
-        *,
-        factor: float = 2.0,
-        jitter: float = 1.0,
-        reset_after: float = 120.0,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial = initial
-        self.cap = cap
-        self.factor = factor
-        self.jitter = jitter
-        self.reset_after = reset_after
-        self._clock = clock or RealClock()
-        self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
-        self._current = initial
-        self._last: float | None = None
-
-    def next(self) -> float:
-        """The next delay in seconds (and step the exponent)."""
-        now = self._clock.monotonic()
-        if self._last is not None and now - self._last > self.reset_after:
-            self._current = self.initial
-        self._last = now
-        delay = self._current
-        self._current = min(self.cap, self._current * self.factor)
-        if self.jitter > 0:
-            delay += self._rng.random() * self.jitter * delay
-        return delay
-
-
 class ReflectorSink(Protocol):
     """Where a :class:`Reflector` delivers what it learns."""
 
@@ -208,7 +170,7 @@ class Reflector:
         *,
         name: str = "",
         clock: Clock | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffTimer | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         min_watch_timeout: float = MIN_WATCH_TIMEOUT,
         rng: random.Random | None = None,
@@ -217,7 +179,7 @@ class Reflector:
         self.sink = sink
         self.name = name
         self._clock = clock or RealClock()
-        self._backoff = backoff or Backoff(clock=self._clock)
+        self._backoff = backoff or BackoffTimer(clock=self._clock)
         self.page_size = page_size
         self.min_watch_timeout = min_watch_timeout
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
@@ -415,7 +377,7 @@ class SharedInformer:
         clock: Clock | None = None,
         key_func: KeyFunc = meta_namespace_key,
         indexers: Mapping[str, IndexFunc] | None = None,
-        backoff: Backoff | None = None,
+        backoff: BackoffTimer | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         min_watch_timeout: float = MIN_WATCH_TIMEOUT,
     ) -> None:
@@ -429,7 +391,7 @@ class SharedInformer:
             self,
             name=name,
             clock=self._clock,
-            backoff=backoff or Backoff(clock=self._clock),
+            backoff=backoff or BackoffTimer(clock=self._clock),
             page_size=page_size,
             min_watch_timeout=min_watch_timeout,
         )
@@ -722,7 +684,10 @@ class SharedInformerFactory:
                 name=name,
                 resync_period=self.resync_period if resync_period is None else resync_period,
                 clock=self._clock,
-                backoff=Backoff(self.backoff_initial, self.backoff_cap, clock=self._clock),
+                backoff=BackoffTimer(
+                    replace(REFLECTOR_BACKOFF, duration=self.backoff_initial, cap=self.backoff_cap),
+                    clock=self._clock,
+                ),
                 page_size=self.page_size,
             )
             self._informers[key] = informer

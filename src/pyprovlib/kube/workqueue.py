@@ -31,6 +31,7 @@ from typing import Generic, Protocol, Self, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.metrics import QueueMetrics, workqueue_metrics
 from pyprovlib.kube.ratelimit import TokenBucket
@@ -59,7 +60,7 @@ def _resolve(waiter: asyncio.Future[None], _: object = None) -> None:
         waiter.set_result(None)
 
 
-class ShutDownError(Exception):
+class ShutDownError(PyprovlibError):
     """Raised by :meth:`WorkQueue.get` once the queue is shut down and holds nothing more to hand
     out: the worker should return."""
 

@@ -38,6 +38,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
 from pyprovlib.examples.hostpath.provisioner import (
     DEFAULT_DIR_MODE,
@@ -87,7 +88,7 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 log = structlog.get_logger("pyprovlib.examples.hostpath.helper_pod")
 
 
-class HelperPodError(RuntimeError):
+class HelperPodError(PyprovlibError, RuntimeError):
     """A helper pod failed, vanished, or did not finish in time."""
 
     def __init__(self, message: str, *, timed_out: bool = False) -> None:

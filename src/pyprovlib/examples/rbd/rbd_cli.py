@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import structlog
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.runtime.logging import REDACTED, scrub_text
 
 __all__ = [
@@ -87,7 +88,7 @@ _MAX_DETAIL: Final = 600
 log = structlog.get_logger("pyprovlib.examples.rbd")
 
 
-class InvalidValueError(ValueError):
+class InvalidValueError(PyprovlibError, ValueError):
     """A pool, image, user id, monitor or key that cannot be passed to ``rbd`` safely."""
 
 
@@ -185,7 +186,7 @@ class Watcher:
     client: str
 
 
-class RbdError(Exception):
+class RbdError(PyprovlibError):
     """An ``rbd`` command failed. ``detail`` is rbd's stderr, redacted and trimmed."""
 
     def __init__(
@@ -223,7 +224,7 @@ class RbdPermissionError(RbdError):
     """The cluster refused the user or its key (EPERM / EACCES)."""
 
 
-class RbdBinaryNotFoundError(Exception):
+class RbdBinaryNotFoundError(PyprovlibError):
     """The ``rbd`` program is not installed or not executable."""
 
     def __init__(self, binary: str, reason: str = "not found in PATH") -> None:
