@@ -52,6 +52,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
 from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.support import wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -181,8 +182,10 @@ async def test_finalizer_held_while_provisioning_and_removed_once_bound(
             return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
 
         await kube_cluster.wait_for(released, message="finalizer removed after binding")
-        # Let the updates our own patches caused be processed, then count.
-        await asyncio.sleep(0.3)
+        # Once the updates our own patches caused are processed, count.
+        latest = await get_claim(kube_cluster, claim_name)
+        assert latest is not None
+        await wait_idle(controller, latest)
         assert len(provisioner.calls) == 1, "the claim was provisioned more than once"
     if kube_cluster.server is not None:
         # One add and one remove: the binder's two writes (claim, then its status) both show
@@ -354,10 +357,9 @@ async def test_claim_deleted_before_provisioning_is_not_provisioned(
     )
     try:
         async with running(controller):
-            await kube_cluster.wait_for(
-                lambda: _ready(controller), message="controller synced the claim"
-            )
-            await asyncio.sleep(0.3)
+            deleting = await get_claim(kube_cluster, claim_name)
+            assert deleting is not None
+            await wait_idle(controller, deleting)
             assert provisioner.calls == []
         assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
     finally:
@@ -440,10 +442,6 @@ async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_rele
             patch_type="strategic",
         )
     await wait_claim_gone(kube_cluster, leaving_name)
-
-
-async def _ready(controller: ProvisionController) -> bool:
-    return controller.ready()
 
 
 async def test_without_the_option_no_finalizer_is_added(kube_cluster: TestCluster) -> None:

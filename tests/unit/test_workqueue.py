@@ -711,3 +711,25 @@ def test_metric_help_strings_are_component_bases() -> None:
     assert helps["workqueue_unfinished_work_seconds"].startswith(
         "How many seconds of work has done that is in progress"
     )
+
+
+async def test_idle_until_nothing_is_queued_or_processing_and_waiting_is_counted() -> None:
+    clock = FakeClock()
+    q: RateLimitingQueue[str] = RateLimitingQueue(
+        ItemExponentialFailureRateLimiter(1.0, 10.0), clock=clock
+    )
+    async with q:
+        assert q.idle()
+        q.add("a")
+        assert not q.idle()
+        item = await q.get()
+        assert not q.idle()  # being processed
+        q.add_rate_limited(item)
+        q.done(item)
+        assert q.idle()  # only waiting out its delay
+        assert q.waiting() == 1
+        await clock.advance(1.0)
+        assert await q.get() == "a"
+        q.done("a")
+        assert q.idle()
+        assert q.waiting() == 0

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient
@@ -119,6 +119,27 @@ class ControllerLifecycle:
         if self._lifecycle_options.leader_election:
             return self._elector is not None and self._elector.is_leader()
         return True
+
+    def _work_queues(self) -> Iterable[RateLimitingQueue[Any]]:
+        """The controller's work queues (for :meth:`idle`)."""
+        return ()
+
+    def idle(self, *, count_delayed: bool = False) -> bool:
+        """Caches synced, and no key queued or being processed: whatever the controller would
+        do about what its caches show, it has done. The deterministic point for asserting that
+        something did *not* happen (with :meth:`caught_up`, so the caches show the write in
+        question). Keys waiting out a retry delay count as work only with ``count_delayed``."""
+        if not self._synced or self._stop_requested.is_set():
+            return False
+        return all(
+            queue.idle() and not (count_delayed and queue.waiting())
+            for queue in self._work_queues()
+        )
+
+    def caught_up(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the controller's caches hold this version of ``obj`` (as a write returned
+        it) or a later one, so its event handlers have queued whatever it causes."""
+        return self.informer_factory.caught_up(obj)
 
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:

@@ -275,6 +275,9 @@ class AttachController(ControllerLifecycle):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
+        return (self.va_queue, self.pv_queue)
+
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election the control loops run only
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""

@@ -608,6 +608,9 @@ class ProvisionController(ControllerLifecycle):
         """UIDs of claims whose volume may still be being created in the background."""
         return frozenset(self._claims_in_progress)
 
+    def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
+        return (self.claim_queue, self.volume_queue)
+
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election, the control loops run only
         while this instance holds the lease; losing it raises :class:`LeaderElectionLostError`

@@ -447,6 +447,9 @@ class ResizeController(ControllerLifecycle):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
+        return (self.claim_queue,)
+
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election the control loop runs only
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""

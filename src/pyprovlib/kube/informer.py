@@ -698,6 +698,28 @@ class SharedInformerFactory:
         """Every informer handed out so far."""
         return list(self._informers.values())
 
+    def caught_up(self, obj: Mapping[str, Any]) -> bool:
+        """Whether every unfiltered informer of ``obj``'s kind (and namespace) holds this version
+        of ``obj`` or a later one: its handlers have seen the write that returned ``obj``.
+
+        resourceVersions are compared as numbers where both are (etcd's revisions are), else
+        for equality. True when no informer of the kind was handed out."""
+        metadata = obj.get("metadata") or {}
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        wanted = str(metadata.get("resourceVersion") or "")
+        namespace = metadata.get("namespace") or None
+        key = meta_namespace_key(obj)
+        for (resource, ns, labels, fields), informer in self._informers.items():
+            if resource.kind != kind or resource.api_version != api_version:
+                continue
+            if labels or fields or (ns is not None and ns != namespace):
+                continue
+            cached = informer.store.get_by_key(key)
+            have = str(((cached or {}).get("metadata") or {}).get("resourceVersion") or "")
+            if cached is None or not _at_least(have, wanted):
+                return False
+        return True
+
     def start(self, task_group: asyncio.TaskGroup) -> None:
         """Start every informer not started yet as a task of ``task_group``."""
         for key, informer in self._informers.items():
@@ -718,3 +740,9 @@ class SharedInformerFactory:
         except TimeoutError:
             return False
         return True
+
+
+def _at_least(have: str, wanted: str) -> bool:
+    if have.isdigit() and wanted.isdigit():
+        return int(have) >= int(wanted)
+    return have == wanted

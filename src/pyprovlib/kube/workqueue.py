@@ -250,6 +250,11 @@ class WorkQueue(Generic[T]):
         self._queue.append(item)
         self._wake_getter()
 
+    def idle(self) -> bool:
+        """Nothing queued and nothing being processed (items waiting out a delay in a
+        :class:`DelayingQueue` are not counted: see :meth:`DelayingQueue.waiting`)."""
+        return not self._queue and not self._processing
+
     def __len__(self) -> int:
         """Items waiting in the FIFO (not those being processed); informational only."""
         return len(self._queue)
@@ -402,6 +407,10 @@ class DelayingQueue(WorkQueue[T]):
         self._wakeup: asyncio.Future[None] | None = None
         # The deadline the loop is currently sleeping towards, inf while it waits for entries.
         self._sleeping_until = math.inf
+
+    def waiting(self) -> int:
+        """How many items wait for their delay to pass before they are queued."""
+        return len(self._waiting)
 
     def add_after(self, item: T, delay: float) -> None:
         """Add ``item`` once ``delay`` seconds have passed on the queue's clock (at once if

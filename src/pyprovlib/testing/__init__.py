@@ -19,6 +19,7 @@ from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.faults import Faults, Requests
 from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
 from pyprovlib.testing.server import ApiServer, StorageView
+from pyprovlib.testing.support import wait_idle
 
 __all__ = [
     "ApiServer",
@@ -31,4 +32,5 @@ __all__ = [
     "TcpProxy",
     "TestCluster",
     "set_selected_node",
+    "wait_idle",
 ]

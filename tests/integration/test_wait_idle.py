@@ -1,0 +1,43 @@
+"""pyprovlib.testing.wait_idle: the deterministic point for negative assertions."""
+
+from __future__ import annotations
+
+import pytest
+from test_provision_e2e import (
+    MemoryProvisioner,
+    create_claim,
+    create_class,
+    fast_options,
+    provisioner_name,
+    running,
+)
+
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.support import wait_idle
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_wait_idle_returns_once_the_write_is_seen_and_handled(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    provisioner = MemoryProvisioner({})
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        # Another provisioner's class: the claim is seen and deliberately left alone.
+        other_class = await create_class(kube_cluster, f"{name}-other")
+        claim = await create_claim(kube_cluster, other_class)
+        await wait_idle(controller, claim)
+        assert controller.caught_up(claim)
+        assert controller.idle()
+        assert provisioner.calls == []
+        # A version the caches cannot have seen yet is reported, not waited for forever.
+        future = {
+            **claim,
+            "metadata": {**claim["metadata"], "resourceVersion": "999999999999"},
+        }
+        with pytest.raises(AssertionError, match="caches to show PersistentVolumeClaim"):
+            await wait_idle(controller, future, timeout=0.2)
+    assert not controller.idle()  # stopped: never idle
