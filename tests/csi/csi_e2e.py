@@ -1,5 +1,6 @@
 """Harness for the CSIProvisioner end-to-end tests: the Python CSI driver on a unix socket, a
-CSIConnection, a CSIProvisioner and a ProvisionController against a TestCluster; and
+CSIConnection, a CSIProvisioner and a ProvisionController against a TestCluster; the Go
+``hostpathplugin`` (kubernetes-csi/csi-driver-host-path, a grpc-go server) as a real peer; and
 pre-provisioned VolumeSnapshots (snapshot.storage.k8s.io/v1) to restore from."""
 
 from __future__ import annotations
@@ -7,7 +8,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
+import lzma
+import os
 import pathlib
+import shutil
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +43,103 @@ from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.testing.cluster import TestCluster
 
+# -- the Go hostpathplugin ----------------------------------------------------------------------
+
+HOSTPATHPLUGIN = "hostpathplugin"
+ASSETS_ENV = ("PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS")
+# The compressed binary CI keeps beside the repository (see ../shared/kube/README.md).
+SHARED_XZ = (
+    pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "kube" / "hostpathplugin.xz"
+)
+HOSTPATH_TOPOLOGY_KEY = "topology.hostpath.csi/node"
+
+
+def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
+    """The Go hostpathplugin: from the assets directory of ``$PYPROVLIB_KUBE_ASSETS`` (or
+    ``$KUBEBUILDER_ASSETS``), else unpacked from ``../shared/kube/hostpathplugin.xz`` into
+    ``unpack_dir``; None when neither exists."""
+    for name in ASSETS_ENV:
+        directory = os.environ.get(name)
+        if directory and os.access(pathlib.Path(directory) / HOSTPATHPLUGIN, os.X_OK):
+            return pathlib.Path(directory) / HOSTPATHPLUGIN
+    if not SHARED_XZ.is_file():
+        return None
+    target = unpack_dir / HOSTPATHPLUGIN
+    if not target.exists():
+        partial = unpack_dir / f"{HOSTPATHPLUGIN}.part"
+        with lzma.open(SHARED_XZ) as src, partial.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+        partial.chmod(0o755)
+        partial.rename(target)
+    return target
+
+
+@dataclass
+class GoHostpath:
+    """A running hostpathplugin: its endpoint, driver name, node id and state directory."""
+
+    process: asyncio.subprocess.Process
+    socket: pathlib.Path
+    name: str
+    node_id: str
+    state_dir: pathlib.Path
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.socket)
+
+    def volumes(self) -> dict[str, dict[str, Any]]:
+        """The driver's volumes by id, from the state file it writes after every change."""
+        path = self.state_dir / "state.json"
+        if not path.exists():
+            return {}
+        state = json.loads(path.read_text())
+        return {v["VolID"]: v for v in state.get("Volumes") or []}
+
+
+@contextlib.asynccontextmanager
+async def go_hostpath(
+    binary: pathlib.Path, sock_dir: pathlib.Path, name: str, node_id: str
+) -> AsyncIterator[GoHostpath]:
+    """Run hostpathplugin on ``sock_dir/csi.sock`` (absolute: the Go side refuses relative
+    endpoints) with attach and expansion on; stopped (SIGTERM, then SIGKILL) on exit."""
+    if not sock_dir.is_absolute():
+        raise ValueError(f"hostpathplugin needs an absolute socket directory, not {sock_dir}")
+    base = sock_dir
+    socket = base / "csi.sock"
+    state_dir = base / "state"
+    state_dir.mkdir(exist_ok=True)
+    log = (sock_dir / "hostpathplugin.log").open("wb")
+    process = await asyncio.create_subprocess_exec(
+        str(binary),
+        f"--drivername={name}",
+        f"--endpoint=unix://{socket}",
+        f"--nodeid={node_id}",
+        f"--statedir={state_dir}",
+        "--enable-attach=true",
+        "--v=3",
+        stdout=log,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        async with asyncio.timeout(20):
+            while not socket.exists():
+                if process.returncode is not None:
+                    output = (sock_dir / "hostpathplugin.log").read_text(errors="replace")
+                    raise RuntimeError(f"hostpathplugin exited: {output[-2000:]}")
+                await asyncio.sleep(0.05)
+        yield GoHostpath(process, socket, name, node_id, state_dir)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(10):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        log.close()
+
 
 @dataclass
 class Env:
@@ -61,17 +164,25 @@ async def csi_env(
     options: CSIProvisionerOptions | None = None,
     shared_informers: bool = False,
     snapshots: bool = True,
+    go: GoHostpath | None = None,
     **controller_options: Any,
 ) -> AsyncIterator[Env]:
     """Driver, connection, provisioner and a running controller. ``shared_informers``: the
     provisioner reads classes, attachments, nodes from the controller's informer caches (the
     sidecar's set-up) instead of the API server. ``snapshots``: the driver declares
     CREATE_DELETE_SNAPSHOT. The driver gets a name of its own (``env.name``): on a shared
-    cluster a fixed name would make this test's provisioner act on other tests' PVs."""
-    state = DriverState(name=f"{cluster.unique_name('test')}.csi.pyprovlib.io")
-    async with serve_driver(sock_dir, topology=topology, state=state, snapshots=snapshots):
+    cluster a fixed name would make this test's provisioner act on other tests' PVs. ``go``: talk
+    to that running Go hostpathplugin instead of starting the Python driver (``env.driver`` is
+    then an unused state)."""
+    state = DriverState(name=go.name if go else f"{cluster.unique_name('test')}.csi.pyprovlib.io")
+    served = (
+        contextlib.nullcontext()
+        if go is not None
+        else serve_driver(sock_dir, topology=topology, state=state, snapshots=snapshots)
+    )
+    async with served:
         connection = await CSIConnection.open(
-            str(sock_dir / "csi.sock"),
+            go.endpoint if go is not None else str(sock_dir / "csi.sock"),
             ConnectionOptions(timeout=call_timeout, backoff_start=0.01, backoff_max=0.05),
             metrics=CSIMetrics(None),
         )

@@ -139,7 +139,8 @@ CASES: list[tuple[str, str, dict[str, object], set[int]]] = [
     ("GET", PVCS + "?continue=garbage", {}, {400, 410}),
     ("GET", PVCS + "?watch=true&timeoutSeconds=abc", {}, {400}),
     ("GET", PVCS + "?watch=true&resourceVersion=abc", {}, {400}),
-    ("POST", PVCS + "?dryRun=Sometimes", {"json": {"metadata": {"name": "d"}}}, {400}),
+    # CreateOptions validation: 422 Invalid, as kube-apiserver answers
+    ("POST", PVCS + "?dryRun=Sometimes", {"json": {"metadata": {"name": "d"}}}, {422}),
     ("DELETE", PVCS + "/x?gracePeriodSeconds=soon", {}, {400, 404}),
     # bad content type
     ("POST", PVCS, {"data": b"<xml/>", "headers": {"Content-Type": "application/xml"}}, {415}),

@@ -200,7 +200,9 @@ async def test_patch_annotate_label_replace(kubectl: Kubectl) -> None:
     claim = await kubectl.json("get", "pvc", "claim1")
     meta = claim["metadata"]
     assert isinstance(meta, dict)
-    assert meta["finalizers"] == ["example.com/a", "example.com/b"]
+    # strategicpatch puts the patch's items first (normalizeElementOrder), as kube-apiserver
+    # does (tests/e2e/test_differential.py, row patch-kinds-finalizers)
+    assert meta["finalizers"] == ["example.com/b", "example.com/a"]
     assert meta["annotations"] == {"m": "1", "note": "hello"}
     assert meta["labels"] == {"app": "demo", "tier": "gold"}
 

@@ -174,7 +174,8 @@ def test_strategic_merge_keyed_lists_and_directives() -> None:
         {
             "name": "c1",
             "image": "i1",
-            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+            # the patch's items first, as kube-apiserver orders them (checked on a real one)
+            "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}],
         }
     ]
     assert out["spec"]["tolerations"] == [{"key": "k2"}]

@@ -523,3 +523,24 @@ async def test_list_at_a_version_the_server_has_not_reached_falls_back_to_latest
     await until(lambda: len(lw.list_calls) == 3)
     assert [c["resource_version"] for c in lw.list_calls] == ["0", "10", None]
     await until(lambda: inf.last_sync_resource_version == "9")
+
+
+async def test_relist_at_a_version_is_not_paged(
+    lw: ScriptedLW, run_informer: Runner, clock: FakeClock
+) -> None:
+    """Regression (issue 17, found by restarting a real kube-apiserver): a paged LIST at the
+    last seen version is an exact read from etcd, which the restarted watch cache cannot resume
+    a watch from; relisting that way looped on 410 forever. Like client-go, relist unpaged."""
+    lw.lists.put_nowait(page([obj("a", "5")], "10"))
+    w1 = FakeWatch()
+    lw.watches.put_nowait(w1)
+    inf, _rec = await run_informer()
+    await until(lambda: len(lw.watch_calls) == 1)
+    w1.push(WatchExpiredError({"kind": "Status", "code": 410, "reason": "Expired"}))
+    await until(lambda: clock.waiters == 1, "backoff before relist")
+    lw.lists.put_nowait(page([obj("a", "30")], "40"))
+    await clock.step()
+    await until(lambda: len(lw.list_calls) == 2, "relist")
+    assert lw.list_calls[0] == {"resource_version": "0", "limit": 500, "continue_": None}
+    assert lw.list_calls[1] == {"resource_version": "10", "limit": None, "continue_": None}
+    await until(lambda: inf.store.get_by_key("ns/a") is not None)

@@ -185,6 +185,8 @@ class Reflector:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
         self._last_sync_rv = ""
         self._last_sync_rv_unavailable = False
+        # The server paged a LIST at "0" (it has no watch cache): keep paging relists too.
+        self._paginated_result = False
         self._log = log.bind(resource=name)
         self.lists = 0
         """How many complete LISTs were delivered (for tests and metrics)."""
@@ -256,11 +258,16 @@ class Reflector:
         list_rv = ""
         continue_: str | None = None
         page_rv = rv
+        limit = self.page_size or None
+        if rv not in (None, "", "0") and not self._paginated_result:
+            # client-go: a relist at a version goes unpaged, so the watch cache answers with
+            # data at least that fresh. Paged, it would be an exact read at that version, which
+            # after an apiserver restart the watch cache cannot resume from: 410, relist at the
+            # same version, 410, ... forever.
+            limit = None
         while True:
             try:
-                page = await lw.list(
-                    resource_version=page_rv, limit=self.page_size or None, continue_=continue_
-                )
+                page = await lw.list(resource_version=page_rv, limit=limit, continue_=continue_)
             except ApiException as err:
                 if not (continue_ and is_gone(err)):
                     raise
@@ -277,6 +284,8 @@ class Reflector:
             if page_items:
                 items.extend(page_items)
             continue_ = meta.get("continue") or None
+            if continue_ and page_rv == "0":
+                self._paginated_result = True
             if not continue_:
                 return items, list_rv
             # A continue token carries its snapshot; the server rejects a resourceVersion too.

@@ -254,7 +254,7 @@ def _merge_list(original: list[Any], patch: list[Any], key: str, path: str) -> l
         for item in patch:
             if item not in out:
                 out.append(item)
-        return out
+        return _normalize_order(out, patch, original, None)
     merge_key = _MERGE_KEYS.get(key)
     if merge_key is None or not all(isinstance(p, dict) for p in patch):
         return copy_json([p for p in patch if not (isinstance(p, dict) and _DIRECTIVE in p)])
@@ -280,6 +280,47 @@ def _merge_list(original: list[Any], patch: list[Any], key: str, path: str) -> l
             out.append(_merge_map({}, item, path))
         else:
             out[idx] = _merge_map(out[idx], item, path)
+    plain = [p for p in patch if _DIRECTIVE not in p]
+    return _normalize_order(out, plain, original, merge_key)
+
+
+def _normalize_order(
+    merged: list[Any], patch: list[Any], original: list[Any], merge_key: str | None
+) -> list[Any]:
+    """strategicpatch's order of a merged list: the patch's items in the patch's order, merged
+    with the server-only items in their order, a patch item going first unless both are on the
+    server (then the server's order decides)."""
+
+    def ident(item: Any) -> str:
+        return repr(item.get(merge_key) if merge_key and isinstance(item, dict) else item)
+
+    patch_rank = {ident(p): i for i, p in enumerate(patch)}
+    server_rank = {ident(o): i for i, o in reversed(list(enumerate(original)))}
+    from_patch = sorted(
+        (m for m in merged if ident(m) in patch_rank), key=lambda m: patch_rank[ident(m)]
+    )
+    server_only = sorted(
+        (m for m in merged if ident(m) not in patch_rank),
+        key=lambda m: server_rank.get(ident(m), len(server_rank)),
+    )
+    out: list[Any] = []
+    i = j = 0
+    while i < len(from_patch) or j < len(server_only):
+        if i >= len(from_patch):
+            out.append(server_only[j])
+            j += 1
+        elif j >= len(server_only):
+            out.append(from_patch[i])
+            i += 1
+        else:
+            left = server_rank.get(ident(from_patch[i]))
+            right = server_rank.get(ident(server_only[j]))
+            if left is not None and right is not None and right < left:
+                out.append(server_only[j])
+                j += 1
+            else:
+                out.append(from_patch[i])
+                i += 1
     return out
 
 

@@ -732,6 +732,27 @@ def _has_storage_request(spec: dict[str, Any]) -> bool:
     return isinstance(requests, dict) and bool(requests.get("storage"))
 
 
+_ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+
+
+def _access_mode_causes(spec: dict[str, Any]) -> list[Cause]:
+    """ValidatePersistentVolume(Claim)Spec: known modes, ReadWriteOncePod alone."""
+    causes: list[Cause] = []
+    modes = spec.get("accessModes") or []
+    if not isinstance(modes, list):
+        return causes
+    for mode in modes:
+        if mode not in _ACCESS_MODES:
+            causes.append(_unsupported("spec.accessModes", str(mode), list(_ACCESS_MODES)))
+    if "ReadWriteOncePod" in modes and any(
+        m in _ACCESS_MODES and m != "ReadWriteOncePod" for m in modes
+    ):
+        causes.append(
+            _forbidden("spec.accessModes", "may not use ReadWriteOncePod with other access modes")
+        )
+    return causes
+
+
 def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
@@ -739,6 +760,7 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
     if resource is R.PERSISTENT_VOLUME_CLAIMS:
         if not spec.get("accessModes"):
             causes.append(_required("spec.accessModes", "at least 1 access mode is required"))
+        causes.extend(_access_mode_causes(spec))
         if not _has_storage_request(spec):
             causes.append(_required("spec.resources[storage]"))
         else:
@@ -758,10 +780,11 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         capacity = spec.get("capacity") or {}
         if not capacity:
             causes.append(_required("spec.capacity"))
-        elif "storage" not in capacity:
+        if "storage" not in capacity or len(capacity) > 1:
             causes.append(_unsupported("spec.capacity", ",".join(capacity), ["storage"]))
         if not spec.get("accessModes"):
             causes.append(_required("spec.accessModes"))
+        causes.extend(_access_mode_causes(spec))
         sources = [s for s in _PV_SOURCES if spec.get(s) is not None]
         if not sources:
             causes.append(_required("spec", "must specify a volume type"))

@@ -156,6 +156,101 @@ def _parse_target(path: str) -> _Target | None:
     return _Target(resource, namespace, name, subresource, watch_path)
 
 
+_OPTIONS_KIND = {
+    "create": "CreateOptions",
+    "update": "UpdateOptions",
+    "patch": "PatchOptions",
+    "delete": "DeleteOptions",
+    "deletecollection": "DeleteOptions",
+}
+
+
+def _invalid_options(kind: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """422 Invalid for query options, as the real server words it (``<Kind>.meta.k8s.io``)."""
+    parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
+    return ApiError(
+        422,
+        f'{kind}.meta.k8s.io "" is invalid: {parts}',
+        "Invalid",
+        {
+            "group": "meta.k8s.io",
+            "kind": kind,
+            "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
+        },
+    )
+
+
+def _validate_write_options(verb: str, dry_run: list[str], field_validation: str | None) -> None:
+    """ValidateDryRun and ValidateFieldValidation of Create/Update/Patch/DeleteOptions."""
+    kind = _OPTIONS_KIND.get(verb)
+    if kind is None:
+        return
+    causes: list[tuple[str, str, str]] = []
+    values = [v for v in dry_run if v != ""]
+    if values and values != ["All"]:
+        shown = "[]string{" + ", ".join(f'"{v}"' for v in dry_run) + "}"
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f'Unsupported value: {shown}: supported values: "All"',
+                "dryRun",
+            )
+        )
+    if kind != "DeleteOptions" and field_validation not in (None, "", "Ignore", "Warn", "Strict"):
+        causes.append(
+            (
+                "FieldValueNotSupported",
+                f'Unsupported value: "{field_validation}": supported values: '
+                '"", "Ignore", "Strict", "Warn"',
+                "fieldValidation",
+            )
+        )
+    if causes:
+        raise _invalid_options(kind, causes)
+
+
+def _validate_watch_options(send_initial: str | None, match: str | None, token: str | None) -> None:
+    """validateWatchOptions: sendInitialEvents and resourceVersionMatch go together."""
+    causes: list[tuple[str, str, str]] = []
+    if send_initial is not None and match != "NotOlderThan":
+        causes.append(
+            (
+                "FieldValueForbidden",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
+                "NotOlderThan",
+                "resourceVersionMatch",
+            )
+        )
+    if match:
+        if send_initial is None:
+            causes.append(
+                (
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden for watch unless "
+                    "sendInitialEvents is provided",
+                    "resourceVersionMatch",
+                )
+            )
+        if match != "NotOlderThan":
+            causes.append(
+                (
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{match}": supported values: "NotOlderThan"',
+                    "resourceVersionMatch",
+                )
+            )
+        if token:
+            causes.append(
+                (
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                    "resourceVersionMatch",
+                )
+            )
+    if causes:
+        raise _invalid_options("ListOptions", causes)
+
+
 def _validate_list_options(rv: str | None, match: str | None) -> None:
     """ListOptions validation of resourceVersion/resourceVersionMatch (422 like the server)."""
     if not match:
@@ -488,8 +583,7 @@ class ApiServer:
         if injected is not None:
             raise injected
         dry_run = q.get("dryRun") == "All"
-        if "dryRun" in q and q.get("dryRun") not in ("All", ""):
-            raise bad_request(f"Invalid dry run value: {q.get('dryRun')}")
+        _validate_write_options(verb, q.getall("dryRun", []), q.get("fieldValidation"))
         ns, name = target.namespace, target.name
 
         if verb == "watch":
@@ -631,7 +725,7 @@ class ApiServer:
         r = target.resource
         labels, fields = self._selectors(request, r)
         try:
-            limit = int(q.get("limit") or 0)
+            limit = max(int(q.get("limit") or 0), 0)  # a negative limit means none
         except ValueError as e:
             raise bad_request(f"invalid limit: {q.get('limit')}") from e
         rv_param = q.get("resourceVersion")
@@ -699,6 +793,9 @@ class ApiServer:
             name_sel = parse_field_selector(f"metadata.name={target.name}", r.group, r.plural)
             fields = FieldSelector(fields.terms + name_sel.terms)
         rv_param = q.get("resourceVersion") or ""
+        _validate_watch_options(
+            q.get("sendInitialEvents"), q.get("resourceVersionMatch"), q.get("continue")
+        )
         send_initial = _truthy(q.get("sendInitialEvents"))
         try:
             timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
