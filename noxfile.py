@@ -15,7 +15,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 ROOT = pathlib.Path(__file__).parent
-PROTO_SRC = (ROOT.parent / "shared" / "csi").resolve()
+PROTO_SRC = ROOT / "proto"
 PROTO_OUT = ROOT / "src" / "pyprovlib" / "csi" / "_proto"
 
 
@@ -50,7 +50,7 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def proto(session: nox.Session) -> None:
-    """Regenerate the CSI bindings from ../shared/csi/csi.proto into src/pyprovlib/csi/_proto."""
+    """Regenerate the CSI bindings from the repository's proto/csi.proto into csi/_proto."""
     session.install("-e", ".[proto]")
     session.run(
         "python",
