@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pyprovlib.testing",
         description="Serve pyprovlib's in-memory Kubernetes API server over HTTP.",
+        allow_abbrev=False,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
