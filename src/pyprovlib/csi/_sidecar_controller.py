@@ -12,6 +12,7 @@ import asyncio
 from typing import Generic, Protocol, TypeVar
 
 from pyprovlib.csi.connection import CSIConnection
+from pyprovlib.runtime.app import LeaderElected
 
 __all__ = ["SidecarController"]
 
@@ -65,3 +66,19 @@ class SidecarController(Generic[C]):
     def ready(self) -> bool:
         """True while the controller is ready (synced, and leading with leader election)."""
         return self.controller.ready()
+
+    def standing_by(self) -> bool:
+        """True while the controller is a healthy leader-election standby."""
+        controller: object = self.controller  # the protocol above does not name it
+        return (
+            isinstance(controller, LeaderElected)
+            and controller.standing_by()
+            and not self.connection.lost
+        )
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """The controller's leader-election health check (healthy when it has none)."""
+        controller: object = self.controller
+        if isinstance(controller, LeaderElected):
+            return controller.leader_election_check(timeout)
+        return None
