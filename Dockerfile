@@ -34,8 +34,8 @@ RUN if [ -n "${EXTRA_PACKAGES}" ]; then \
         && apt-get clean \
         && rm -rf /var/lib/apt/lists/*; \
     fi \
-    && groupadd --system --gid 65532 pyprovlib \
-    && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+    && groupadd --gid 65532 pyprovlib \
+    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin pyprovlib
 COPY --from=build /opt/pyprovlib /opt/pyprovlib
 ENV PATH=/opt/pyprovlib/bin:${PATH} \

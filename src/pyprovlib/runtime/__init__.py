@@ -27,6 +27,7 @@ from pyprovlib.runtime.app import (
     ControllerFactory,
     LeaderElected,
     RuntimeContext,
+    StartupError,
     run,
     run_async,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "LeaderElected",
     "RuntimeArgumentParser",
     "RuntimeContext",
+    "StartupError",
     "add_bool_flag",
     "add_duration_flag",
     "add_flag",

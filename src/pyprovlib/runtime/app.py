@@ -41,6 +41,7 @@ __all__ = [
     "ControllerFactory",
     "LeaderElected",
     "RuntimeContext",
+    "StartupError",
     "run",
     "run_async",
 ]
@@ -81,6 +82,12 @@ class Controller(Protocol):
     def ready(self) -> bool:
         """Readiness: true once caches are synced (and, with leader election, while leading)."""
         ...
+
+
+class StartupError(Exception):
+    """A controller factory cannot start for a reason its message explains (a flag naming
+    something that cannot work, say): the runtime logs the message as one error line, without
+    a traceback, and exits with :data:`EXIT_FAILURE`."""
 
 
 @runtime_checkable
@@ -411,6 +418,9 @@ async def _build(
     CSI driver) cancels it. ``None`` means no controller: failed or interrupted."""
     try:
         made = controller_factory(context)
+    except StartupError as refused:
+        log.error(str(refused))
+        return None
     except Exception:
         log.exception("the controller factory failed")
         return None
@@ -433,6 +443,9 @@ async def _build(
         log.error("the controller factory was cancelled")
         return None
     err = task.exception()
+    if isinstance(err, StartupError):
+        log.error(str(err))
+        return None
     if err is not None:
         log.error("the controller factory failed", error=str(err), exc_info=err)
         return None
