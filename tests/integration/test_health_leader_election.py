@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from test_provision_e2e import MemoryProvisioner, fast_options, provisioner_name, running
 
-from pyprovlib.controller._lifecycle import leader_renewal_overdue
+from pyprovlib.controller._leader_health import leader_renewal_overdue
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.leaderelection import format_micro_time
 from pyprovlib.runtime import HttpServer, LeaderElected, controller_checks

@@ -20,7 +20,6 @@ import contextlib
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from datetime import datetime
 from typing import Any, Protocol
 
 from kubernetes_asyncio.client import ApiClient
@@ -31,28 +30,7 @@ from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
 
-__all__ = [
-    "ControllerLifecycle",
-    "LeaderElectionLostError",
-    "LifecycleOptions",
-    "leader_renewal_overdue",
-]
-
-
-def leader_renewal_overdue(
-    renew_time: str, now: datetime, tolerance: float, lease: str
-) -> str | None:
-    """The reason a leader is unhealthy when its last renewal (``renew_time``, the Lease's
-    RFC 3339 ``renewTime`` this leader wrote with its own clock) is more than ``tolerance``
-    seconds before ``now``; ``None`` otherwise."""
-    try:
-        renewed = datetime.fromisoformat(renew_time)
-    except ValueError:
-        return f"failed election to renew leadership on lease {lease}: no valid renewTime"
-    overdue = (now - renewed).total_seconds()
-    if overdue > tolerance:
-        return f"failed election to renew leadership on lease {lease} ({overdue:.0f}s ago)"
-    return None
+__all__ = ["ControllerLifecycle", "LeaderElectionLostError", "LifecycleOptions"]
 
 
 class LeaderElectionLostError(RuntimeError):
@@ -141,32 +119,6 @@ class ControllerLifecycle:
             return self._elector is not None and self._elector.is_leader()
         return True
 
-    def standing_by(self) -> bool:
-        """True while this instance is a healthy standby: leader election is on, it contends
-        for the Lease and has seen another instance hold it. The runtime's ``/readyz`` counts
-        a standby as ready (leadership is not readiness), so rolling updates can complete."""
-        elector = self._elector
-        if elector is None or self._stop_requested.is_set() or self._failed:
-            return False
-        holder = elector.leader
-        return not elector.is_leader() and holder is not None and holder != elector.identity
-
-    def leader_election_check(self, timeout: float) -> str | None:
-        """client-go's leader-election health check (``HealthzAdaptor``): ``None`` (healthy)
-        unless this instance leads and its last renewal of the Lease is older than the lease
-        duration plus ``timeout``; then the reason. A standby, or no leader election, is
-        healthy."""
-        elector = self._elector
-        if elector is None or not elector.is_leader():
-            return None
-        record = elector.observed_record
-        return leader_renewal_overdue(
-            record.renew_time,
-            self._clock.now(),
-            elector.config.lease_duration + timeout,
-            f"{elector.config.namespace}/{elector.config.lease_name}",
-        )
-
     @contextlib.contextmanager
     def _running(self) -> Iterator[None]:
         """Wrap the body of ``run``: refuse a second run, mark the controller failed when the
@@ -241,6 +193,34 @@ class ControllerLifecycle:
             raise LeaderElectionLostError(
                 f"lost the leader Lease {lease}; restart the {self._role}"
             )
+
+    def standing_by(self) -> bool:
+        """True while this instance is a healthy standby: leader election is on, it contends
+        for the Lease and has seen another instance hold it. The runtime's ``/readyz`` counts
+        a standby as ready (leadership is not readiness), so rolling updates can complete."""
+        elector = self._elector
+        if elector is None or self._stop_requested.is_set() or self._failed:
+            return False
+        holder = elector.leader
+        return not elector.is_leader() and holder is not None and holder != elector.identity
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """client-go's leader-election health check (``HealthzAdaptor``): ``None`` (healthy)
+        unless this instance leads and its last renewal of the Lease is older than the lease
+        duration plus ``timeout``; then the reason. A standby, or no leader election, is
+        healthy."""
+        elector = self._elector
+        if elector is None or not elector.is_leader():
+            return None
+        from pyprovlib.controller._leader_health import leader_renewal_overdue
+
+        record = elector.observed_record
+        return leader_renewal_overdue(
+            record.renew_time,
+            self._clock.now(),
+            elector.config.lease_duration + timeout,
+            f"{elector.config.namespace}/{elector.config.lease_name}",
+        )
 
     # -- informers and workers -----------------------------------------------------------------
 
