@@ -1,4 +1,5 @@
-"""The committed CSI bindings are exactly what a fresh generation from csi.proto produces."""
+"""The committed CSI bindings are exactly what a fresh generation from the repository's
+proto/csi.proto produces (nothing outside the repository is read)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from pyprovlib.csi import _generate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PROTO_DIR = (ROOT.parent / "shared" / "csi").resolve()
+PROTO_DIR = ROOT / "proto"
 COMMITTED = ROOT / "src" / "pyprovlib" / "csi" / "_proto"
 
 _missing = [
@@ -82,3 +83,19 @@ def test_generated_package_imports_cleanly() -> None:
     snapshot = v1.Snapshot(snapshot_id="s", creation_time=when)
     assert v1.Snapshot.parse(bytes(snapshot)).creation_time == when
     assert protobuf.Timestamp.from_datetime(when).seconds == int(when.timestamp())
+
+
+def test_the_spec_and_its_licence_are_in_the_repository() -> None:
+    text = (PROTO_DIR / "csi.proto").read_text()
+    assert "package csi.v1;" in text
+    assert "Apache License" in (PROTO_DIR / "LICENSE").read_text()
+    assert "v1.12" in (PROTO_DIR / "README.md").read_text()
+
+
+def test_check_defaults_to_the_repository_spec_and_bindings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `python -m pyprovlib.csi._generate --check` in a checkout needs no paths at all.
+    assert _generate.REPO_PROTO_DIR == PROTO_DIR
+    assert _generate.BINDINGS_DIR == COMMITTED
+    assert _generate.main(["--check"]) == 0, capsys.readouterr().err

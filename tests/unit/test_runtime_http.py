@@ -165,3 +165,67 @@ async def test_port_in_use_raises_oserror() -> None:
 def test_port_before_start_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="not started"):
         _ = HttpServer("127.0.0.1:0").port
+
+
+async def test_leader_election_path_answers_ok_without_leader_election(
+    session: aiohttp.ClientSession,
+) -> None:
+    # Upstream manifests probe /healthz/leader-election for liveness; a controller without
+    # leader election passes it rather than 404ing into a restart loop.
+    controller = FakeController()
+    healthz, readyz = controller_checks(controller)
+    async with HttpServer("127.0.0.1:0", healthz=healthz, readyz=readyz) as srv:
+        assert await fetch(session, f"{srv.url}/healthz/leader-election") == (
+            200,
+            "text/plain; charset=utf-8",
+            "ok",
+        )
+        controller.is_healthy = False  # the controller's own check is not part of this path
+        assert (await fetch(session, f"{srv.url}/healthz/leader-election"))[0] == 200
+        assert (await fetch(session, f"{srv.url}/healthz"))[0] == 500
+
+
+class StandbyController(FakeController):
+    """A controller under leader election; the test sets whether it stands by or is overdue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.standby = False
+        self.overdue: str | None = None
+
+    def standing_by(self) -> bool:
+        return self.standby
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        assert timeout == 20.0  # csi-lib-utils' DefaultHealthCheckTimeout
+        return self.overdue
+
+
+async def test_a_standby_is_ready_and_an_overdue_leader_is_not_live(
+    session: aiohttp.ClientSession,
+) -> None:
+    from pyprovlib.runtime import CompositeController, LeaderElected
+
+    controller = StandbyController()
+    assert isinstance(controller, LeaderElected)
+    healthz, readyz = controller_checks(controller)
+    async with HttpServer("127.0.0.1:0", healthz=healthz, readyz=readyz) as srv:
+        assert (await fetch(session, f"{srv.url}/readyz"))[0] == 503
+        controller.standby = True
+        assert (await fetch(session, f"{srv.url}/readyz"))[0::2] == (200, "ok")
+        controller.overdue = "failed election to renew leadership on lease ns/x"
+        status, _, body = await fetch(session, f"{srv.url}/healthz/leader-election")
+        assert status == 500
+        assert body.splitlines()[0] == (
+            "[-]leader-election failed: failed election to renew leadership on lease ns/x"
+        )
+        assert (await fetch(session, f"{srv.url}/healthz"))[0] == 500
+
+    # Several controllers: a standby as a whole when each is ready or standing by.
+    other = StandbyController()
+    composite = CompositeController(controller, other)
+    other.is_ready = True
+    assert composite.standing_by()
+    other.is_ready = False
+    assert not composite.standing_by()
+    assert composite.leader_election_check(20.0) == controller.overdue

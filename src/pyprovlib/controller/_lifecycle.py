@@ -216,6 +216,34 @@ class ControllerLifecycle:
                 f"lost the leader Lease {lease}; restart the {self._role}"
             )
 
+    def standing_by(self) -> bool:
+        """True while this instance is a healthy standby: leader election is on, it contends
+        for the Lease and has seen another instance hold it. The runtime's ``/readyz`` counts
+        a standby as ready (leadership is not readiness), so rolling updates can complete."""
+        elector = self._elector
+        if elector is None or self._stop_requested.is_set() or self._failed:
+            return False
+        holder = elector.leader
+        return not elector.is_leader() and holder is not None and holder != elector.identity
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """client-go's leader-election health check (``HealthzAdaptor``): ``None`` (healthy)
+        unless this instance leads and its last renewal of the Lease is older than the lease
+        duration plus ``timeout``; then the reason. A standby, or no leader election, is
+        healthy."""
+        elector = self._elector
+        if elector is None or not elector.is_leader():
+            return None
+        from pyprovlib.controller._leader_health import leader_renewal_overdue
+
+        record = elector.observed_record
+        return leader_renewal_overdue(
+            record.renew_time,
+            self._clock.now(),
+            elector.config.lease_duration + timeout,
+            f"{elector.config.namespace}/{elector.config.lease_name}",
+        )
+
     # -- informers and workers -----------------------------------------------------------------
 
     async def _run_informers(self) -> None:

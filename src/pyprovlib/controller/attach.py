@@ -25,6 +25,7 @@ import base64
 import binascii
 import copy
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -33,6 +34,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
+from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.attach_options import (
     AttachControllerOptions,
@@ -437,6 +439,13 @@ class AttachController(ControllerLifecycle):
                 metadata = await attacher.attach(volume, node, readonly, volume.volume_attributes)
         except Exception as err:
             message = _mask_secrets(self._error_message(err), secrets)
+            if is_user_bug(err):
+                log_user_bug(
+                    logger,
+                    "attach failed: the attacher raised an unexpected exception",
+                    err,
+                    mask=functools.partial(_mask_secrets, secrets=secrets),
+                )
             try:
                 await self._save_error(va, "attachError", message, _error_code(err))
             except Exception as save_err:
@@ -461,6 +470,13 @@ class AttachController(ControllerLifecycle):
                 await attacher.detach(volume, node)
         except Exception as err:
             message = _mask_secrets(self._error_message(err), secrets)
+            if is_user_bug(err):
+                log_user_bug(
+                    logger,
+                    "detach failed: the attacher raised an unexpected exception",
+                    err,
+                    mask=functools.partial(_mask_secrets, secrets=secrets),
+                )
             try:
                 await self._save_error(va, "detachError", message, _error_code(err))
             except Exception as save_err:
@@ -478,6 +494,8 @@ class AttachController(ControllerLifecycle):
             return err.message
         if isinstance(err, ApiException):
             return _api_error_text(err)
+        if is_user_bug(err):
+            return describe_user_error(err)
         return str(err) or type(err).__name__
 
     async def _prepare_attach(

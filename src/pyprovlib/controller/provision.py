@@ -44,6 +44,7 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib.controller._convert import ConversionError, from_model, to_model
+from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.claim_protection import (
     FINALIZER_PROVISIONING,
@@ -104,6 +105,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.runtime.logging import scrub_text
 
 __all__ = [
     "ANN_ALPHA_SELECTED_NODE",
@@ -478,6 +480,9 @@ def _source_kind(claim: Mapping[str, Any]) -> str:
 def _describe(err: BaseException) -> str:
     if isinstance(err, ApiException):
         return f"{err.status} {err.reason}".strip()
+    if is_user_bug(err):
+        # The type says what the bare message does not; the text may quote anything.
+        return scrub_text(describe_user_error(err))
     text = str(err)
     return text or type(err).__name__
 
@@ -845,8 +850,14 @@ class ProvisionController(ControllerLifecycle):
             self.metrics.provision_failed(class_name, source)
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", str(err))
             raise
-        except Exception:
+        except Exception as err:
             self.metrics.provision_failed(class_name, source)
+            if is_user_bug(err):
+                log_user_bug(
+                    self._log.bind(claim=_claim_key(claim), **{"class": class_name}),
+                    "the provisioner's should_provision raised an unexpected exception",
+                    err,
+                )
             raise
         if not should:
             return
@@ -891,7 +902,10 @@ class ProvisionController(ControllerLifecycle):
                 raise ValueError(f"the volume name hook returned {pv_name!r}")
         except Exception as err:  # malformed claim or broken hook: report, never crash
             message = f"cannot provision claim {claim_key}: {_describe(err)}"
-            logger.error("cannot prepare provisioning", error=_describe(err))
+            if is_user_bug(err):
+                log_user_bug(logger, "cannot prepare provisioning", err)
+            else:
+                logger.error("cannot prepare provisioning", error=_describe(err))
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
             return ProvisioningState.FINISHED, err
         logger = logger.bind(pv=pv_name)
@@ -1101,7 +1115,15 @@ class ProvisionController(ControllerLifecycle):
         """Upstream's ``provisionVolumeErrorHandling``: event, and rescheduling when asked."""
         message = f'failed to provision volume with StorageClass "{class_name}": {_describe(err)}'
         self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
-        logger.info("provisioning failed", state=state.name, error=_describe(err))
+        if is_user_bug(err):
+            log_user_bug(
+                logger,
+                "provisioning failed: the provisioner raised an unexpected exception",
+                err,
+                state=state.name,
+            )
+        else:
+            logger.info("provisioning failed", state=state.name, error=_describe(err))
         if state is ProvisioningState.RESCHEDULE:
             if ANN_SELECTED_NODE in annotations_of(claim):
                 # The selected node cannot host the volume: let the scheduler pick again.
@@ -1287,7 +1309,10 @@ class ProvisionController(ControllerLifecycle):
                 f"claim {_claim_key(claim)} was deleted while its volume {pv_name} was being "
                 f"created; deleting the volume failed (will retry): {_describe(err)}"
             )
-            logger.warning("cannot delete the volume of a deleted claim", error=_describe(err))
+            if is_user_bug(err):
+                log_user_bug(logger, "cannot delete the volume of a deleted claim", err)
+            else:
+                logger.warning("cannot delete the volume of a deleted claim", error=_describe(err))
             self.recorder.event(
                 _claim_target(claim), EVENT_WARNING, "ProvisioningCleanupFailed", message
             )
@@ -1370,7 +1395,16 @@ class ProvisionController(ControllerLifecycle):
             return False
         if isinstance(self.provisioner, DeletionGuard):
             model = to_model(volume, V1PersistentVolume)
-            return await self.provisioner.should_delete(model)
+            try:
+                return await self.provisioner.should_delete(model)
+            except Exception as err:
+                if is_user_bug(err):
+                    log_user_bug(
+                        self._log.bind(pv=name_of(volume)),
+                        "the provisioner's should_delete raised an unexpected exception",
+                        err,
+                    )
+                raise
         return True
 
     async def delete_volume_operation(self, volume: Obj, deadline: float | None = None) -> None:
@@ -1394,7 +1428,10 @@ class ProvisionController(ControllerLifecycle):
                     )
                 else:
                     message = _describe(err)
-                logger.warning("volume deletion failed", error=message)
+                if is_user_bug(err):
+                    log_user_bug(logger, "volume deletion failed", err)
+                else:
+                    logger.warning("volume deletion failed", error=message)
                 self.recorder.event(
                     event_target(volume, "PersistentVolume"),
                     EVENT_WARNING,

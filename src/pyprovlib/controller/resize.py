@@ -33,6 +33,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.attacher import GrpcCode
+from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
@@ -352,6 +353,8 @@ def _error_text(err: BaseException) -> str:
         return scrub_text(err.message)
     if isinstance(err, ApiException):
         return _api_error_text(err)
+    if is_user_bug(err):
+        return scrub_text(describe_user_error(err))
     return scrub_text(str(err) or type(err).__name__)
 
 
@@ -660,6 +663,11 @@ class ResizeController(ControllerLifecycle):
         try:
             result = await self._expand(pv, new_size)
         except Exception as err:
+            bug = is_user_bug(err)
+            if bug:
+                log_user_bug(
+                    logger, "expansion failed: the resizer raised an unexpected exception", err
+                )
             resize_err = (
                 err if isinstance(err, ResizeError) else ResizeError(_error_text(err), final=False)
             )
@@ -684,7 +692,8 @@ class ResizeController(ControllerLifecycle):
             else:
                 self._slow.pop(key, None)
                 self._final_errors.discard(key)
-            logger.info("expansion failed", error=_error_text(resize_err))
+            if not bug:  # a bug was logged above, with its traceback
+                logger.info("expansion failed", error=_error_text(resize_err))
             raise ResizeError(
                 f'resize volume "{name_of(pv)}" by resizer "{self.name}" failed: '
                 f"{_error_text(resize_err)}",

@@ -31,6 +31,11 @@ MARKER_TEXT = (
 )
 
 
+# In a checkout (an editable install), the spec lives at the repository root: proto/csi.proto.
+BINDINGS_DIR = pathlib.Path(__file__).resolve().parent / "_proto"
+REPO_PROTO_DIR = pathlib.Path(__file__).resolve().parents[3] / "proto"
+
+
 class GenerationError(RuntimeError):
     """protoc, its plugin or the descriptor parsing failed."""
 
@@ -133,7 +138,10 @@ def generate(proto_dir: pathlib.Path, out: pathlib.Path, proto_name: str = "csi.
     """
     proto = proto_dir / proto_name
     if not proto.is_file():
-        raise GenerationError(f"{proto} does not exist")
+        raise GenerationError(
+            f"{proto} does not exist: run from a checkout of the repository (the spec is its "
+            "proto/csi.proto) or pass --proto-dir"
+        )
     with tempfile.TemporaryDirectory(prefix="pyprovlib-proto-") as tmp:
         staging = pathlib.Path(tmp) / "out"
         staging.mkdir()
@@ -180,12 +188,28 @@ def compare(expected: pathlib.Path, actual: pathlib.Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``--proto-dir DIR --out DIR [--check]``."""
+    """Command line: ``[--proto-dir DIR] [--out DIR] [--check]``.
+
+    The defaults are the repository's ``proto/`` and ``src/pyprovlib/csi/_proto/`` of the
+    checkout this module runs from.
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m pyprovlib.csi._generate", description=__doc__.splitlines()[0]
+        prog="python -m pyprovlib.csi._generate",
+        description=__doc__.splitlines()[0],
+        allow_abbrev=False,
     )
-    parser.add_argument("--proto-dir", type=pathlib.Path, required=True)
-    parser.add_argument("--out", type=pathlib.Path, required=True)
+    parser.add_argument(
+        "--proto-dir",
+        type=pathlib.Path,
+        default=REPO_PROTO_DIR,
+        help="directory holding csi.proto (default: the repository's proto/)",
+    )
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=BINDINGS_DIR,
+        help="package directory to generate into (default: this package's _proto/)",
+    )
     parser.add_argument(
         "--check",
         action="store_true",

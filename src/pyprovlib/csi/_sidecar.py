@@ -13,7 +13,7 @@ import structlog
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController
+from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
 from pyprovlib.csi.connection import (
     GRPC_CLIENT_HELP,
     ConnectionOptions,
@@ -210,6 +210,7 @@ class CSIProvisionerController(SidecarController[ProvisionController]):
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
+    check_csi_address(args.csi_address)
     connection = await CSIConnection.open(
         args.csi_address,
         ConnectionOptions(

@@ -11,9 +11,29 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, Protocol, TypeVar
 
-from pyprovlib.csi.connection import CSIConnection
+from pyprovlib.csi.connection import CSIConnection, parse_endpoint
+from pyprovlib.runtime.app import LeaderElected, StartupError
 
-__all__ = ["SidecarController"]
+__all__ = ["SidecarController", "check_csi_address"]
+
+
+def check_csi_address(address: str) -> None:
+    """Refuse, with one line, a ``--csi-address`` that can never work: malformed, or naming an
+    existing file that is not a unix socket (a regular file, a directory), which the wait for
+    the driver's socket would otherwise wait on forever. A missing path is fine: the driver
+    creates the socket when it starts."""
+    try:
+        endpoint = parse_endpoint(address)
+    except ValueError as err:
+        raise StartupError(f"--csi-address: {err}") from None
+    path = endpoint.path
+    if path is None or not path.exists() or path.is_socket():
+        return
+    kind = "a directory" if path.is_dir() else "a regular file" if path.is_file() else "a file"
+    raise StartupError(
+        f"--csi-address {address}: {path} is {kind}, not a unix socket; point --csi-address "
+        "at the socket the CSI driver listens on (or remove the file so the driver can create it)"
+    )
 
 
 class _Controller(Protocol):
@@ -65,3 +85,19 @@ class SidecarController(Generic[C]):
     def ready(self) -> bool:
         """True while the controller is ready (synced, and leading with leader election)."""
         return self.controller.ready()
+
+    def standing_by(self) -> bool:
+        """True while the controller is a healthy leader-election standby."""
+        controller: object = self.controller  # the protocol above does not name it
+        return (
+            isinstance(controller, LeaderElected)
+            and controller.standing_by()
+            and not self.connection.lost
+        )
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """The controller's leader-election health check (healthy when it has none)."""
+        controller: object = self.controller
+        if isinstance(controller, LeaderElected):
+            return controller.leader_election_check(timeout)
+        return None

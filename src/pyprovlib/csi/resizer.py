@@ -38,7 +38,7 @@ from pyprovlib.controller.resize_options import (
     lease_name,
 )
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController
+from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
 from pyprovlib.csi.attacher import UnsupportedAccessModeError, csi_access_mode
 from pyprovlib.csi.connection import (
     GO_STATUS_NAMES,
@@ -410,6 +410,7 @@ async def build(ctx: RuntimeContext) -> ResizerSidecar:
     metrics: CSIMetrics = (
         default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
     )
+    check_csi_address(args.csi_address)
     connection = await CSIConnection.open(
         args.csi_address,
         ConnectionOptions(timeout=args.timeout, grpc_client=args.grpc_client),

@@ -39,7 +39,9 @@ __all__ = [
     "EXIT_OK",
     "Controller",
     "ControllerFactory",
+    "LeaderElected",
     "RuntimeContext",
+    "StartupError",
     "run",
     "run_async",
 ]
@@ -60,7 +62,8 @@ class Controller(Protocol):
     and returns at once: it stops intake, lets in-flight operations finish, releases the
     leader-election Lease on the way out, and then ``run()`` returns. ``healthy()`` backs
     ``/healthz`` (the process is alive, workers are not stuck); ``ready()`` backs ``/readyz``
-    (informers synced, and leading when leader election is on). Both must be cheap and must
+    (informers synced, and leading when leader election is on; a controller that is also
+    :class:`LeaderElected` is ready as a standby too). Both must be cheap and must
     not block.
     """
 
@@ -78,6 +81,35 @@ class Controller(Protocol):
 
     def ready(self) -> bool:
         """Readiness: true once caches are synced (and, with leader election, while leading)."""
+        ...
+
+
+class StartupError(Exception):
+    """A controller factory cannot start for a reason its message explains (a flag naming
+    something that cannot work, say): the runtime logs the message as one error line, without
+    a traceback, and exits with :data:`EXIT_FAILURE`."""
+
+
+@runtime_checkable
+class LeaderElected(Protocol):
+    """What a :class:`Controller` running under leader election may add so the runtime's
+    health endpoints behave as upstream's (the controllers of :mod:`pyprovlib.controller`,
+    :class:`~pyprovlib.runtime.CompositeController` and the CSI sidecars have both).
+
+    ``standing_by()``: a healthy standby — it contends for the Lease and sees another replica
+    hold it. ``/readyz`` counts it as ready, because leadership is not readiness: a Deployment
+    whose new replicas must become Ready before old ones go (``maxUnavailable: 0``) could
+    otherwise never finish a rollout. ``leader_election_check(timeout)``: client-go's
+    leader-election health check behind ``/healthz/leader-election``, ``None`` unless this
+    replica leads and has not renewed its Lease for the lease duration plus ``timeout``.
+    """
+
+    def standing_by(self) -> bool:
+        """True while a healthy leader-election standby."""
+        ...
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """``None`` when healthy, else why the leader's renewal is overdue."""
         ...
 
 
@@ -386,6 +418,9 @@ async def _build(
     CSI driver) cancels it. ``None`` means no controller: failed or interrupted."""
     try:
         made = controller_factory(context)
+    except StartupError as refused:
+        log.error(str(refused))
+        return None
     except Exception:
         log.exception("the controller factory failed")
         return None
@@ -408,6 +443,9 @@ async def _build(
         log.error("the controller factory was cancelled")
         return None
     err = task.exception()
+    if isinstance(err, StartupError):
+        log.error(str(err))
+        return None
     if err is not None:
         log.error("the controller factory failed", error=str(err), exc_info=err)
         return None

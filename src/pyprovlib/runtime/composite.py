@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pyprovlib.runtime.app import Controller
+from pyprovlib.runtime.app import Controller, LeaderElected
 
 __all__ = ["CompositeController"]
 
@@ -76,3 +76,25 @@ class CompositeController:
     def ready(self) -> bool:
         """Every controller is ready."""
         return all(controller.ready() for controller in self.controllers)
+
+    def standing_by(self) -> bool:
+        """Every controller is ready or a healthy leader-election standby, and at least one
+        is a standby."""
+        standby = [_standing_by(controller) for controller in self.controllers]
+        return any(standby) and all(
+            ready or controller.ready()
+            for ready, controller in zip(standby, self.controllers, strict=True)
+        )
+
+    def leader_election_check(self, timeout: float) -> str | None:
+        """The first failing leader-election check of the controllers, if any."""
+        for controller in self.controllers:
+            if isinstance(controller, LeaderElected):
+                reason = controller.leader_election_check(timeout)
+                if reason is not None:
+                    return reason
+        return None
+
+
+def _standing_by(controller: Controller) -> bool:
+    return isinstance(controller, LeaderElected) and controller.standing_by()

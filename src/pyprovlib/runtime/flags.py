@@ -6,6 +6,12 @@ The flag names, defaults and value syntax follow the Kubernetes CSI sidecars
 environment variable (``PYPROVLIB_<FLAG_NAME>``, plus a few conventional names such as
 ``POD_NAMESPACE``); a flag on the command line wins over the environment, which wins over
 the default.
+
+As in Go's ``flag`` package, a flag is only ever recognised by its full name: argparse's
+prefix matching is off on every parser (``--time=1s`` is an error, not ``--timeout``).
+klog's ``-v N`` / ``--v=N`` is accepted (see :data:`KLOG_DEBUG_VERBOSITY`), and the upstream
+sidecars' flags that pyprovlib does not implement (:data:`UNSUPPORTED_UPSTREAM_FLAGS`) are
+rejected by name in one line.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_PREFIX",
+    "KLOG_DEBUG_VERBOSITY",
+    "UNSUPPORTED_UPSTREAM_FLAGS",
     "CommonOptions",
     "HttpAddress",
     "RuntimeArgumentParser",
@@ -49,6 +57,70 @@ ENV_PREFIX = "PYPROVLIB_"
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+KLOG_DEBUG_VERBOSITY = 4
+"""klog's ``-v``/``--v`` level from which pyprovlib logs at debug. Kubernetes' logging
+conventions call V(4) "debug level" and V(5) "trace level"; levels 0-3 are all info messages
+of more or less detail, and a verbosity never hides warnings or errors. So ``--v`` only ever
+makes the log more verbose: ``--v=4`` and above set the level to debug, ``--v=0`` to ``--v=3``
+leave ``--log-level`` as it is (info unless set)."""
+
+_KLOG_FLAGS = (
+    "klog flag: pyprovlib logs to stderr through structlog; use --log-level and --log-format"
+)
+_FEATURE_GATES = "feature gates of the Go sidecars: pyprovlib has none"
+UNSUPPORTED_UPSTREAM_FLAGS: Mapping[str, str] = {
+    # external-provisioner
+    "--enable-capacity": "CSIStorageCapacity objects are not implemented",
+    "--capacity-threads": "CSIStorageCapacity objects are not implemented",
+    "--capacity-poll-interval": "CSIStorageCapacity objects are not implemented",
+    "--capacity-for-immediate-binding": "CSIStorageCapacity objects are not implemented",
+    "--capacity-ownerref-level": "CSIStorageCapacity objects are not implemented",
+    "--kube-api-capacity-qps": "CSIStorageCapacity objects are not implemented",
+    "--kube-api-capacity-burst": "CSIStorageCapacity objects are not implemented",
+    "--node-deployment": "per-node deployment (distributed provisioning) is not implemented",
+    "--node-deployment-immediate-binding": "per-node deployment is not implemented",
+    "--node-deployment-base-delay": "per-node deployment is not implemented",
+    "--node-deployment-max-delay": "per-node deployment is not implemented",
+    "--cloning-protection-threads": "the cloning-protection finalizer controller is not "
+    "implemented",
+    "--controller-publish-readonly": "marking ROX volumes read-only at ControllerPublish is "
+    "not implemented",
+    "--enable-pprof": "Go's pprof has no Python counterpart here",
+    "--feature-gates": _FEATURE_GATES,
+    "--master": "use --kubeconfig (or the in-cluster service account)",
+    "--connection-timeout": "removed upstream; the sidecar waits for the CSI socket until it "
+    "appears",
+    "--provisioner": "removed upstream; the provisioner name comes from the driver's GetPluginInfo",
+    "--leader-election-type": "removed upstream; leader election always uses Leases",
+    "--enable-leader-election": "removed upstream; use --leader-election",
+    # external-attacher / external-resizer
+    "--max-grpc-log-length": "gRPC payloads are never logged",
+    "--extra-modify-metadata": "VolumeAttributesClass (ControllerModifyVolume) is not implemented",
+    # klog / component-base logging
+    "--logtostderr": _KLOG_FLAGS,
+    "--alsologtostderr": _KLOG_FLAGS,
+    "--log-dir": _KLOG_FLAGS,
+    "--log-file": _KLOG_FLAGS,
+    "--log-file-max-size": _KLOG_FLAGS,
+    "--log-flush-frequency": _KLOG_FLAGS,
+    "--stderrthreshold": _KLOG_FLAGS,
+    "--vmodule": _KLOG_FLAGS,
+    "--skip-headers": _KLOG_FLAGS,
+    "--skip-log-headers": _KLOG_FLAGS,
+    "--add-dir-header": _KLOG_FLAGS,
+    "--one-output": _KLOG_FLAGS,
+    "--log-backtrace-at": _KLOG_FLAGS,
+    "--log_backtrace_at": _KLOG_FLAGS,
+    "--logging-format": _KLOG_FLAGS,
+    "--log-json-split-stream": _KLOG_FLAGS,
+    "--log-json-info-buffer-size": _KLOG_FLAGS,
+}
+"""Flags of external-provisioner, external-attacher, external-resizer and klog that
+pyprovlib's entry points do not implement, each with why. Given one, an entry point exits
+with status 2 and one line naming it (not argparse's usage dump), so an upstream manifest
+that relies on it fails loudly instead of running without it. A flag an entry point does
+define is never looked up here."""
 
 _SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -271,6 +343,8 @@ class RuntimeArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        # Go's flag package has no prefix matching: neither do we (--time is not --timeout).
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._env_bindings: list[_EnvBinding] = []
         self.environ: Mapping[str, str] | None = None
@@ -319,7 +393,24 @@ class RuntimeArgumentParser(argparse.ArgumentParser):
                 # which is exactly "flag > environment > default".
                 setattr(namespace, binding.dest, value)
                 break
-        return super().parse_known_args(args, namespace)
+        parsed, extras = super().parse_known_args(args, namespace)
+        self._reject_unsupported(extras)
+        return parsed, extras
+
+    def _reject_unsupported(self, extras: Sequence[str]) -> None:
+        # Only what no action of this parser took ends up here, so a flag an entry point
+        # implements (e.g. --extra-create-metadata) is never rejected.
+        for arg in extras:
+            name = arg.split("=", 1)[0]
+            if name.startswith("-") and not name.startswith("--"):
+                name = "-" + name  # Go accepts -flag for --flag
+            reason = UNSUPPORTED_UPSTREAM_FLAGS.get(name)
+            if reason is not None:
+                self.exit(
+                    2,
+                    f"{self.prog}: error: {name} is an upstream flag pyprovlib does not "
+                    f"support: {reason}; remove it\n",
+                )
 
 
 def _env_names(flag: str, env: Sequence[str] | None, extra_env: Sequence[str]) -> tuple[str, ...]:
@@ -351,12 +442,14 @@ def add_flag(
     metavar: str | None = None,
     default_text: str | None = None,
     group: argparse._ArgumentGroup | None = None,
+    aliases: Sequence[str] = (),
 ) -> None:
     """Add a value flag (``--name VALUE`` or ``--name=VALUE``) bound to the environment.
 
     ``env`` replaces the default variable name (``PYPROVLIB_<NAME>``); ``extra_env`` adds
     lower-precedence names (e.g. ``POD_NAMESPACE``). ``--help`` shows the default and the
-    variables. ``type`` converts both command-line and environment text.
+    variables. ``type`` converts both command-line and environment text. ``aliases`` are
+    other spellings of the same flag (``-v`` for ``--v``).
     """
     names = _env_names(flag, env, extra_env)
     dest = flag.lstrip("-").replace("-", "_")
@@ -364,6 +457,7 @@ def add_flag(
     target = group if group is not None else parser
     target.add_argument(
         flag,
+        *aliases,
         dest=dest,
         type=type,
         default=default,
@@ -614,6 +708,18 @@ def common_parser(
     )
     add_flag(
         parser,
+        "--v",
+        default=None,
+        type=_non_negative_int,
+        help=f"klog's verbosity, accepted for drop-in use with upstream manifests: "
+        f"{KLOG_DEBUG_VERBOSITY} or more logs at debug, less leaves --log-level as it is",
+        metavar="N",
+        default_text="unset",
+        group=proc,
+        aliases=("-v",),
+    )
+    add_flag(
+        parser,
         "--worker-threads",
         default=int(_as_float(values["worker_threads"])),
         type=_positive_int,
@@ -677,6 +783,9 @@ class CommonOptions:
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     worker_threads: int = 4
     shutdown_grace_period: float = 30.0
+    v: int | None = None
+    """klog's verbosity as given (``--v``); already folded into :attr:`log_level` by
+    :meth:`from_namespace`."""
 
     def __post_init__(self) -> None:
         if self.http_endpoint and self.metrics_address:
@@ -707,7 +816,13 @@ class CommonOptions:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> CommonOptions:
         """Pick the common flags out of a namespace parsed by :func:`common_parser` (extra
-        entry-point flags are ignored). Raises :class:`ValueError` for inconsistent values."""
+        entry-point flags are ignored). Raises :class:`ValueError` for inconsistent values.
+
+        ``--v`` of :data:`KLOG_DEBUG_VERBOSITY` or more makes the level debug."""
+        v = getattr(ns, "v", None)
+        log_level = ns.log_level
+        if v is not None and v >= KLOG_DEBUG_VERBOSITY:
+            log_level = "debug"
         return cls(
             kubeconfig=ns.kubeconfig or None,
             leader_election=bool(ns.leader_election),
@@ -721,9 +836,10 @@ class CommonOptions:
             metrics_address=ns.metrics_address,
             metrics_path=ns.metrics_path,
             log_format=ns.log_format,
-            log_level=ns.log_level,
+            log_level=log_level,
             worker_threads=int(ns.worker_threads),
             shutdown_grace_period=float(ns.shutdown_grace_period),
+            v=None if v is None else int(v),
         )
 
     @property

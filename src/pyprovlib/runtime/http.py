@@ -1,5 +1,6 @@
 """The diagnostics HTTP server of every entry point: Prometheus ``/metrics``, ``/healthz``
-(liveness) and ``/readyz`` (readiness), on aiohttp.
+(liveness), ``/healthz/leader-election`` (upstream sidecars' liveness path) and ``/readyz``
+(readiness), on aiohttp.
 
 Health responses follow the Kubernetes components' convention: ``ok`` when every check
 passes, otherwise one ``[+]name ok`` / ``[-]name failed: reason`` line per check (all lines
@@ -25,29 +26,63 @@ if TYPE_CHECKING:
 
     from pyprovlib.runtime.app import Controller
 
-__all__ = ["Check", "HttpServer", "controller_checks"]
+__all__ = [
+    "LEADER_ELECTION_CHECK",
+    "LEADER_ELECTION_HEALTH_TIMEOUT",
+    "LEADER_ELECTION_PATH",
+    "Check",
+    "HttpServer",
+    "controller_checks",
+]
 
 Check = Callable[[], str | None]
 """A health check: returns ``None`` when passing, else the reason it fails."""
+
+LEADER_ELECTION_PATH = "/healthz/leader-election"
+"""Where csi-lib-utils' leader election serves its health check, the liveness path of the
+upstream sidecars' manifests."""
+LEADER_ELECTION_CHECK = "leader-election"
+"""The name of the leader-election check in ``/healthz`` (and alone at
+:data:`LEADER_ELECTION_PATH`)."""
+LEADER_ELECTION_HEALTH_TIMEOUT = 20.0
+"""How long past the lease duration a leader may go without renewing before the check fails
+(csi-lib-utils' ``DefaultHealthCheckTimeout``)."""
 
 log = get_logger(__name__)
 
 
 def controller_checks(controller: Controller) -> tuple[dict[str, Check], dict[str, Check]]:
-    """The ``/healthz`` and ``/readyz`` checks of a :class:`~pyprovlib.runtime.Controller`:
-    its ``healthy()`` and ``ready()``."""
+    """The ``/healthz`` and ``/readyz`` checks of a :class:`~pyprovlib.runtime.Controller`.
+
+    ``/healthz``: its ``healthy()``, and the leader-election check (always passing for a
+    controller that is not :class:`~pyprovlib.runtime.LeaderElected`). ``/readyz``: its
+    ``ready()``, or a healthy leader-election standby (``standing_by()``).
+    """
+    from pyprovlib.runtime.app import LeaderElected
+
+    elected = controller if isinstance(controller, LeaderElected) else None
 
     def healthy() -> str | None:
         if controller.healthy():
             return None
         return "controller reports unhealthy (stopped, or workers stuck)"
 
+    def leader_election() -> str | None:
+        if elected is None:
+            return None
+        return elected.leader_election_check(LEADER_ELECTION_HEALTH_TIMEOUT)
+
     def ready() -> str | None:
         if controller.ready():
             return None
-        return "controller not ready (caches not synced, or not the leader)"
+        if elected is not None and elected.standing_by():
+            return None
+        return "controller not ready (caches not synced, or neither leading nor standing by)"
 
-    return {"controller": healthy}, {"controller": ready}
+    return (
+        {"controller": healthy, LEADER_ELECTION_CHECK: leader_election},
+        {"controller": ready},
+    )
 
 
 def _bind(address: HttpAddress) -> socket.socket:
@@ -110,6 +145,12 @@ class HttpServer:
         app.router.add_get(self.metrics_path, self._metrics)
         if self.healthz is not None:
             app.router.add_get("/healthz", self._make_health("healthz", self.healthz, 500))
+            # As upstream: the leader-election check alone, with an "ok" even when the process
+            # runs without leader election, so an upstream manifest's liveness probe passes.
+            election = {
+                name: check for name, check in self.healthz.items() if name == LEADER_ELECTION_CHECK
+            }
+            app.router.add_get(LEADER_ELECTION_PATH, self._make_health("healthz", election, 500))
         if self.readyz is not None:
             app.router.add_get("/readyz", self._make_health("readyz", self.readyz, 503))
         return app

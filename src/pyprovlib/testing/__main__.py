@@ -2,7 +2,8 @@
 
 ``python -m pyprovlib.testing --port PORT --kubeconfig FILE [--no-binder] [--scheduler]
 [--nodes N]`` writes a kubeconfig naming the server, prints where it listens, and serves until
-SIGTERM or SIGINT. ``--scheduler`` and ``--nodes`` make it closer to a real cluster: a pod
+SIGTERM or SIGINT. The kubeconfig file appears (atomically) only once the server is ready, so a
+script can wait for it. ``--scheduler`` and ``--nodes`` make it closer to a real cluster: a pod
 scheduler selecting nodes for ``WaitForFirstConsumer`` claims, and Ready nodes to select.
 
 ``python -m pyprovlib.testing --binder-only --kubeconfig FILE`` runs only the PV binder
@@ -17,6 +18,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -30,10 +32,15 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m pyprovlib.testing",
         description="Serve pyprovlib's in-memory Kubernetes API server over HTTP.",
+        allow_abbrev=False,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
-    p.add_argument("--kubeconfig", help="write a kubeconfig naming the server to this file")
+    p.add_argument(
+        "--kubeconfig",
+        help="write a kubeconfig naming the server to this file once the server is ready "
+        "(wait for the file to appear before using it)",
+    )
     p.add_argument(
         "--no-binder",
         dest="binder",
@@ -123,6 +130,16 @@ async def _register_nodes(api: ApiClient, count: int) -> None:
         )
 
 
+def _publish_kubeconfig(server: ApiServer, target: str) -> Path:
+    # Written last, once the server (nodes, scheduler) is ready, and renamed into place so a
+    # script waiting for the file (`until [ -s kubeconfig ]`) never reads half of it.
+    path = Path(target)
+    partial = path.with_name(f".{path.name}.partial")
+    server.write_kubeconfig(partial)
+    partial.replace(path)
+    return path
+
+
 async def run(args: argparse.Namespace) -> int:
     """Serve (or bind) until SIGTERM/SIGINT; returns the exit status."""
     stop = asyncio.Event()
@@ -153,7 +170,7 @@ async def run(args: argparse.Namespace) -> int:
                 await scheduler.start()
             where = f"pyprovlib apiserver listening on {server.url}"
             if args.kubeconfig:
-                path = server.write_kubeconfig(args.kubeconfig)
+                path = _publish_kubeconfig(server, args.kubeconfig)
                 where += f" (kubeconfig {path})"
             print(where, flush=True)  # the one line callers wait for
             try:

@@ -1,0 +1,78 @@
+"""A bug in the user's Resizer (an exception it did not mean to raise) is logged once per
+failure at error with its type and traceback, and the VolumeResizeFailed event names the
+type; a ResizeError keeps its bare message."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import structlog
+from resize_support import MemoryResizer, Scenario, capacity, controller, running, wait_for
+
+from pyprovlib.resizer import ExpansionResult
+from pyprovlib.runtime import logging as runtime_logging
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def logs() -> Iterator[io.StringIO]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    runtime_logging.configure_logging("json", "debug", stream=stream)
+    yield stream
+    if runtime_logging._installed is not None:
+        root.removeHandler(runtime_logging._installed)
+        runtime_logging._installed = None
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+
+
+class BuggyResizer(MemoryResizer):
+    """Divides by zero on its first expansion."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.bug = True
+
+    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+        if self.bug:
+            self.bug = False
+            new_size //= 0
+        return await super().expand(pv, new_size)
+
+
+async def test_a_resizer_bug_is_logged_with_its_traceback_and_named_in_the_event(
+    kube_cluster: TestCluster, logs: io.StringIO
+) -> None:
+    s = Scenario(kube_cluster)
+    sc = await s.storage_class()
+    claim, _, _ = await s.bound_claim(sc)
+    resizer = BuggyResizer(s.driver)
+    async with running(controller(kube_cluster, resizer)):
+        await s.request(claim, "2Gi")
+        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded after retry")
+
+        async def failed_event() -> list[str]:
+            return [
+                str(e.get("message"))
+                for e in await s.events(claim)
+                if e.get("reason") == "VolumeResizeFailed"
+            ]
+
+        messages = await wait_for(failed_event, message="a VolumeResizeFailed event")
+        assert any("ZeroDivisionError: integer division or modulo by zero" in m for m in messages)
+    bugs = [json.loads(line) for line in logs.getvalue().splitlines() if '"exception"' in line]
+    assert [(b["level"], b["error_type"]) for b in bugs] == [("error", "ZeroDivisionError")]
+    assert "in expand" in bugs[0]["exception"]
+    assert not [
+        line for line in logs.getvalue().splitlines() if '"event": "expansion failed"' in line
+    ]  # the bug's one record replaces the plain line

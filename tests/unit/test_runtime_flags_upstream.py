@@ -1,0 +1,148 @@
+"""Drop-in use with upstream manifests: full flag names only, klog's -v, and the upstream
+flags pyprovlib does not implement rejected by name in one line."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyprovlib.runtime import common_parser, parse_common
+from pyprovlib.runtime.flags import KLOG_DEBUG_VERBOSITY, UNSUPPORTED_UPSTREAM_FLAGS
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "pyprovlib"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = common_parser("test-prog", "A test.")
+    p.environ = {}
+    return p
+
+
+def test_a_prefix_of_a_flag_is_an_error_not_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    p = parser()
+    p.add_argument("--timeout")
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(p, ["--time=1s"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments: --time=1s" in capsys.readouterr().err
+    # --v is a flag of its own, not an ambiguous prefix of --version/--volume-name-prefix.
+    options, _ = parse_common(parser(), ["--v=2"])
+    assert options.v == 2
+
+
+def test_every_argument_parser_in_src_turns_abbreviations_off() -> None:
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        if "_proto" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "ArgumentParser"
+                and not any(k.arg == "allow_abbrev" for k in node.keywords)
+            ):
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        ([], "info"),
+        (["--v=5"], "debug"),
+        (["--v", "4"], "debug"),
+        (["-v", "4"], "debug"),
+        (["-v=6"], "debug"),
+        (["-v3"], "info"),
+        (["--v=2"], "info"),
+        (["--v=0", "--log-level=warning"], "warning"),
+        (["--v=3", "--log-level=debug"], "debug"),
+        (["--v=5", "--log-level=error"], "debug"),
+    ],
+)
+def test_klog_verbosity_maps_onto_the_log_level(argv: list[str], level: str) -> None:
+    options, _ = parse_common(parser(), argv)
+    assert options.log_level == level
+
+
+def test_klog_verbosity_threshold_is_the_debug_level_of_the_conventions() -> None:
+    assert KLOG_DEBUG_VERBOSITY == 4
+    options, _ = parse_common(parser(), [f"--v={KLOG_DEBUG_VERBOSITY - 1}"])
+    assert options.log_level == "info"
+
+
+def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_common(parser(), ["--v=-1"])
+    assert "--v" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--enable-capacity"],
+        ["--enable-capacity=true"],
+        ["--node-deployment=true"],
+        ["--feature-gates=Topology=true"],
+        ["--feature-gates", "Topology=true"],
+        ["-feature-gates=Topology=true"],
+        ["--logtostderr"],
+    ],
+)
+def test_unsupported_upstream_flags_are_rejected_by_name_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(parser(), ["--v=5", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    name = argv[0].split("=", 1)[0].lstrip("-")
+    assert err.count("\n") == 1, err
+    assert err.startswith("test-prog: error: --" + name + " is an upstream flag")
+    assert "not support" in err
+    assert "usage:" not in err
+
+
+def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
+    from pyprovlib.csi import attacher, resizer
+    from pyprovlib.csi._sidecar import build_parser
+
+    implemented: set[str] = set()
+    for p in (build_parser(), attacher.parser(), resizer.parser()):
+        implemented.update(re.findall(r"--[a-z][a-z0-9-]*", p.format_help()))
+    assert "--extra-create-metadata" in implemented
+    assert implemented & set(UNSUPPORTED_UPSTREAM_FLAGS) == set()
+    # The provisioner's upstream-compatible flags parse.
+    options, ns = parse_common(
+        build_parser(),
+        ["--extra-create-metadata", "--v=5", "--leader-election", "--timeout=30s"],
+    )
+    assert ns.extra_create_metadata is True
+    assert options.log_level == "debug"
+
+
+@pytest.mark.parametrize(
+    "module", ["pyprovlib.csi.provisioner", "pyprovlib.csi.attacher", "pyprovlib.csi.resizer"]
+)
+def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(module: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--v=5", "--feature-gates=Foo=true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].endswith(
+        ": error: --feature-gates is an upstream flag pyprovlib does not "
+        "support: feature gates of the Go sidecars: pyprovlib has none; remove it"
+    )
