@@ -1,0 +1,388 @@
+"""``python -m pyprovlib.csi``: the provisioner, attacher and resizer in one process, as a real
+process against the in-memory API server and the Python CSI test driver — provision, attach,
+expand, detach and delete through it, over one CSI connection, one set of informers and one
+Lease; and its flags, which are the three sidecars' own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from csi_driver import DRIVER_NAME
+from csi_full_driver import serve_full_driver
+
+from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
+from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.ratelimit import TokenBucket
+from pyprovlib.kube.resources import (
+    CSINODES,
+    LEASES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.runtime import parse_common
+from pyprovlib.testing.server import ApiServer
+
+DEADLINE = 30.0
+T = TypeVar("T")
+
+RECORDED: dict[tuple[str, str], int] = {}
+"""The (verb, resource) requests the process made in the end-to-end test, for the RBAC
+check of examples/csi-hostpath/ (tests/examples/test_csi_hostpath_manifests.py)."""
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def test_each_controller_keeps_its_sidecars_defaults() -> None:
+    _, ns = parse_common(build_parser(), [])
+    assert ns.controllers == CONTROLLERS
+    sidecar = ns.sidecar_args
+    expected = {
+        "provisioner": _sidecar.build_parser().parse_args([]),
+        "attacher": attacher.parser().parse_args([]),
+        "resizer": resizer.parser().parse_args([]),
+    }
+    assert {name: vars(sidecar[name]) for name in CONTROLLERS} == {
+        name: vars(args) for name, args in expected.items()
+    }
+    # The defaults that differ stay different.
+    assert [sidecar[n].timeout for n in CONTROLLERS] == [10.0, 15.0, 10.0]
+    assert [sidecar[n].worker_threads for n in CONTROLLERS] == [100, 10, 10]
+
+
+def test_a_given_flag_reaches_every_controller_that_has_it() -> None:
+    argv = [
+        "--timeout=30s",
+        "--volume-name-prefix",
+        "vol",
+        "--max-entries=5",
+        "--workers",
+        "7",
+        "--controllers=resizer,attacher",
+        "--leader-election",
+        "--http-endpoint=:0",
+    ]
+    options, ns = parse_common(build_parser(), argv)
+    sidecar = ns.sidecar_args
+    assert ns.controllers == ("attacher", "resizer")  # in CONTROLLERS order
+    assert [sidecar[n].timeout for n in CONTROLLERS] == [30.0, 30.0, 30.0]
+    assert sidecar["provisioner"].volume_name_prefix == "vol"
+    assert sidecar["attacher"].max_entries == 5
+    # --workers is the resizer's alone.
+    assert [sidecar[n].worker_threads for n in CONTROLLERS] == [100, 10, 7]
+    # Process-wide options follow the first enabled controller (the attacher here).
+    assert options.leader_election is True
+    assert options.leader_election_retry_period == 5.0
+    assert options.http_endpoint == ":0"
+
+
+def test_environment_is_read_by_each_sidecars_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYPROVLIB_TIMEOUT", "3s")
+    monkeypatch.setenv("PYPROVLIB_CONTROLLERS", "provisioner")
+    _, ns = parse_common(build_parser(), [])
+    assert ns.controllers == ("provisioner",)
+    assert [ns.sidecar_args[n].timeout for n in CONTROLLERS] == [3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--controllers=provisioner,snapshotter"], "unknown controller 'snapshotter'"),
+        (["--controllers="], "name at least one controller"),
+        (["--max-entries=-1"], "--max-entries: must not be negative"),
+        (["--timeout=soon"], "invalid duration 'soon'"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_common(build_parser(), argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "python -m pyprovlib.csi: error:" in err
+
+
+def test_help_lists_every_sidecars_flags() -> None:
+    text = build_parser().format_help()
+    for flag in ("--volume-name-prefix", "--max-entries", "--reconcile-sync", "--workers"):
+        assert flag in text
+    assert "--handle-volume-inuse-error" in text
+    assert "--controllers LIST" in text
+    assert "--timeout: provisioner 10s, attacher 15s, resizer 10s" in text
+
+
+# -- the process -----------------------------------------------------------------------------
+
+
+class Process:
+    """The combined process; its JSON log lines are collected from stderr."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+
+    async def read(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            text = raw.decode(errors="replace").rstrip("\n")
+            self.raw.append(text)
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.append(json.loads(text))
+
+
+@contextlib.asynccontextmanager
+async def combined(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Process]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
+    env.pop("KUBECONFIG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        "--retry-interval-start",
+        "10ms",
+        "--retry-interval-max",
+        "200ms",
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    program = Process(proc)
+    reader = asyncio.create_task(program.read())
+    try:
+        yield program
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), DEADLINE)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await reader
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, process: Process | None = None
+) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if process is not None and process.proc.returncode is not None:
+            raise AssertionError(f"exited before {what}: {process.raw[-20:]}")
+        if loop.time() > deadline:
+            tail = process.raw[-20:] if process is not None else []
+            raise AssertionError(f"not within {DEADLINE}s: {what} {tail}")
+        await asyncio.sleep(0.05)
+
+
+def unix_connections(socket: pathlib.Path) -> int:
+    """Connected sockets at ``socket``'s path (the driver's accepted ones), from
+    /proc/net/unix: the listening socket is not counted."""
+    count = 0
+    for line in pathlib.Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        # Num RefCount Protocol Flags Type St Inode Path; St 03 = connected.
+        if len(fields) >= 8 and fields[7] == str(socket) and fields[5] == "03":
+            count += 1
+    return count
+
+
+TEST_USER_AGENT = "pyprovlib-tests (combined)"
+"""The test's own client: its requests are not the process's."""
+
+
+def test_client(server: ApiServer) -> LimitedApiClient:
+    return LimitedApiClient(
+        server.configuration(), limiter=TokenBucket(0, 0), user_agent=TEST_USER_AGENT
+    )
+
+
+def spec(obj: Obj) -> dict[str, Any]:
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def status(obj: Obj) -> dict[str, Any]:
+    value = obj.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
+    """Provision, attach, expand, detach and delete one volume through the process; returns
+    the objects as they were at each step."""
+    seen: dict[str, Obj] = {}
+    async with test_client(server) as api:
+        classes = ResourceClient(api, STORAGE_CLASSES)
+        claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+        volumes = ResourceClient(api, PERSISTENT_VOLUMES)
+        attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+        await ResourceClient(api, CSINODES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSINode",
+                "metadata": {"name": "node-1"},
+                "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+            }
+        )
+        await classes.create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "csi"},
+                "provisioner": DRIVER_NAME,
+                "allowVolumeExpansion": True,
+            }
+        )
+        await claims.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "csi",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        )
+
+        async def bound() -> Obj | None:
+            claim = await claims.get("data", "default")
+            return claim if status(claim).get("phase") == "Bound" else None
+
+        seen["bound"] = claim = await eventually(bound, "claim bound", process)
+        pv_name = spec(claim)["volumeName"]
+
+        await attachments.create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "VolumeAttachment",
+                "metadata": {"name": "va-data"},
+                "spec": {
+                    "attacher": DRIVER_NAME,
+                    "nodeName": "node-1",
+                    "source": {"persistentVolumeName": pv_name},
+                },
+            }
+        )
+
+        async def attached() -> Obj | None:
+            va = await attachments.get("va-data")
+            return va if status(va).get("attached") else None
+
+        seen["attached"] = await eventually(attached, "volume attached", process)
+
+        await claims.patch(
+            "data",
+            {"spec": {"resources": {"requests": {"storage": "2Gi"}}}},
+            namespace="default",
+        )
+
+        async def expanded() -> Obj | None:
+            claim = await claims.get("data", "default")
+            return claim if status(claim).get("capacity", {}).get("storage") == "2Gi" else None
+
+        seen["expanded"] = await eventually(expanded, "claim expanded", process)
+        seen["expanded_pv"] = await volumes.get(pv_name)
+
+        await attachments.delete("va-data")
+
+        async def detached() -> bool:
+            return not any(
+                va["metadata"]["name"] == "va-data"
+                for va in (await attachments.list()).get("items") or []
+            )
+
+        await eventually(detached, "volume detached", process)
+        await claims.delete("data", "default")
+
+        async def deleted() -> bool:
+            names = {pv["metadata"]["name"] for pv in (await volumes.list()).get("items") or []}
+            return pv_name not in names
+
+        await eventually(deleted, "volume deleted", process)
+    return seen
+
+
+async def test_one_process_provisions_attaches_expands_and_deletes(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    async with (
+        ApiServer(binder=True) as server,
+        serve_full_driver(sock_dir) as (state, driver, _),
+    ):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        socket = sock_dir / "csi.sock"
+        async with combined(
+            kubeconfig,
+            "--csi-address",
+            f"unix://{socket}",
+            "--leader-election",
+            "--leader-election-namespace",
+            "default",
+        ) as process:
+            seen = await run_lifecycle(server, process)
+
+            calls = [method for method, _ in state.calls]
+            for method in (
+                "CreateVolume",
+                "ControllerPublishVolume",
+                "ControllerExpandVolume",
+                "ControllerUnpublishVolume",
+                "DeleteVolume",
+            ):
+                assert calls.count(method) == 1, (method, calls)
+            assert not state.volumes
+            handle = spec(seen["expanded_pv"])["csi"]["volumeHandle"]
+            assert driver.published == {handle: set()}  # published to node-1-id, then not
+            (publish,) = state.requests("ControllerPublishVolume")
+            assert publish.node_id == "node-1-id"
+            assert spec(seen["expanded_pv"])["capacity"]["storage"] == "2Gi"
+
+            # One connection: the driver was identified once, and one socket is connected.
+            assert calls.count("GetPluginInfo") == 1, calls
+            assert unix_connections(socket) == 1
+            # One Lease, the combined process's.
+            async with test_client(server) as api:
+                leases = (await ResourceClient(api, LEASES).list("default")).get("items") or []
+            assert [lease["metadata"]["name"] for lease in leases] == [lease_name(DRIVER_NAME)]
+            # One set of informers: each resource watched once, though PersistentVolumes are
+            # the provisioner's, the attacher's and the resizer's (three sidecars: three
+            # watches). Claims may be listed once more by the provisioner's first data-source
+            # protection sweep, when it runs before the cache synced.
+            requests = server.requests.snapshot(DEFAULT_USER_AGENT)
+            for resource in ("persistentvolumes", "persistentvolumeclaims", "storageclasses"):
+                assert requests.get(("watch", resource)) == 1, (resource, requests)
+            assert requests.get(("list", "persistentvolumes")) == 1, requests
+            RECORDED.update(requests)
+
+            process.proc.terminate()
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 0
+        assert any(line.get("event") == "CSI controllers in one process" for line in process.lines)
