@@ -217,7 +217,7 @@ TEST_USER_AGENT = "pyprovlib-tests (combined)"
 """The test's own client: its requests are not the process's."""
 
 
-def test_client(server: ApiServer) -> LimitedApiClient:
+def own_client(server: ApiServer) -> LimitedApiClient:
     return LimitedApiClient(
         server.configuration(), limiter=TokenBucket(0, 0), user_agent=TEST_USER_AGENT
     )
@@ -237,7 +237,7 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
     """Provision, attach, expand, detach and delete one volume through the process; returns
     the objects as they were at each step."""
     seen: dict[str, Obj] = {}
-    async with test_client(server) as api:
+    async with own_client(server) as api:
         classes = ResourceClient(api, STORAGE_CLASSES)
         claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
         volumes = ResourceClient(api, PERSISTENT_VOLUMES)
@@ -370,7 +370,7 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
             assert calls.count("GetPluginInfo") == 1, calls
             assert unix_connections(socket) == 1
             # One Lease, the combined process's.
-            async with test_client(server) as api:
+            async with own_client(server) as api:
                 leases = (await ResourceClient(api, LEASES).list("default")).get("items") or []
             assert [lease["metadata"]["name"] for lease in leases] == [lease_name(DRIVER_NAME)]
             # One set of informers: each resource watched once, though PersistentVolumes are
