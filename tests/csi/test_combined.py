@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from csi_driver import DRIVER_NAME
+from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
 
 from pyprovlib.csi import _sidecar, attacher, resizer
@@ -430,3 +430,78 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
             process.proc.terminate()
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 0
         assert any(line.get("event") == "CSI controllers in one process" for line in process.lines)
+
+
+async def test_a_driver_without_expansion_is_refused_with_the_way_out(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """The resizer enabled (the default) on a driver that expands nowhere: the process exits
+    1 saying so and how to leave the resizer out; with --controllers it provisions."""
+    async with ApiServer(binder=True) as server, serve_driver(sock_dir, snapshots=False):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        address = f"unix://{sock_dir / 'csi.sock'}"
+        async with combined(kubeconfig, "--csi-address", address) as process:
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+        failed = [line for line in process.lines if line.get("level") == "error"]
+        assert any(
+            "neither supports controller resize" in str(line.get("error"))
+            and "--controllers=provisioner,attacher" in str(line.get("error"))
+            for line in failed
+        ), process.raw[-10:]
+
+        async with (
+            combined(kubeconfig, "--csi-address", address, "--controllers=provisioner") as process,
+            own_client(server) as api,
+        ):
+            await ResourceClient(api, STORAGE_CLASSES).create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass",
+                    "metadata": {"name": "csi"},
+                    "provisioner": DRIVER_NAME,
+                }
+            )
+            claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+            await claims.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "namespace": "default"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "csi",
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            )
+
+            async def bound() -> bool:
+                claim = await claims.get("data", "default")
+                return status(claim).get("phase") == "Bound"
+
+            await eventually(bound, "claim bound", process)
+
+
+async def test_a_lost_driver_connection_ends_the_process(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """As each sidecar does (--exit-on-connection-loss, default true): the driver goes away,
+    the process exits 1 so that the pod restarts it."""
+    async with ApiServer(binder=True) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        address = f"unix://{sock_dir / 'csi.sock'}"
+        async with combined(kubeconfig, "--csi-address", address) as process:
+            async with serve_full_driver(sock_dir):
+
+                async def started() -> bool:
+                    return any(
+                        line.get("event") == "CSI controllers in one process"
+                        for line in process.lines
+                    )
+
+                await eventually(started, "start-up", process)
+            # The driver is gone; the process is not stopped by the test.
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+        assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])

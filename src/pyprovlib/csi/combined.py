@@ -407,14 +407,21 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         background: list[Callable[[], Awaitable[None]]] = []
         for name in enabled:
             view = _view(ctx, sidecar_args[name])
-            if name == "provisioner":
-                controller, provisioner, _ = _sidecar.build_controller(view, connection, factory)
-                controllers[name] = controller
-                background.append(provisioner.run_clone_protection)
-            elif name == "attacher":
-                controllers[name] = attacher.build_controller(view, connection, factory)
-            else:
-                controllers[name] = resizer.build_controller(view, connection, factory)
+            try:
+                if name == "provisioner":
+                    controller, provisioner, _ = _sidecar.build_controller(
+                        view, connection, factory
+                    )
+                    controllers[name] = controller
+                    background.append(provisioner.run_clone_protection)
+                elif name == "attacher":
+                    controllers[name] = attacher.build_controller(view, connection, factory)
+                else:
+                    controllers[name] = resizer.build_controller(view, connection, factory)
+            except (_sidecar.DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
+                others = ",".join(n for n in enabled if n != name)
+                hint = f"--controllers={others}" if others else "another driver"
+                raise type(err)(f"{err}; without the {name}: {hint}") from None
         options = ctx.options
         fields = options.leader_election_fields()
         combined = CSIControllers(
