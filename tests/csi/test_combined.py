@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import aiohttp
 import pytest
 import yaml
 from csi_driver import DRIVER_NAME, serve_driver
@@ -505,3 +506,84 @@ async def test_a_lost_driver_connection_ends_the_process(
             # The driver is gone; the process is not stopped by the test.
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
         assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
+
+
+async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """Two replicas: one Lease, held by one of them; both answer /healthz and /readyz 200 (a
+    standby is ready: leadership is not readiness). Stopping the leader hands the Lease
+    over."""
+    async with (
+        ApiServer(binder=True) as server,
+        serve_full_driver(sock_dir),
+    ):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        flags = (
+            "--csi-address",
+            f"unix://{sock_dir / 'csi.sock'}",
+            "--leader-election",
+            "--leader-election-namespace=default",
+            "--leader-election-lease-duration=3s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=500ms",
+            "--http-endpoint=127.0.0.1:0",
+        )
+        async with (
+            combined(kubeconfig, *flags) as first,
+            combined(kubeconfig, *flags) as second,
+            own_client(server) as api,
+            aiohttp.ClientSession() as http,
+        ):
+            leases = ResourceClient(api, LEASES)
+
+            async def ports() -> list[int] | None:
+                found = [
+                    [
+                        line["port"]
+                        for line in p.lines
+                        if line.get("event") == "HTTP server listening"
+                    ]
+                    for p in (first, second)
+                ]
+                return [f[0] for f in found] if all(found) else None
+
+            first_port, second_port = await eventually(ports, "HTTP servers")
+
+            async def holder() -> str | None:
+                items = (await leases.list("default")).get("items") or []
+                if len(items) != 1:
+                    return None
+                return str(items[0]["spec"].get("holderIdentity") or "") or None
+
+            leader = await eventually(holder, "a leader")
+
+            async def all_answer(path: str) -> bool:
+                for port in (first_port, second_port):
+                    async with http.get(f"http://127.0.0.1:{port}{path}") as response:
+                        if response.status != 200:
+                            return False
+                return True
+
+            await eventually(lambda: all_answer("/readyz"), "both ready")
+            assert await all_answer("/healthz")
+            items = (await leases.list("default")).get("items") or []
+            assert [i["metadata"]["name"] for i in items] == [lease_name(DRIVER_NAME)]
+
+            # The leader goes away gracefully: it releases the Lease, the other takes it.
+            leading, standby = (first, second) if await _holds(first, leader) else (second, first)
+            leading.proc.terminate()
+            assert await asyncio.wait_for(leading.proc.wait(), DEADLINE) == 0
+
+            async def taken_over() -> bool:
+                now = await holder()
+                return now is not None and now != leader
+
+            await eventually(taken_over, "the Lease taken over", standby)
+            assert standby.proc.returncode is None
+
+
+async def _holds(process: Process, identity: str) -> bool:
+    """Whether ``process`` logged ``identity`` as its own (the elector logs its id)."""
+    return any(line.get("id") == identity for line in process.lines)
