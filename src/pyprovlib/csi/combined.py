@@ -259,8 +259,8 @@ class CSIControllers(ControllerLifecycle):
     connection (with ``exit_on_connection_loss``) or Lease ends :meth:`run` with an error, so
     the process exits and is restarted, as each sidecar would.
 
-    Readiness: a standby (leader election on, another replica leads) is ready — it runs and can
-    take over; the leader is ready once every controller's caches synced.
+    Readiness: a standby (leader election on, another replica seen holding the Lease) is ready
+    — it runs and can take over; the leader is ready once every controller's caches synced.
     """
 
     def __init__(
@@ -348,12 +348,12 @@ class CSIControllers(ControllerLifecycle):
     def ready(self) -> bool:
         """A standby is ready; the leader (or a process without leader election) once every
         controller's caches synced."""
-        if self._stop_requested.is_set():
+        if self._stop_requested.is_set() or self._failed:
             return False
-        if self._lifecycle_options.leader_election and (
-            self._elector is None or not self._elector.is_leader()
-        ):
-            return self._elector is not None  # contending for the Lease
+        elector = self._elector
+        if self._lifecycle_options.leader_election and (elector is None or not elector.is_leader()):
+            # A standby: contending, and another replica is seen holding the Lease.
+            return elector is not None and elector.leader not in (None, elector.identity)
         return self._synced and self._composite.ready()
 
     def is_leader(self) -> bool:
