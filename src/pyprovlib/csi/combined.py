@@ -384,14 +384,19 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     metrics: CSIMetrics = (
         default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
     )
+    connection_options = ConnectionOptions(
+        # The connection's default call timeout; the attacher and resizer pass their own.
+        timeout=primary.timeout,
+        exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
+    )
+    if hasattr(primary, "grpc_client"):
+        # The sidecars' --grpc-client, while they have it (issue 19 removes the flag and the
+        # option together; then this branch is never taken).
+        extra: dict[str, Any] = {"grpc_client": primary.grpc_client}
+        connection_options = dataclasses.replace(connection_options, **extra)
     connection = await CSIConnection.open(
         primary.csi_address,
-        ConnectionOptions(
-            # The connection's default call timeout; the attacher and resizer pass their own.
-            timeout=primary.timeout,
-            exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
-            grpc_client=primary.grpc_client,
-        ),
+        connection_options,
         metrics=metrics,
     )
     try:
