@@ -488,7 +488,8 @@ async def test_a_lost_driver_connection_ends_the_process(
     tmp_path: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """As each sidecar does (--exit-on-connection-loss, default true): the driver goes away,
-    the process exits 1 so that the pod restarts it."""
+    the next call finds it gone (a claim to provision), the process exits 1 so that the pod
+    restarts it."""
     async with ApiServer(binder=True) as server:
         kubeconfig = tmp_path / "kubeconfig"
         server.write_kubeconfig(kubeconfig)
@@ -504,6 +505,27 @@ async def test_a_lost_driver_connection_ends_the_process(
 
                 await eventually(started, "start-up", process)
             # The driver is gone; the process is not stopped by the test.
+            async with own_client(server) as api:
+                await ResourceClient(api, STORAGE_CLASSES).create(
+                    {
+                        "apiVersion": "storage.k8s.io/v1",
+                        "kind": "StorageClass",
+                        "metadata": {"name": "csi"},
+                        "provisioner": DRIVER_NAME,
+                    }
+                )
+                await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": "after-loss", "namespace": "default"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "csi",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                )
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
         assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
 
