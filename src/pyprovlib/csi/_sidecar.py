@@ -33,7 +33,14 @@ from pyprovlib.runtime import (
     run,
 )
 
-__all__ = ["CSIProvisionerController", "build_parser", "main", "make_controller"]
+__all__ = [
+    "CSIProvisionerController",
+    "DriverUnsupportedError",
+    "build_controller",
+    "build_parser",
+    "main",
+    "make_controller",
+]
 
 PROG = "python -m pyprovlib.csi.provisioner"
 
@@ -207,6 +214,60 @@ class CSIProvisionerController(SidecarController[ProvisionController]):
             await asyncio.Event().wait()  # until cancelled with the controller
 
 
+def build_controller(
+    ctx: RuntimeContext,
+    connection: CSIConnection,
+    informer_factory: SharedInformerFactory | None = None,
+) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
+    """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
+    ``connection``; informers come from ``informer_factory`` (a new one when None), which the
+    caller starts. Shared by this sidecar and ``python -m pyprovlib.csi``."""
+    args = ctx.args
+    if not connection.plugin_capabilities.controller_service or (
+        v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
+        not in connection.controller_capabilities
+    ):
+        raise DriverUnsupportedError(
+            f"CSI driver {connection.driver_name} does not support dynamic provisioning: "
+            "it reports no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME capability"
+        )
+    controller_options = ProvisionControllerOptions(
+        threadiness=ctx.options.worker_threads,
+        rate_limiter=ItemExponentialFailureRateLimiter(
+            args.retry_interval_start, args.retry_interval_max
+        ),
+        retry_interval_max=args.retry_interval_max,
+        provisioning_finalizer=args.provisioning_finalizer,
+        **ctx.options.leader_election_fields(),
+    )
+    factory = informer_factory or SharedInformerFactory(
+        ctx.api_client, resync_period=controller_options.resync_period
+    )
+    provisioner = CSIProvisioner(
+        ctx.api_client,
+        connection,
+        CSIProvisionerOptions(
+            volume_name_prefix=args.volume_name_prefix,
+            volume_name_uuid_length=args.volume_name_uuid_length,
+            default_fstype=args.default_fstype,
+            extra_create_metadata=args.extra_create_metadata,
+            strict_topology=args.strict_topology,
+            immediate_topology=args.immediate_topology,
+            prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
+        ),
+        informer_factory=factory,
+    )
+    controller = ProvisionController(
+        ctx.api_client,
+        connection.driver_name,
+        provisioner,
+        controller_options,
+        informer_factory=factory,
+    )
+    provisioner.recorder = controller.recorder
+    return controller, provisioner, factory
+
+
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
@@ -220,48 +281,7 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
         ),
     )
     try:
-        if not connection.plugin_capabilities.controller_service or (
-            v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
-            not in connection.controller_capabilities
-        ):
-            raise DriverUnsupportedError(
-                f"CSI driver {connection.driver_name} does not support dynamic provisioning: "
-                "it reports no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME capability"
-            )
-        controller_options = ProvisionControllerOptions(
-            threadiness=ctx.options.worker_threads,
-            rate_limiter=ItemExponentialFailureRateLimiter(
-                args.retry_interval_start, args.retry_interval_max
-            ),
-            retry_interval_max=args.retry_interval_max,
-            provisioning_finalizer=args.provisioning_finalizer,
-            **ctx.options.leader_election_fields(),
-        )
-        factory = SharedInformerFactory(
-            ctx.api_client, resync_period=controller_options.resync_period
-        )
-        provisioner = CSIProvisioner(
-            ctx.api_client,
-            connection,
-            CSIProvisionerOptions(
-                volume_name_prefix=args.volume_name_prefix,
-                volume_name_uuid_length=args.volume_name_uuid_length,
-                default_fstype=args.default_fstype,
-                extra_create_metadata=args.extra_create_metadata,
-                strict_topology=args.strict_topology,
-                immediate_topology=args.immediate_topology,
-                prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
-            ),
-            informer_factory=factory,
-        )
-        controller = ProvisionController(
-            ctx.api_client,
-            connection.driver_name,
-            provisioner,
-            controller_options,
-            informer_factory=factory,
-        )
-        provisioner.recorder = controller.recorder
+        controller, provisioner, factory = build_controller(ctx, connection)
     except BaseException:
         connection.close()
         raise

@@ -44,6 +44,7 @@ from pyprovlib.csi.connection import (
     default_csi_metrics,
     grpc_client_choice,
 )
+from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import (
     RuntimeArgumentParser,
     RuntimeContext,
@@ -59,6 +60,7 @@ __all__ = [
     "CSIAttacher",
     "UnsupportedAccessModeError",
     "build",
+    "build_controller",
     "csi_access_mode",
     "main",
     "parser",
@@ -342,6 +344,53 @@ class AttacherSidecar(SidecarController[AttachController]):
     connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
 
 
+def build_controller(
+    ctx: RuntimeContext,
+    connection: CSIConnection,
+    informer_factory: SharedInformerFactory | None = None,
+) -> AttachController:
+    """The AttachController from the parsed flags, on an open ``connection``: the CSI handler
+    when the driver has PUBLISH_UNPUBLISH_VOLUME, the trivial one otherwise. Informers come
+    from ``informer_factory`` when given (the caller starts it). Shared by this sidecar and
+    ``python -m pyprovlib.csi``."""
+    args = ctx.args
+    driver = connection.driver_name
+    caps = connection.controller_capabilities
+    attacher: CSIAttacher | None = None
+    if not connection.plugin_capabilities.controller_service:
+        ctx.log.info("CSI driver has no Controller service: using the trivial handler")
+    elif _Caps.PUBLISH_UNPUBLISH_VOLUME in caps:
+        # --timeout per call: the connection may be shared with controllers whose differs.
+        attacher = CSIAttacher(connection, max_entries=args.max_entries, timeout=args.timeout)
+        ctx.log.info(
+            "CSI driver supports ControllerPublishUnpublish: using the CSI handler",
+            list_published_nodes=attacher.supports_list_published,
+        )
+    else:
+        ctx.log.info(
+            "CSI driver does not support ControllerPublishUnpublish: using the trivial handler"
+        )
+    options = ctx.options
+    return AttachController(
+        ctx.api_client,
+        driver,
+        attacher,
+        AttachControllerOptions(
+            resync_period=args.resync,
+            timeout=args.timeout,
+            worker_threads=options.worker_threads,
+            retry_interval_start=args.retry_interval_start,
+            retry_interval_max=args.retry_interval_max,
+            reconcile_sync=args.reconcile_sync,
+            default_fs_type=args.default_fstype,
+            lease=lease_name(driver),
+            **options.leader_election_fields(),
+            registry=ctx.registry,
+        ),
+        informer_factory=informer_factory,
+    )
+
+
 async def build(ctx: RuntimeContext) -> AttacherSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-attacher's
     ``main``)."""
@@ -356,39 +405,7 @@ async def build(ctx: RuntimeContext) -> AttacherSidecar:
         metrics=metrics,
     )
     try:
-        driver = connection.driver_name
-        caps = connection.controller_capabilities
-        attacher: CSIAttacher | None = None
-        if not connection.plugin_capabilities.controller_service:
-            ctx.log.info("CSI driver has no Controller service: using the trivial handler")
-        elif _Caps.PUBLISH_UNPUBLISH_VOLUME in caps:
-            attacher = CSIAttacher(connection, max_entries=args.max_entries)
-            ctx.log.info(
-                "CSI driver supports ControllerPublishUnpublish: using the CSI handler",
-                list_published_nodes=attacher.supports_list_published,
-            )
-        else:
-            ctx.log.info(
-                "CSI driver does not support ControllerPublishUnpublish: using the trivial handler"
-            )
-        options = ctx.options
-        controller = AttachController(
-            ctx.api_client,
-            driver,
-            attacher,
-            AttachControllerOptions(
-                resync_period=args.resync,
-                timeout=args.timeout,
-                worker_threads=options.worker_threads,
-                retry_interval_start=args.retry_interval_start,
-                retry_interval_max=args.retry_interval_max,
-                reconcile_sync=args.reconcile_sync,
-                default_fs_type=args.default_fstype,
-                lease=lease_name(driver),
-                **options.leader_election_fields(),
-                registry=ctx.registry,
-            ),
-        )
+        controller = build_controller(ctx, connection)
     except BaseException:
         connection.close()
         raise

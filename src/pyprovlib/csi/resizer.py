@@ -52,6 +52,7 @@ from pyprovlib.csi.connection import (
 )
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.kube.errors import ApiException
+from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
@@ -73,6 +74,7 @@ __all__ = [
     "ResizerSidecar",
     "TrivialResizer",
     "build",
+    "build_controller",
     "choose_resizer",
     "main",
     "parser",
@@ -403,6 +405,38 @@ def choose_resizer(connection: CSIConnection, api_client: ApiClient) -> Resizer:
     )
 
 
+def build_controller(
+    ctx: RuntimeContext,
+    connection: CSIConnection,
+    informer_factory: SharedInformerFactory | None = None,
+) -> ResizeController:
+    """The ResizeController from the parsed flags, on an open ``connection``
+    (:func:`choose_resizer` picks the resizer). Informers come from ``informer_factory`` when
+    given (the caller starts it). Shared by this sidecar and ``python -m pyprovlib.csi``."""
+    args = ctx.args
+    resizer = choose_resizer(connection, ctx.api_client)
+    if isinstance(resizer, CSIResizer):
+        # --timeout per call: the connection may be shared with controllers whose differs.
+        resizer.timeout = args.timeout
+    options = ctx.options
+    return ResizeController(
+        ctx.api_client,
+        resizer,
+        ResizeControllerOptions(
+            resync_period=args.resync_period,
+            timeout=args.timeout,
+            workers=options.worker_threads,
+            retry_interval_start=args.retry_interval_start,
+            retry_interval_max=args.retry_interval_max,
+            handle_volume_in_use_error=args.handle_volume_inuse_error,
+            lease=lease_name(resizer.name),
+            **options.leader_election_fields(),
+            registry=ctx.registry,
+        ),
+        informer_factory=informer_factory,
+    )
+
+
 async def build(ctx: RuntimeContext) -> ResizerSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-resizer's
     ``main``)."""
@@ -417,30 +451,14 @@ async def build(ctx: RuntimeContext) -> ResizerSidecar:
         metrics=metrics,
     )
     try:
-        resizer = choose_resizer(connection, ctx.api_client)
-        options = ctx.options
-        controller = ResizeController(
-            ctx.api_client,
-            resizer,
-            ResizeControllerOptions(
-                resync_period=args.resync_period,
-                timeout=args.timeout,
-                workers=options.worker_threads,
-                retry_interval_start=args.retry_interval_start,
-                retry_interval_max=args.retry_interval_max,
-                handle_volume_in_use_error=args.handle_volume_inuse_error,
-                lease=lease_name(resizer.name),
-                **options.leader_election_fields(),
-                registry=ctx.registry,
-            ),
-        )
+        controller = build_controller(ctx, connection)
     except BaseException:
         connection.close()
         raise
     ctx.log.info(
         "CSI resizer",
         driver=connection.driver_name,
-        resizer=type(resizer).__name__,
+        resizer=type(controller.resizer).__name__,
         csi_address=args.csi_address,
     )
     return ResizerSidecar(connection, controller)

@@ -144,12 +144,14 @@ class Requests:
 
     def __init__(self, keep_user_agents: int = 200) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._by_agent: Counter[tuple[str, str, str]] = Counter()
         self.user_agents: deque[str] = deque(maxlen=keep_user_agents)
         """User-Agent headers of the most recent resource requests, oldest first."""
 
     def record(self, verb: str, resource: str, user_agent: str) -> None:
         """Count one request."""
         self._counts[(verb, resource)] += 1
+        self._by_agent[(user_agent, verb, resource)] += 1
         self.user_agents.append(user_agent)
 
     def count(self, verb: str | None = None, resource: str | None = None) -> int:
@@ -160,11 +162,15 @@ class Requests:
             if (verb is None or v == verb) and (resource is None or r == resource)
         )
 
-    def snapshot(self) -> dict[tuple[str, str], int]:
-        """A copy of every counter."""
-        return dict(self._counts)
+    def snapshot(self, user_agent: str | None = None) -> dict[tuple[str, str], int]:
+        """A copy of every counter; with ``user_agent``, of the requests that sent it only
+        (e.g. what one process asked for, to check its RBAC)."""
+        if user_agent is None:
+            return dict(self._counts)
+        return {(v, r): n for (a, v, r), n in self._by_agent.items() if a == user_agent}
 
     def reset(self) -> None:
         """Zero every counter and forget the user agents."""
         self._counts.clear()
+        self._by_agent.clear()
         self.user_agents.clear()

@@ -1,0 +1,611 @@
+"""``python -m pyprovlib.csi``: the provisioner, attacher and resizer in one process, as a real
+process against the in-memory API server and the Python CSI test driver — provision, attach,
+expand, detach and delete through it, over one CSI connection, one set of informers and one
+Lease; and its flags, which are the three sidecars' own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+import yaml
+from csi_driver import DRIVER_NAME, serve_driver
+from csi_full_driver import serve_full_driver
+
+from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
+from pyprovlib.kube import resources
+from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.ratelimit import TokenBucket
+from pyprovlib.kube.resources import (
+    CSINODES,
+    LEASES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.runtime import parse_common
+from pyprovlib.testing.server import ApiServer
+
+DEADLINE = 30.0
+T = TypeVar("T")
+
+RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"
+
+NOT_EXERCISED: dict[tuple[str, str, str], str] = {
+    # What examples/csi-hostpath/rbac.yaml grants that the end-to-end run does not ask for,
+    # each with the code path that needs it. Anything else granted but unused, or used but
+    # not granted, fails the test.
+    ("", "persistentvolumes", "get"): "a clone's source PV; a PV's existence before re-saving",
+    ("", "persistentvolumeclaims", "get"): "clone-source protection finalizer (read-modify-write)",
+    ("", "persistentvolumeclaims", "update"): "clone-source protection; rescheduling a claim",
+    ("", "events", "patch"): "a repeated event's count (the recorder's aggregation)",
+    ("", "nodes", "get"): "topology: the selected node, on a cache miss",
+    ("", "nodes", "list"): "topology: the informer of a driver with VOLUME_ACCESSIBILITY",
+    ("", "nodes", "watch"): "topology: the informer of a driver with VOLUME_ACCESSIBILITY",
+    ("storage.k8s.io", "csinodes", "get"): "topology: the selected node's CSINode, cache miss",
+    ("", "secrets", "get"): "csi.storage.k8s.io/*-secret-* class parameters",
+    ("snapshot.storage.k8s.io", "volumesnapshots", "get"): "restore from a VolumeSnapshot",
+    ("snapshot.storage.k8s.io", "volumesnapshots", "list"): "snapshot-source protection sweep",
+    ("snapshot.storage.k8s.io", "volumesnapshots", "update"): "snapshot-source protection",
+    ("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"): "restore from a snapshot",
+}
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule of rbac.yaml's roles."""
+    out = set()
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if doc and doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        out.update((group, resource, verb) for verb in rule["verbs"])
+    return out
+
+
+def check_rbac(requests: dict[tuple[str, str], int]) -> None:
+    """The process asked for nothing rbac.yaml does not grant, and rbac.yaml grants nothing
+    but what it asked for and the paths listed in NOT_EXERCISED."""
+    # The server counts by plural: "events" is the core group's (events.k8s.io's is not used).
+    groups: dict[str, str] = {}
+    for resource in sorted(resources.RESOURCES, key=lambda r: r.group != ""):
+        groups.setdefault(resource.plural, resource.group)
+    used = {(groups[resource.partition("/")[0]], resource, verb) for verb, resource in requests}
+    allowed = granted()
+    assert used - allowed == set(), "requests the RBAC does not allow"
+    assert allowed - used == set(NOT_EXERCISED), "grants that nothing uses"
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def test_each_controller_keeps_its_sidecars_defaults() -> None:
+    _, ns = parse_common(build_parser(), [])
+    assert ns.controllers == CONTROLLERS
+    sidecar = ns.sidecar_args
+    expected = {
+        "provisioner": _sidecar.build_parser().parse_args([]),
+        "attacher": attacher.parser().parse_args([]),
+        "resizer": resizer.parser().parse_args([]),
+    }
+    assert {name: vars(sidecar[name]) for name in CONTROLLERS} == {
+        name: vars(args) for name, args in expected.items()
+    }
+    # The defaults that differ stay different.
+    assert [sidecar[n].timeout for n in CONTROLLERS] == [10.0, 15.0, 10.0]
+    assert [sidecar[n].worker_threads for n in CONTROLLERS] == [100, 10, 10]
+
+
+def test_a_given_flag_reaches_every_controller_that_has_it() -> None:
+    argv = [
+        "--timeout=30s",
+        "--volume-name-prefix",
+        "vol",
+        "--max-entries=5",
+        "--workers",
+        "7",
+        "--controllers=resizer,attacher",
+        "--leader-election",
+        "--http-endpoint=:0",
+    ]
+    options, ns = parse_common(build_parser(), argv)
+    sidecar = ns.sidecar_args
+    assert ns.controllers == ("attacher", "resizer")  # in CONTROLLERS order
+    assert [sidecar[n].timeout for n in CONTROLLERS] == [30.0, 30.0, 30.0]
+    assert sidecar["provisioner"].volume_name_prefix == "vol"
+    assert sidecar["attacher"].max_entries == 5
+    # --workers is the resizer's alone.
+    assert [sidecar[n].worker_threads for n in CONTROLLERS] == [100, 10, 7]
+    # Process-wide options follow the first enabled controller (the attacher here).
+    assert options.leader_election is True
+    assert options.leader_election_retry_period == 5.0
+    assert options.http_endpoint == ":0"
+
+
+def test_environment_is_read_by_each_sidecars_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYPROVLIB_TIMEOUT", "3s")
+    monkeypatch.setenv("PYPROVLIB_CONTROLLERS", "provisioner")
+    _, ns = parse_common(build_parser(), [])
+    assert ns.controllers == ("provisioner",)
+    assert [ns.sidecar_args[n].timeout for n in CONTROLLERS] == [3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--controllers=provisioner,snapshotter"], "unknown controller 'snapshotter'"),
+        (["--controllers="], "name at least one controller"),
+        (["--max-entries=-1"], "--max-entries: must not be negative"),
+        (["--timeout=soon"], "invalid duration 'soon'"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_common(build_parser(), argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "python -m pyprovlib.csi: error:" in err
+
+
+def test_help_lists_every_sidecars_flags() -> None:
+    text = build_parser().format_help()
+    for flag in ("--volume-name-prefix", "--max-entries", "--reconcile-sync", "--workers"):
+        assert flag in text
+    assert "--handle-volume-inuse-error" in text
+    assert "--controllers LIST" in text
+    assert "--timeout: provisioner 10s, attacher 15s, resizer 10s" in text
+
+
+# -- the process -----------------------------------------------------------------------------
+
+
+class Process:
+    """The combined process; its JSON log lines are collected from stderr."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+
+    async def read(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            text = raw.decode(errors="replace").rstrip("\n")
+            self.raw.append(text)
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.append(json.loads(text))
+
+
+@contextlib.asynccontextmanager
+async def combined(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Process]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
+    env.pop("KUBECONFIG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "pyprovlib.csi",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        "--retry-interval-start",
+        "10ms",
+        "--retry-interval-max",
+        "200ms",
+        *args,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    program = Process(proc)
+    reader = asyncio.create_task(program.read())
+    try:
+        yield program
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), DEADLINE)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        await reader
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], what: str, process: Process | None = None
+) -> T:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if process is not None and process.proc.returncode is not None:
+            raise AssertionError(f"exited before {what}: {process.raw[-20:]}")
+        if loop.time() > deadline:
+            tail = process.raw[-20:] if process is not None else []
+            raise AssertionError(f"not within {DEADLINE}s: {what} {tail}")
+        await asyncio.sleep(0.05)
+
+
+def unix_connections(socket: pathlib.Path) -> int:
+    """Connected sockets at ``socket``'s path (the driver's accepted ones), from
+    /proc/net/unix: the listening socket is not counted."""
+    count = 0
+    for line in pathlib.Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        # Num RefCount Protocol Flags Type St Inode Path; St 03 = connected.
+        if len(fields) >= 8 and fields[7] == str(socket) and fields[5] == "03":
+            count += 1
+    return count
+
+
+TEST_USER_AGENT = "pyprovlib-tests (combined)"
+"""The test's own client: its requests are not the process's."""
+
+
+def own_client(server: ApiServer) -> LimitedApiClient:
+    return LimitedApiClient(
+        server.configuration(), limiter=TokenBucket(0, 0), user_agent=TEST_USER_AGENT
+    )
+
+
+def spec(obj: Obj) -> dict[str, Any]:
+    value = obj.get("spec")
+    return value if isinstance(value, dict) else {}
+
+
+def status(obj: Obj) -> dict[str, Any]:
+    value = obj.get("status")
+    return value if isinstance(value, dict) else {}
+
+
+async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
+    """Provision, attach, expand, detach and delete one volume through the process; returns
+    the objects as they were at each step."""
+    seen: dict[str, Obj] = {}
+    async with own_client(server) as api:
+        classes = ResourceClient(api, STORAGE_CLASSES)
+        claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+        volumes = ResourceClient(api, PERSISTENT_VOLUMES)
+        attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+        await ResourceClient(api, CSINODES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSINode",
+                "metadata": {"name": "node-1"},
+                "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+            }
+        )
+        await classes.create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "csi"},
+                "provisioner": DRIVER_NAME,
+                "allowVolumeExpansion": True,
+            }
+        )
+        await claims.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "csi",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        )
+
+        async def bound() -> Obj | None:
+            claim = await claims.get("data", "default")
+            return claim if status(claim).get("phase") == "Bound" else None
+
+        seen["bound"] = claim = await eventually(bound, "claim bound", process)
+        pv_name = spec(claim)["volumeName"]
+
+        await attachments.create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "VolumeAttachment",
+                "metadata": {"name": "va-data"},
+                "spec": {
+                    "attacher": DRIVER_NAME,
+                    "nodeName": "node-1",
+                    "source": {"persistentVolumeName": pv_name},
+                },
+            }
+        )
+
+        async def attached() -> Obj | None:
+            va = await attachments.get("va-data")
+            return va if status(va).get("attached") else None
+
+        seen["attached"] = await eventually(attached, "volume attached", process)
+
+        await claims.patch(
+            "data",
+            {"spec": {"resources": {"requests": {"storage": "2Gi"}}}},
+            namespace="default",
+        )
+
+        async def expanded() -> Obj | None:
+            claim = await claims.get("data", "default")
+            return claim if status(claim).get("capacity", {}).get("storage") == "2Gi" else None
+
+        seen["expanded"] = await eventually(expanded, "claim expanded", process)
+        seen["expanded_pv"] = await volumes.get(pv_name)
+
+        await attachments.delete("va-data")
+
+        async def detached() -> bool:
+            return not any(
+                va["metadata"]["name"] == "va-data"
+                for va in (await attachments.list()).get("items") or []
+            )
+
+        await eventually(detached, "volume detached", process)
+        await claims.delete("data", "default")
+
+        async def deleted() -> bool:
+            names = {pv["metadata"]["name"] for pv in (await volumes.list()).get("items") or []}
+            return pv_name not in names
+
+        await eventually(deleted, "volume deleted", process)
+    return seen
+
+
+async def test_one_process_provisions_attaches_expands_and_deletes(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    async with (
+        ApiServer(binder=True) as server,
+        serve_full_driver(sock_dir) as (state, driver, _),
+    ):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        socket = sock_dir / "csi.sock"
+        async with combined(
+            kubeconfig,
+            "--csi-address",
+            f"unix://{socket}",
+            "--leader-election",
+            "--leader-election-namespace",
+            "default",
+        ) as process:
+            seen = await run_lifecycle(server, process)
+
+            calls = [method for method, _ in state.calls]
+            for method in (
+                "CreateVolume",
+                "ControllerPublishVolume",
+                "ControllerExpandVolume",
+                "ControllerUnpublishVolume",
+                "DeleteVolume",
+            ):
+                assert calls.count(method) == 1, (method, calls)
+            assert not state.volumes
+            handle = spec(seen["expanded_pv"])["csi"]["volumeHandle"]
+            assert driver.published == {handle: set()}  # published to node-1-id, then not
+            (publish,) = state.requests("ControllerPublishVolume")
+            assert publish.node_id == "node-1-id"
+            assert spec(seen["expanded_pv"])["capacity"]["storage"] == "2Gi"
+
+            # One connection: the driver was identified once, and one socket is connected.
+            assert calls.count("GetPluginInfo") == 1, calls
+            assert unix_connections(socket) == 1
+            # One Lease, the combined process's.
+            async with own_client(server) as api:
+                leases = (await ResourceClient(api, LEASES).list("default")).get("items") or []
+            assert [lease["metadata"]["name"] for lease in leases] == [lease_name(DRIVER_NAME)]
+            # One set of informers: each resource watched once, though PersistentVolumes are
+            # the provisioner's, the attacher's and the resizer's (three sidecars: three
+            # watches). Claims may be listed once more by the provisioner's first data-source
+            # protection sweep, when it runs before the cache synced.
+            requests = server.requests.snapshot(DEFAULT_USER_AGENT)
+            for resource in ("persistentvolumes", "persistentvolumeclaims", "storageclasses"):
+                assert requests.get(("watch", resource)) == 1, (resource, requests)
+            assert requests.get(("list", "persistentvolumes")) == 1, requests
+            check_rbac(requests)
+
+            process.proc.terminate()
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 0
+        assert any(line.get("event") == "CSI controllers in one process" for line in process.lines)
+
+
+async def test_a_driver_without_expansion_is_refused_with_the_way_out(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """The resizer enabled (the default) on a driver that expands nowhere: the process exits
+    1 saying so and how to leave the resizer out; with --controllers it provisions."""
+    async with ApiServer(binder=True) as server, serve_driver(sock_dir, snapshots=False):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        address = f"unix://{sock_dir / 'csi.sock'}"
+        async with combined(kubeconfig, "--csi-address", address) as process:
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+        failed = [line for line in process.lines if line.get("level") == "error"]
+        assert any(
+            "neither supports controller resize" in str(line.get("error"))
+            and "--controllers=provisioner,attacher" in str(line.get("error"))
+            for line in failed
+        ), process.raw[-10:]
+
+        async with (
+            combined(kubeconfig, "--csi-address", address, "--controllers=provisioner") as process,
+            own_client(server) as api,
+        ):
+            await ResourceClient(api, STORAGE_CLASSES).create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass",
+                    "metadata": {"name": "csi"},
+                    "provisioner": DRIVER_NAME,
+                }
+            )
+            claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+            await claims.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "namespace": "default"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "csi",
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            )
+
+            async def bound() -> bool:
+                claim = await claims.get("data", "default")
+                return status(claim).get("phase") == "Bound"
+
+            await eventually(bound, "claim bound", process)
+
+
+async def test_a_lost_driver_connection_ends_the_process(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """As each sidecar does (--exit-on-connection-loss, default true): the driver goes away,
+    the next call finds it gone (a claim to provision), the process exits 1 so that the pod
+    restarts it."""
+    async with ApiServer(binder=True) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        address = f"unix://{sock_dir / 'csi.sock'}"
+        async with combined(kubeconfig, "--csi-address", address) as process:
+            async with serve_full_driver(sock_dir):
+
+                async def started() -> bool:
+                    return any(
+                        line.get("event") == "CSI controllers in one process"
+                        for line in process.lines
+                    )
+
+                await eventually(started, "start-up", process)
+            # The driver is gone; the process is not stopped by the test.
+            async with own_client(server) as api:
+                await ResourceClient(api, STORAGE_CLASSES).create(
+                    {
+                        "apiVersion": "storage.k8s.io/v1",
+                        "kind": "StorageClass",
+                        "metadata": {"name": "csi"},
+                        "provisioner": DRIVER_NAME,
+                    }
+                )
+                await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "metadata": {"name": "after-loss", "namespace": "default"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "csi",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                )
+            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+        assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
+
+
+async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
+    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """Two replicas: one Lease, held by one of them; both answer /healthz and /readyz 200 (a
+    standby is ready: leadership is not readiness). Stopping the leader hands the Lease
+    over."""
+    async with (
+        ApiServer(binder=True) as server,
+        serve_full_driver(sock_dir),
+    ):
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        flags = (
+            "--csi-address",
+            f"unix://{sock_dir / 'csi.sock'}",
+            "--leader-election",
+            "--leader-election-namespace=default",
+            "--leader-election-lease-duration=3s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=500ms",
+            "--http-endpoint=127.0.0.1:0",
+        )
+        async with (
+            combined(kubeconfig, *flags) as first,
+            combined(kubeconfig, *flags) as second,
+            own_client(server) as api,
+            aiohttp.ClientSession() as http,
+        ):
+            leases = ResourceClient(api, LEASES)
+
+            async def ports() -> list[int] | None:
+                found = [
+                    [
+                        line["port"]
+                        for line in p.lines
+                        if line.get("event") == "HTTP server listening"
+                    ]
+                    for p in (first, second)
+                ]
+                return [f[0] for f in found] if all(found) else None
+
+            first_port, second_port = await eventually(ports, "HTTP servers")
+
+            async def holder() -> str | None:
+                items = (await leases.list("default")).get("items") or []
+                if len(items) != 1:
+                    return None
+                return str(items[0]["spec"].get("holderIdentity") or "") or None
+
+            leader = await eventually(holder, "a leader")
+
+            async def all_answer(path: str) -> bool:
+                for port in (first_port, second_port):
+                    async with http.get(f"http://127.0.0.1:{port}{path}") as response:
+                        if response.status != 200:
+                            return False
+                return True
+
+            await eventually(lambda: all_answer("/readyz"), "both ready")
+            assert await all_answer("/healthz")
+            items = (await leases.list("default")).get("items") or []
+            assert [i["metadata"]["name"] for i in items] == [lease_name(DRIVER_NAME)]
+
+            # The leader goes away gracefully: it releases the Lease, the other takes it.
+            leading, standby = (first, second) if await _holds(first, leader) else (second, first)
+            leading.proc.terminate()
+            assert await asyncio.wait_for(leading.proc.wait(), DEADLINE) == 0
+
+            async def taken_over() -> bool:
+                now = await holder()
+                return now is not None and now != leader
+
+            await eventually(taken_over, "the Lease taken over", standby)
+            assert standby.proc.returncode is None
+
+
+async def _holds(process: Process, identity: str) -> bool:
+    """Whether ``process`` logged ``identity`` as its own (the elector logs its id)."""
+    return any(line.get("id") == identity for line in process.lines)

@@ -1,0 +1,202 @@
+"""The manifests in examples/csi-hostpath/: they parse, every container's arguments parse with
+its entry point's own parser, the probes are upstream's (liveness on
+``/healthz/leader-election``, readiness on ``/readyz``) on the port ``--http-endpoint`` names,
+and the driver's socket is shared through an emptyDir. Whether ``rbac.yaml`` grants exactly what
+the code asks for is checked where the code runs: tests/csi/test_combined.py."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi.combined import build_parser as combined_parser
+from pyprovlib.runtime import parse_common, parse_http_address
+
+ROOT = Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath"
+DRIVER = "hostpath.csi.pyprovlib.io"
+SOCKET_DIR = "/csi"
+
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "pyprovlib.csi.provisioner": _sidecar.build_parser,
+    "pyprovlib.csi.attacher": attacher.parser,
+    "pyprovlib.csi.resizer": resizer.parser,
+    "pyprovlib.csi": combined_parser,
+}
+
+
+def docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((ROOT / name).read_text()) if d]
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for p in sorted(ROOT.glob("*.yaml")) for d in docs(p.name) if d["kind"] == kind]
+
+
+def deployment(name: str) -> dict[str, Any]:
+    (doc,) = docs(name)
+    assert doc["kind"] == "Deployment"
+    return doc
+
+
+def containers(name: str) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in deployment(name)["spec"]["template"]["spec"]["containers"]}
+
+
+def module_of(container: dict[str, Any]) -> str:
+    command = container["command"]
+    assert command[:2] == ["python", "-m"], command
+    return str(command[2])
+
+
+def test_readme_and_manifests_exist() -> None:
+    assert sorted(p.name for p in ROOT.iterdir()) == [
+        "README.md",
+        "claim-and-pod.yaml",
+        "csidriver.yaml",
+        "deployment-single-process.yaml",
+        "deployment.yaml",
+        "namespace.yaml",
+        "rbac.yaml",
+        "storageclass.yaml",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "modules"),
+    [
+        (
+            "deployment.yaml",
+            [
+                "pyprovlib.examples.csi_hostpath",
+                "pyprovlib.csi.provisioner",
+                "pyprovlib.csi.attacher",
+                "pyprovlib.csi.resizer",
+            ],
+        ),
+        ("deployment-single-process.yaml", ["pyprovlib.examples.csi_hostpath", "pyprovlib.csi"]),
+    ],
+)
+def test_controller_args_parse_with_their_entry_points_parser(
+    name: str, modules: list[str]
+) -> None:
+    found = containers(name)
+    assert [module_of(c) for c in found.values()] == modules
+    images = {c["image"] for c in found.values()}
+    assert len(images) == 1, "one image serves every entry point"
+    for container in found.values():
+        module = module_of(container)
+        if module not in PARSERS:
+            continue
+        options, args = parse_common(PARSERS[module](), container["args"])
+        assert options.leader_election is True
+        assert args.csi_address == f"{SOCKET_DIR}/csi.sock"
+        assert options.http_endpoint, f"{container['name']} serves no health endpoints"
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_the_single_process_runs_every_controller() -> None:
+    (container,) = [
+        c for c in containers("deployment-single-process.yaml").values() if c["name"] != "hostpath"
+    ]
+    _, args = parse_common(combined_parser(), container["args"])
+    assert args.controllers == ("provisioner", "attacher", "resizer")
+
+
+def test_driver_args() -> None:
+    """The driver's flags mirror the Go hostpathplugin's; parsed with its own parser when the
+    driver (pyprovlib.examples.csi_hostpath) is installed."""
+    for name in ("deployment.yaml", "deployment-single-process.yaml"):
+        driver = containers(name)["hostpath"]
+        args = dict(a.removeprefix("--").split("=", 1) for a in driver["args"])
+        assert args == {
+            "endpoint": f"unix://{SOCKET_DIR}/csi.sock",
+            "nodeid": "$(KUBE_NODE_NAME)",
+            "drivername": DRIVER,
+            "statedir": "/csi-data-dir",
+        }
+        env = {e["name"]: e for e in driver["env"]}
+        assert env["KUBE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    try:
+        module = importlib.import_module("pyprovlib.examples.csi_hostpath")
+    except ModuleNotFoundError:
+        pytest.skip("pyprovlib.examples.csi_hostpath is not in this tree yet")
+    build = getattr(module, "build_parser", None) or getattr(module, "parser", None)
+    if build is None:
+        pytest.skip("pyprovlib.examples.csi_hostpath exposes no build_parser()/parser()")
+    build().parse_args(containers("deployment.yaml")["hostpath"]["args"])
+
+
+@pytest.mark.parametrize("name", ["deployment.yaml", "deployment-single-process.yaml"])
+def test_probes_are_upstreams_on_the_http_endpoint(name: str) -> None:
+    for container in containers(name).values():
+        module = module_of(container)
+        if module not in PARSERS:
+            continue
+        options, _ = parse_common(PARSERS[module](), container["args"])
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        liveness = container["livenessProbe"]["httpGet"]
+        readiness = container["readinessProbe"]["httpGet"]
+        assert liveness["path"] == "/healthz/leader-election"
+        assert readiness["path"] == "/readyz"
+        for probe in (liveness, readiness):
+            assert ports[probe["port"]] == parse_http_address(options.http_endpoint).port
+    ports = [p["containerPort"] for c in containers(name).values() for p in c.get("ports", [])]
+    assert len(ports) == len(set(ports)), "each container its own port"
+
+
+@pytest.mark.parametrize("name", ["deployment.yaml", "deployment-single-process.yaml"])
+def test_socket_is_shared_through_an_emptydir(name: str) -> None:
+    pod = deployment(name)["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["socket-dir"] == {"name": "socket-dir", "emptyDir": {}}
+    for container in pod["containers"]:
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["socket-dir"] == SOCKET_DIR, container["name"]
+    assert pod["serviceAccountName"] == "pyprovlib-csi-hostpath"
+    spec = deployment(name)["spec"]
+    # One replica (the driver's volumes live in the pod), replaced by Recreate.
+    assert (spec["replicas"], spec["strategy"]["type"]) == (1, "Recreate")
+
+
+def test_driver_class_and_claim_agree() -> None:
+    (driver,) = by_kind("CSIDriver")
+    (sc,) = by_kind("StorageClass")
+    assert driver["metadata"]["name"] == sc["provisioner"] == DRIVER
+    assert driver["spec"]["attachRequired"] is True  # the attacher has work
+    assert sc["allowVolumeExpansion"] is True  # the resizer has work
+    claim = next(d for d in docs("claim-and-pod.yaml") if d["kind"] == "PersistentVolumeClaim")
+    assert claim["spec"]["storageClassName"] == sc["metadata"]["name"]
+
+
+def test_rbac_is_bound_to_the_deployments_account() -> None:
+    (account,) = by_kind("ServiceAccount")
+    name, namespace = account["metadata"]["name"], account["metadata"]["namespace"]
+    roles = {r["metadata"]["name"] for r in by_kind("ClusterRole")}
+    bound = {
+        b["roleRef"]["name"]
+        for b in by_kind("ClusterRoleBinding")
+        if {"kind": "ServiceAccount", "name": name, "namespace": namespace} in b["subjects"]
+    }
+    assert (
+        bound
+        == roles
+        == {
+            "pyprovlib-csi-provisioner",
+            "pyprovlib-csi-attacher",
+            "pyprovlib-csi-resizer",
+        }
+    )
+    (binding,) = by_kind("RoleBinding")
+    assert binding["roleRef"]["name"] == "pyprovlib-csi-leader-election"
+    assert binding["metadata"]["namespace"] == namespace
+    text = "".join(p.read_text() for p in ROOT.glob("*.yaml"))
+    assert '"*"' not in text
+    assert "privileged: true" not in text
