@@ -30,11 +30,18 @@ def workloads() -> list[tuple[str, dict[str, Any]]]:
 WORKLOADS = workloads()
 
 
+# CSI drivers serve gRPC, not the runtime's HTTP endpoints: upstream probes them through a
+# livenessprobe sidecar calling Probe, not with httpGet.
+CSI_DRIVERS = {"pyprovlib.examples.csi_hostpath"}
+
+
 def pyprovlib_containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         c
         for c in doc["spec"]["template"]["spec"]["containers"]
-        if c.get("command", [])[:2] == ["python", "-m"] and c["command"][2].startswith("pyprovlib")
+        if c.get("command", [])[:2] == ["python", "-m"]
+        and c["command"][2].startswith("pyprovlib")
+        and c["command"][2] not in CSI_DRIVERS
     ]
 
 

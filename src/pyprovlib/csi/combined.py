@@ -31,6 +31,7 @@ from pyprovlib.controller._lifecycle import ControllerLifecycle
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi._sidecar_controller import check_csi_address
 from pyprovlib.csi.connection import (
     ConnectionOptions,
     CSIConnection,
@@ -288,6 +289,14 @@ class CSIControllers(ControllerLifecycle):
         self._composite = CompositeController(*self.controllers.values())
         self._background = tuple(background)
 
+    def idle(self, *, count_delayed: bool = False) -> bool:
+        """Every enabled controller is idle (see :meth:`ControllerLifecycle.idle`)."""
+        return all(
+            controller.idle(count_delayed=count_delayed)
+            for controller in self.controllers.values()
+            if isinstance(controller, ControllerLifecycle)
+        )
+
     async def run(self) -> None:
         """Run until stopped, the connection is lost, or the Lease is lost."""
         with self._running():
@@ -394,6 +403,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         # option together; then this branch is never taken).
         extra: dict[str, Any] = {"grpc_client": primary.grpc_client}
         connection_options = dataclasses.replace(connection_options, **extra)
+    check_csi_address(primary.csi_address)
     connection = await CSIConnection.open(
         primary.csi_address,
         connection_options,
