@@ -29,9 +29,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.attach_options import (
@@ -64,7 +64,7 @@ __all__ = [
     "should_enqueue_va_change",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NODE_ID_ANNOTATION: Final = "csi.alpha.kubernetes.io/node-id"
 """Where the node ID used to attach is remembered on the VolumeAttachment, so a detach works

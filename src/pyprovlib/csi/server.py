@@ -30,7 +30,6 @@ from typing import Any, Final
 import betterproto2
 import grpclib.const
 import grpclib.server
-import structlog
 from betterproto2.casing import snake_case
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -38,6 +37,7 @@ from grpclib.protocol import H2Protocol
 from grpclib.protocol import Stream as H2Stream
 from h2.errors import ErrorCodes
 
+from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
 
@@ -51,7 +51,7 @@ __all__ = [
     "unix_socket_path",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH: Final = 4 * 1024 * 1024
 """grpc-go's default limit on the size of a received message (4 MiB)."""
