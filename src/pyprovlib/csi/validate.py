@@ -27,6 +27,7 @@ __all__ = [
     "CSIError",
     "capacity_from_range",
     "check_volume_capabilities",
+    "check_volume_capability",
     "require",
     "unsupported_capability",
 ]
@@ -116,6 +117,30 @@ def check_volume_capabilities(
         )
         if reason is not None:
             raise CSIError(Status.INVALID_ARGUMENT, f"{field}: {reason}")
+
+
+def check_volume_capability(
+    capability: v1.VolumeCapability | None,
+    *,
+    access_modes: Collection[AccessMode] | None = None,
+    block: bool = True,
+    mount: bool = True,
+    fs_types: Collection[str] | None = None,
+    field: str = "volume_capability",
+) -> v1.VolumeCapability:
+    """:func:`check_volume_capabilities` for the one ``volume_capability`` of
+    ControllerPublish, NodeStage and NodePublish; returns it."""
+    if capability is None:
+        raise CSIError(Status.INVALID_ARGUMENT, f"{field} is required")
+    check_volume_capabilities(
+        [capability],
+        access_modes=access_modes,
+        block=block,
+        mount=mount,
+        fs_types=fs_types,
+        field=field,
+    )
+    return capability
 
 
 def capacity_from_range(
