@@ -11,6 +11,7 @@ from pyprovlib.examples.csi_hostpath.driver import (
     TOPOLOGY_KEY,
     DriverOptions,
     HostPathController,
+    HostPathGroupController,
     HostPathIdentity,
     HostPathNode,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "TOPOLOGY_KEY",
     "DriverOptions",
     "HostPathController",
+    "HostPathGroupController",
     "HostPathIdentity",
     "HostPathNode",
 ]

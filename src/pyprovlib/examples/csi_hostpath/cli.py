@@ -21,6 +21,7 @@ from pyprovlib.examples.csi_hostpath.driver import (
     Driver,
     DriverOptions,
     HostPathController,
+    HostPathGroupController,
     HostPathIdentity,
     HostPathNode,
 )
@@ -102,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
 async def serve(options: DriverOptions, endpoint: str, stop: asyncio.Event | None = None) -> None:
     """Serve the driver on ``endpoint`` until ``stop`` is set (or SIGTERM/SIGINT)."""
     driver = await Driver.open(options)
-    services = [HostPathIdentity(options), HostPathController(driver), HostPathNode(driver)]
+    services = [
+        HostPathIdentity(options),
+        HostPathController(driver),
+        HostPathGroupController(driver),
+        HostPathNode(driver),
+    ]
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

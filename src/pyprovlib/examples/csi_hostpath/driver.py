@@ -25,6 +25,7 @@ from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
     ControllerService,
     CSIError,
+    GroupControllerService,
     IdentityService,
     NodeService,
     Status,
@@ -36,13 +37,21 @@ from pyprovlib.csi.validate import (
     require,
     unsupported_capability,
 )
-from pyprovlib.examples.csi_hostpath.state import Snapshot, State, Volume, new_id, valid_id
+from pyprovlib.examples.csi_hostpath.state import (
+    GroupSnapshot,
+    Snapshot,
+    State,
+    Volume,
+    new_id,
+    valid_id,
+)
 
 __all__ = [
     "DEFAULT_VOLUME_SIZE",
     "TOPOLOGY_KEY",
     "DriverOptions",
     "HostPathController",
+    "HostPathGroupController",
     "HostPathIdentity",
     "HostPathNode",
 ]
@@ -157,6 +166,7 @@ def _csi_snapshot(snapshot: Snapshot) -> v1.Snapshot:
         size_bytes=snapshot.size_bytes,
         creation_time=_timestamp(snapshot.creation_time_ns),
         ready_to_use=True,
+        group_snapshot_id=snapshot.group_snapshot_id,
     )
 
 
@@ -418,6 +428,12 @@ class HostPathController(ControllerService):
             snapshot = (
                 state.snapshots.get(message.snapshot_id) if valid_id(message.snapshot_id) else None
             )
+            if snapshot is not None and snapshot.group_snapshot_id:
+                raise CSIError(
+                    Status.FAILED_PRECONDITION,
+                    f"snapshot {snapshot.snapshot_id} belongs to group snapshot "
+                    f"{snapshot.group_snapshot_id}: delete the group",
+                )
             if snapshot is not None:
                 await asyncio.to_thread(state.remove_snapshot_dir, snapshot.snapshot_id)
                 del state.snapshots[snapshot.snapshot_id]
@@ -435,6 +451,97 @@ class HostPathController(ControllerService):
             entries=[v1.ListSnapshotsResponseEntry(snapshot=_csi_snapshot(s)) for s in page],
             next_token=token,
         )
+
+
+class HostPathGroupController(GroupControllerService):
+    """GroupController: snapshots of several volumes taken together (serving it makes the
+    Identity advertise GROUP_CONTROLLER_SERVICE)."""
+
+    def __init__(self, driver: Driver) -> None:
+        super().__init__(
+            [v1.GroupControllerServiceCapabilityRpcType.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT]
+        )
+        self.driver = driver
+
+    def _group(self, group: GroupSnapshot) -> v1.VolumeGroupSnapshot:
+        snapshots = self.driver.state.snapshots
+        return v1.VolumeGroupSnapshot(
+            group_snapshot_id=group.group_snapshot_id,
+            snapshots=[_csi_snapshot(snapshots[i]) for i in group.snapshot_ids if i in snapshots],
+            creation_time=_timestamp(group.creation_time_ns),
+            ready_to_use=True,
+        )
+
+    def _found(self, group_snapshot_id: str) -> GroupSnapshot | None:
+        if not valid_id(group_snapshot_id):
+            return None
+        return self.driver.state.groups.get(group_snapshot_id)
+
+    async def create_volume_group_snapshot(
+        self, message: v1.CreateVolumeGroupSnapshotRequest
+    ) -> v1.CreateVolumeGroupSnapshotResponse:
+        require(message, "name", "source_volume_ids")
+        async with self.driver.lock:
+            state = self.driver.state
+            for existing in state.groups.values():
+                if existing.name != message.name:
+                    continue
+                sources = sorted(state.snapshots[i].source_volume_id for i in existing.snapshot_ids)
+                if sources != sorted(message.source_volume_ids):
+                    raise CSIError(
+                        Status.ALREADY_EXISTS,
+                        f"group snapshot {message.name!r} exists for other volumes",
+                    )
+                return v1.CreateVolumeGroupSnapshotResponse(group_snapshot=self._group(existing))
+            volumes = [self.driver.volume(i) for i in message.source_volume_ids]
+            now = time.time_ns()
+            group = GroupSnapshot(new_id(), message.name, [], now)
+            for volume in volumes:
+                snapshot = Snapshot(
+                    snapshot_id=new_id(),
+                    name=f"{message.name}-{volume.volume_id}",
+                    source_volume_id=volume.volume_id,
+                    size_bytes=volume.capacity_bytes,
+                    creation_time_ns=now,
+                    group_snapshot_id=group.group_snapshot_id,
+                )
+                await asyncio.to_thread(state.take_snapshot, volume.volume_id, snapshot.snapshot_id)
+                state.snapshots[snapshot.snapshot_id] = snapshot
+                group.snapshot_ids.append(snapshot.snapshot_id)
+            state.groups[group.group_snapshot_id] = group
+            await self.driver.save()
+        return v1.CreateVolumeGroupSnapshotResponse(group_snapshot=self._group(group))
+
+    async def delete_volume_group_snapshot(
+        self, message: v1.DeleteVolumeGroupSnapshotRequest
+    ) -> v1.DeleteVolumeGroupSnapshotResponse:
+        require(message, "group_snapshot_id")
+        async with self.driver.lock:
+            state = self.driver.state
+            group = self._found(message.group_snapshot_id)
+            if group is None:
+                return v1.DeleteVolumeGroupSnapshotResponse()  # already gone: idempotent
+            if message.snapshot_ids and sorted(message.snapshot_ids) != sorted(group.snapshot_ids):
+                raise CSIError(
+                    Status.INVALID_ARGUMENT, "snapshot_ids do not match the group snapshot"
+                )
+            for snapshot_id in group.snapshot_ids:
+                await asyncio.to_thread(state.remove_snapshot_dir, snapshot_id)
+                state.snapshots.pop(snapshot_id, None)
+            del state.groups[group.group_snapshot_id]
+            await self.driver.save()
+        return v1.DeleteVolumeGroupSnapshotResponse()
+
+    async def get_volume_group_snapshot(
+        self, message: v1.GetVolumeGroupSnapshotRequest
+    ) -> v1.GetVolumeGroupSnapshotResponse:
+        require(message, "group_snapshot_id")
+        group = self._found(message.group_snapshot_id)
+        if group is None:
+            raise CSIError(
+                Status.NOT_FOUND, f"group snapshot {message.group_snapshot_id!r} does not exist"
+            )
+        return v1.GetVolumeGroupSnapshotResponse(group_snapshot=self._group(group))
 
 
 class HostPathNode(NodeService):

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyprovlib.examples._paths import make_directory_beneath, remove_beneath, validate_component
 
-__all__ = ["Snapshot", "State", "Volume", "new_id"]
+__all__ = ["GroupSnapshot", "Snapshot", "State", "Volume", "new_id", "valid_id"]
 
 VOLUMES = "volumes"
 SNAPSHOTS = "snapshots"
@@ -60,6 +60,15 @@ class Snapshot:
     source_volume_id: str
     size_bytes: int
     creation_time_ns: int
+    group_snapshot_id: str = ""
+
+
+@dataclass
+class GroupSnapshot:
+    group_snapshot_id: str
+    name: str
+    snapshot_ids: list[str]
+    creation_time_ns: int
 
 
 @dataclass
@@ -70,6 +79,7 @@ class State:
     root: str
     volumes: dict[str, Volume] = field(default_factory=dict)
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    groups: dict[str, GroupSnapshot] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: str) -> State:
@@ -87,6 +97,8 @@ class State:
             state.volumes[item["volume_id"]] = Volume(**item)
         for item in data.get("snapshots", []):
             state.snapshots[item["snapshot_id"]] = Snapshot(**item)
+        for item in data.get("groups", []):
+            state.groups[item["group_snapshot_id"]] = GroupSnapshot(**item)
         return state
 
     def save(self) -> None:
@@ -94,6 +106,7 @@ class State:
         data = {
             "volumes": [dataclasses.asdict(v) for v in self.volumes.values()],
             "snapshots": [dataclasses.asdict(s) for s in self.snapshots.values()],
+            "groups": [dataclasses.asdict(g) for g in self.groups.values()],
         }
         path = os.path.join(self.root, STATE_FILE)
         temporary = path + ".tmp"
