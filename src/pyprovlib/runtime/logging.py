@@ -1,6 +1,12 @@
 """Process-wide logging: structlog configured once, JSON lines or console output, stdlib
 logging routed through the same pipeline, per-operation bound context and secret redaction.
 
+pyprovlib's own loggers (:func:`get_logger`) always end in stdlib ``logging``: until a program
+configures something, nothing is written to stdout and nothing at debug (Python's default:
+warnings and errors on stderr). :func:`configure_logging` is what a program — the ``python -m``
+entry points — calls once; it sets pyprovlib's level and the level of the noisy third-party
+loggers (:data:`NOISY_LOGGERS`) separately.
+
 Every record — from structlog loggers and from stdlib loggers such as ``kubernetes_asyncio``,
 ``grpclib``, ``aiohttp`` and ``asyncio`` — goes through one handler on the root logger, whose
 last processor before rendering is :func:`redact`. Redaction is the last line of defence: code

@@ -114,7 +114,7 @@ def _timestamp(ns: int) -> datetime.datetime:
 
 
 class Driver:
-    """The state shared by the three services, and the lock that orders its changes."""
+    """The state shared by the services, and the lock that orders its changes."""
 
     def __init__(self, options: DriverOptions, state: State) -> None:
         self.options = options
@@ -123,6 +123,7 @@ class Driver:
 
     @classmethod
     async def open(cls, options: DriverOptions) -> Driver:
+        """Load (or create) the state in ``options.statedir``."""
         return cls(options, await asyncio.to_thread(State.load, options.statedir))
 
     async def save(self) -> None:
@@ -198,6 +199,8 @@ class HostPathController(ControllerService):
             Ctl.LIST_SNAPSHOTS,
             Ctl.CLONE_VOLUME,
             Ctl.EXPAND_VOLUME,
+            Ctl.GET_SNAPSHOT,
+            Ctl.SINGLE_NODE_MULTI_WRITER,
         ]
         if driver.options.enable_attach:
             capabilities.append(Ctl.PUBLISH_UNPUBLISH_VOLUME)
@@ -440,6 +443,17 @@ class HostPathController(ControllerService):
                 await self.driver.save()
         return v1.DeleteSnapshotResponse()
 
+    async def get_snapshot(self, message: v1.GetSnapshotRequest) -> v1.GetSnapshotResponse:
+        require(message, "snapshot_id")
+        found = (
+            self.driver.state.snapshots.get(message.snapshot_id)
+            if valid_id(message.snapshot_id)
+            else None
+        )
+        if found is None:
+            raise CSIError(Status.NOT_FOUND, f"snapshot {message.snapshot_id!r} does not exist")
+        return v1.GetSnapshotResponse(snapshot=_csi_snapshot(found))
+
     async def list_snapshots(self, message: v1.ListSnapshotsRequest) -> v1.ListSnapshotsResponse:
         snapshots = list(self.driver.state.snapshots.values())
         if message.snapshot_id:
@@ -551,7 +565,12 @@ class HostPathNode(NodeService):
         options = driver.options
         super().__init__(
             options.nodeid,
-            [Nod.STAGE_UNSTAGE_VOLUME, Nod.GET_VOLUME_STATS, Nod.EXPAND_VOLUME],
+            [
+                Nod.STAGE_UNSTAGE_VOLUME,
+                Nod.GET_VOLUME_STATS,
+                Nod.EXPAND_VOLUME,
+                Nod.SINGLE_NODE_MULTI_WRITER,
+            ],
             max_volumes_per_node=options.max_volumes_per_node,
             accessible_topology={TOPOLOGY_KEY: options.nodeid},
         )
@@ -590,9 +609,19 @@ class HostPathNode(NodeService):
         path = _checked_path(message.target_path, "target_path")
         if message.staging_target_path:
             _checked_path(message.staging_target_path, "staging_target_path")
-        check_volume_capability(message.volume_capability, block=False)
+        capability = check_volume_capability(message.volume_capability, block=False)
+        single_writer = v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_SINGLE_WRITER
         async with self.driver.lock:
             volume = self.driver.volume(message.volume_id)
+            elsewhere = [p for p in volume.published_paths if p != path]
+            if capability.access_mode is not None and (
+                capability.access_mode.mode == single_writer and elsewhere
+            ):
+                raise CSIError(
+                    Status.FAILED_PRECONDITION,
+                    f"volume {volume.volume_id} is single-writer and already published "
+                    "at another target path",
+                )
             await asyncio.to_thread(os.makedirs, path, 0o750, True)
             if path not in volume.published_paths:
                 volume.published_paths.append(path)

@@ -42,6 +42,9 @@ def valid_id(value: str) -> bool:
 
 @dataclass
 class Volume:
+    """A volume: its directory is ``volumes/<volume_id>``; where it is attached, staged and
+    published is recorded here."""
+
     volume_id: str
     name: str
     capacity_bytes: int
@@ -55,6 +58,8 @@ class Volume:
 
 @dataclass
 class Snapshot:
+    """A snapshot: a copy of its volume's directory in ``snapshots/<snapshot_id>``."""
+
     snapshot_id: str
     name: str
     source_volume_id: str
@@ -65,6 +70,8 @@ class Snapshot:
 
 @dataclass
 class GroupSnapshot:
+    """Snapshots of several volumes taken together (GroupController)."""
+
     group_snapshot_id: str
     name: str
     snapshot_ids: list[str]
@@ -119,12 +126,15 @@ class State:
     # -- data directories ----------------------------------------------------------------------
 
     def volume_path(self, volume_id: str) -> str:
+        """The directory of a volume."""
         return os.path.join(self.root, VOLUMES, validate_component(volume_id, "volume id"))
 
     def snapshot_path(self, snapshot_id: str) -> str:
+        """The directory of a snapshot."""
         return os.path.join(self.root, SNAPSHOTS, validate_component(snapshot_id, "snapshot id"))
 
     def make_volume_dir(self, volume_id: str) -> str:
+        """Create a volume's directory (writable by the workloads that will use it)."""
         return make_directory_beneath(
             self.root, [VOLUMES, validate_component(volume_id, "volume id")], 0o777
         )
@@ -136,12 +146,15 @@ class State:
         shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
 
     def take_snapshot(self, volume_id: str, snapshot_id: str) -> None:
+        """Copy a volume's directory into a new snapshot's."""
         shutil.copytree(self.volume_path(volume_id), self.snapshot_path(snapshot_id), symlinks=True)
 
     def remove_volume_dir(self, volume_id: str) -> None:
+        """Remove a volume's directory and everything in it."""
         remove_beneath(self.root, [VOLUMES, validate_component(volume_id, "volume id")])
 
     def remove_snapshot_dir(self, snapshot_id: str) -> None:
+        """Remove a snapshot's directory and everything in it."""
         remove_beneath(self.root, [SNAPSHOTS, validate_component(snapshot_id, "snapshot id")])
 
     def used_bytes(self, volume_id: str) -> int:
