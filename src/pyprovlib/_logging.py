@@ -6,10 +6,11 @@ errors to stderr, nothing at debug, nothing to stdout), and an application route
 and formats pyprovlib's records with ``logging`` like any other library's. Importing this
 module configures nothing.
 
-The processors are structlog's configured ones when the application (or
-:func:`pyprovlib.runtime.logging.configure_logging`, or ``structlog.testing.capture_logs``)
-configured structlog; otherwise a small chain that checks the stdlib level first, so a
-disabled debug call costs no rendering, and hands stdlib one ``event key=value`` line.
+The stdlib logger's level is checked first, so a disabled debug call costs no rendering. The
+processors are then structlog's configured ones when the application (or
+:func:`pyprovlib.runtime.logging.configure_logging`) configured structlog; otherwise a small
+chain that hands stdlib one ``event key=value`` line. ``structlog.testing.capture_logs`` sees
+every event, whatever the level, as it does for structlog's own loggers.
 A failure while processing a record costs that record's details, never the caller: the
 code that logs is often on the path of an answer.
 """
@@ -22,6 +23,7 @@ import sys
 from typing import Any
 
 import structlog
+import structlog.testing
 from structlog.typing import EventDict
 
 __all__ = ["get_logger"]
@@ -58,8 +60,14 @@ def _default_chain(logger: logging.Logger, method: str, event_dict: EventDict) -
 def _dispatch(logger: logging.Logger, method: str, event_dict: EventDict) -> Any:
     try:
         if structlog.is_configured():
+            processors = structlog.get_config()["processors"]
+            # structlog.testing.capture_logs sees every event, as with structlog's own loggers;
+            # otherwise stdlib's level decides before any processing.
+            capturing = any(isinstance(p, structlog.testing.LogCapture) for p in processors)
+            if not capturing and not logger.isEnabledFor(_LEVEL_OF.get(method, logging.INFO)):
+                raise structlog.DropEvent
             result: Any = event_dict
-            for processor in structlog.get_config()["processors"]:
+            for processor in processors:
                 result = processor(logger, method, result)
             return result
         if not logger.isEnabledFor(_LEVEL_OF.get(method, logging.INFO)):

@@ -17,6 +17,7 @@ import datetime
 import enum
 import io
 import json
+import logging
 import pathlib
 import typing
 from collections.abc import Iterator
@@ -270,11 +271,15 @@ def _raise(_logger: Any, _method: str, _event: EventDict) -> EventDict:
 @pytest.fixture
 def failing_logs() -> Iterator[None]:
     saved = structlog.get_config()
+    logger = logging.getLogger("pyprovlib")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)  # every call line is processed, and fails
     structlog.configure(processors=[_raise], cache_logger_on_first_use=False)
     try:
         yield
     finally:
         structlog.configure(**saved)
+        logger.setLevel(level)
 
 
 async def test_a_failing_log_pipeline_changes_no_answer(
