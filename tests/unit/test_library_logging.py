@@ -137,3 +137,18 @@ def test_configure_logging_sets_noisy_loggers_apart(restored_logging: None) -> N
     assert logging.getLogger("h2").getEffectiveLevel() == logging.DEBUG
     with pytest.raises(ValueError, match="third-party log level"):
         configure_logging("json", "info", third_party_level="loud")
+
+
+def test_every_module_logs_through_the_library_loggers() -> None:
+    # structlog.get_logger() follows structlog's global configuration, whose default prints
+    # every level to stdout: a library module must use pyprovlib._logging.get_logger.
+    import pathlib
+
+    source = pathlib.Path(__file__).resolve().parents[2] / "src" / "pyprovlib"
+    offenders = [
+        str(path.relative_to(source))
+        for path in sorted(source.rglob("*.py"))
+        if "structlog.get_logger(" in path.read_text(encoding="utf-8")
+        or "structlog.stdlib.get_logger(" in path.read_text(encoding="utf-8")
+    ]
+    assert offenders == [], f"use pyprovlib._logging.get_logger in {offenders}"
