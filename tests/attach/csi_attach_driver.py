@@ -143,7 +143,8 @@ class AttachDriver:
 
     async def start(self) -> None:
         services = [self.identity, self.controller]
-        self._server = CSIServer(services, self.endpoint)
+        # Advertises capabilities it does not serve: the sidecar's reaction is under test.
+        self._server = CSIServer(services, self.endpoint, check_capabilities=False)
         await self._server.start()
 
     async def stop(self) -> None:

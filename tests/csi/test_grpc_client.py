@@ -327,7 +327,7 @@ async def full_driver(
         caps.GET_VOLUME,
         caps.MODIFY_VOLUME,
     }
-    node = NodeService("node-1", [v1.NodeServiceCapabilityRpcType.STAGE_UNSTAGE_VOLUME])
+    node = NodeService("node-1")
     server = CSIServer(
         [csi_driver.TestIdentity(state, topology=False), controller, node],
         f"unix://{directory / 'csi.sock'}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import pathlib
 from collections.abc import Iterator
 
@@ -65,8 +66,9 @@ def test_nested_and_dict_forms() -> None:
 
 @pytest.fixture
 def rendered_logs() -> Iterator[io.StringIO]:
-    """Every structlog line at debug level, rendered as JSON with tracebacks, into a buffer
-    (without the runtime's redacting processor: the CSI code must not need it)."""
+    """Every pyprovlib line at debug level, rendered as JSON with tracebacks, into a buffer
+    (without the runtime's redacting processor: the CSI code must not need it). pyprovlib's
+    records go through stdlib logging, so the buffer is a stdlib handler's stream."""
     saved = structlog.get_config()
     buffer = io.StringIO()
     structlog.configure(
@@ -75,13 +77,19 @@ def rendered_logs() -> Iterator[io.StringIO]:
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(),
         ],
-        logger_factory=structlog.PrintLoggerFactory(buffer),
-        wrapper_class=structlog.make_filtering_bound_logger(0),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(buffer)
+    handler.setLevel(logging.DEBUG)
+    logger = logging.getLogger("pyprovlib")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
     try:
         yield buffer
     finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
         structlog.configure(**saved)
 
 

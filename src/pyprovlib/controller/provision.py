@@ -43,6 +43,7 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
 )
 
+from pyprovlib._logging import get_logger
 from pyprovlib.controller._convert import ConversionError, from_model, to_model
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
@@ -136,7 +137,7 @@ __all__ = [
     "volume_should_delete",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ANN_DYNAMICALLY_PROVISIONED: Final = "pv.kubernetes.io/provisioned-by"
 """Set on every provisioned PV to the provisioner name; deletion keys on it."""

@@ -29,9 +29,9 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
@@ -81,7 +81,7 @@ __all__ = [
     "should_enqueue_pvc_change",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 REASON_RESIZING: Final = "Resizing"
 """Normal event: the resizer is calling the backend."""

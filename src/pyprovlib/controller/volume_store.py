@@ -23,6 +23,7 @@ from typing import Protocol
 import structlog
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
+from pyprovlib._logging import get_logger
 from pyprovlib.controller._convert import ConversionError, to_model
 from pyprovlib.controller.options import Backoff
 from pyprovlib.errors import PyprovlibError
@@ -44,7 +45,7 @@ __all__ = [
     "VolumeStore",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_STORE_THREADINESS = 4
 """Background save workers of the queue store (upstream passes ``DefaultThreadiness``)."""

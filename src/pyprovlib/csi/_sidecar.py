@@ -8,8 +8,7 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-import structlog
-
+from pyprovlib._logging import get_logger
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
@@ -199,7 +198,7 @@ class CSIProvisionerController(SidecarController[ProvisionController]):
         super().__init__(connection, controller)
         self.provisioner = provisioner
         self.informer_factory = informer_factory
-        self._log = structlog.get_logger(__name__).bind(driver=connection.driver_name)
+        self._log = get_logger(__name__).bind(driver=connection.driver_name)
 
     def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
         return [

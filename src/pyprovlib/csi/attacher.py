@@ -14,9 +14,9 @@ import argparse
 import sys
 from collections.abc import Collection, Mapping, Sequence
 
-import structlog
 from prometheus_client import REGISTRY
 
+from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.attach_options import (
@@ -67,7 +67,7 @@ __all__ = [
     "volume_capability",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_CSI_ADDRESS = "/run/csi/socket"
 """external-attacher's ``--csi-address`` default."""

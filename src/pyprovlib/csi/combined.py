@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY
 
+from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
 from pyprovlib.controller._lifecycle import ControllerLifecycle
 from pyprovlib.controller.attach_options import sanitize_driver_name
@@ -72,7 +72,7 @@ LEASE_NAME_PREFIX: Final = "pyprovlib-csi-"
 Lease names, so a process running all three never passes for a lone sidecar (or the
 reverse) while both run during a migration."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def lease_name(driver: str) -> str:

@@ -24,12 +24,12 @@ from typing import Any, Final, Literal, TypeVar
 
 import betterproto2
 import grpclib.exceptions
-import structlog
 from betterproto2.casing import snake_case
 from grpclib.client import Channel
 from grpclib.const import Cardinality, Status
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
+from pyprovlib._logging import get_logger, log_quietly
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.grpc_client import GrpcClient
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
@@ -54,7 +54,7 @@ __all__ = [
     "parse_endpoint",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Resp = TypeVar("Resp", bound=betterproto2.Message)
 
@@ -542,7 +542,7 @@ class CSIConnection:
         limit = self.options.timeout if call_timeout is None else call_timeout
         epoch = self._epoch
         started = self.clock.monotonic()
-        self._log.debug("csi call", method=method, request=Sanitized(request))
+        log_quietly(self._log, "debug", "csi call", method=method, request=Sanitized(request))
         status = Status.OK
         try:
             response = await stub_method(request, timeout=limit)
@@ -565,11 +565,22 @@ class CSIConnection:
             seconds = self.clock.monotonic() - started
             self.metrics.observe(self.driver_name, method, status, seconds)
             if status is not Status.OK:
-                self._log.debug(
-                    "csi call failed", method=method, code=GO_STATUS_NAMES[status], seconds=seconds
+                log_quietly(
+                    self._log,
+                    "debug",
+                    "csi call failed",
+                    method=method,
+                    code=GO_STATUS_NAMES[status],
+                    seconds=seconds,
                 )
-        self._log.debug(
-            "csi call done", method=method, response=Sanitized(response), seconds=seconds
+        # Logging is no part of the answer: it can neither raise into it nor change it.
+        log_quietly(
+            self._log,
+            "debug",
+            "csi call done",
+            method=method,
+            response=Sanitized(response),
+            seconds=seconds,
         )
         return response
 

@@ -55,10 +55,10 @@ from urllib.parse import unquote
 import betterproto2
 import grpclib.exceptions
 import hpack
-import structlog
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
     "encode_grpc_timeout",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 M = TypeVar("M", bound=betterproto2.Message)
 

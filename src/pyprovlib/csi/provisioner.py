@@ -35,10 +35,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
-import structlog
 from grpclib.const import Status
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
+from pyprovlib._logging import get_logger
 from pyprovlib.controller._convert import from_model, to_model
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
@@ -100,7 +100,7 @@ __all__ = [
     "volume_capabilities",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CSI_PARAMETER_PREFIX: Final = "csi.storage.k8s.io/"
 """StorageClass parameters under this prefix are for the provisioner, not the driver."""

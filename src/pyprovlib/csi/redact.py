@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import enum
 import json
 from collections.abc import Mapping
@@ -58,29 +59,53 @@ def _empty(value: Any) -> bool:
     return value is None or (not isinstance(value, betterproto2.Message) and not value)
 
 
+def _timestamp(value: datetime.datetime) -> str:
+    # protojson's form of a google.protobuf.Timestamp: RFC 3339 in UTC with a "Z".
+    if value.tzinfo is not None:
+        value = value.astimezone(datetime.UTC).replace(tzinfo=None)
+    return value.isoformat() + "Z"
+
+
+def _duration(value: datetime.timedelta) -> str:
+    # protojson's form of a google.protobuf.Duration: seconds with a "s" suffix.
+    return f"{value.total_seconds():.9f}".rstrip("0").rstrip(".") + "s"
+
+
 def _plain(value: Any) -> Any:
+    """A JSON-able form of a field value. betterproto2 turns well-known types into Python
+    values (Timestamp into ``datetime``, Duration into ``timedelta``, wrappers into scalars);
+    anything else not JSON-able is rendered with ``str`` rather than failing the log line."""
     if isinstance(value, betterproto2.Message):
         return strip_secrets(value)
     if isinstance(value, enum.Enum):
         return value.name
-    if isinstance(value, bytes):
+    if isinstance(value, bytes | bytearray):
         return base64.b64encode(value).decode("ascii")
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
-    return value
+    if isinstance(value, datetime.datetime):
+        return _timestamp(value)
+    if isinstance(value, datetime.timedelta):
+        return _duration(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
 
 
 def strip_secrets(message: betterproto2.Message) -> dict[str, Any]:
     """A JSON-able dict of ``message`` (proto field names) with its secrets stripped."""
     secret = SECRET_FIELDS.get(full_name(type(message)), frozenset())
     out: dict[str, Any] = {}
+    # Fields with presence (oneof members, wrapper types, `optional`) are set even at their
+    # zero value: a maximum_volume_size of 0 is not an unset one.
+    # betterproto2 gives exactly those fields a default of None.
     # Generated messages are dataclasses; betterproto2.Message does not say so to mypy.
     for field in dataclasses.fields(cast(Any, message)):
         name = field.name
         value = getattr(message, name)
-        if _empty(value):
+        if value is None or (cast(Any, field.default_factory) is not type(None) and _empty(value)):
             continue
         out[name] = STRIPPED if name in secret else _plain(value)
     return out
@@ -99,7 +124,7 @@ def sanitize(message: betterproto2.Message | None) -> str:
     """A compact JSON rendering of ``message`` with secrets stripped, for logs and errors."""
     if message is None:
         return "null"
-    return json.dumps(strip_secrets(message), sort_keys=True, separators=(",", ":"))
+    return json.dumps(strip_secrets(message), sort_keys=True, separators=(",", ":"), default=str)
 
 
 def secret_values(message: betterproto2.Message) -> list[str]:
@@ -138,6 +163,12 @@ class Sanitized:
         self.message = message
 
     def __str__(self) -> str:
-        return sanitize(self.message)
+        # Rendered inside a logging handler or a structlog processor: a failure here must
+        # cost the log line at most, never the call being logged.
+        try:
+            return sanitize(self.message)
+        except Exception as exc:
+            name = type(self.message).__name__
+            return f"<{name}: not renderable ({type(exc).__name__})>"
 
     __repr__ = __str__

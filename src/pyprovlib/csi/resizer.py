@@ -19,10 +19,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY
 
+from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.controller.resize_options import (
@@ -80,7 +80,7 @@ __all__ = [
     "parser",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_CSI_ADDRESS = "/run/csi/socket"
 """external-resizer's ``--csi-address`` default."""

@@ -1,72 +1,72 @@
-"""A kit for serving CSI (Identity, Controller, Node) from Python on a unix socket with grpclib.
+"""A kit for serving CSI (Identity, Controller, Node, GroupController) from Python on a unix
+socket with grpclib.
 
-Subclass :class:`ControllerService` / :class:`NodeService` and override the RPCs the driver
-implements (the rest answer UNIMPLEMENTED); declare capabilities once, in the constructors;
-hand the services to :class:`CSIServer`. Every call is logged with its secrets stripped; a
-:class:`CSIError` raised by a handler becomes that gRPC status, any other exception becomes
-INTERNAL with the traceback logged, and the server keeps serving.
+Subclass :class:`ControllerService` / :class:`NodeService` / :class:`GroupControllerService`
+and override the RPCs the driver implements; declare capabilities once, in the constructors;
+hand the services to :class:`CSIServer`, which refuses to start when a claimed capability's
+RPC is not overridden (:class:`CapabilityError`). Every call is logged with its secrets
+stripped, after its answer and unable to change it; a :class:`CSIError` raised by a handler
+becomes that gRPC status, any other exception INTERNAL with the traceback logged, and the
+server keeps serving. :mod:`pyprovlib.csi.validate` has the request checks drivers repeat.
 
-Requests are checked before a handler sees them, with grpc-go's answers: a message larger than
-``max_receive_message_length`` is RESOURCE_EXHAUSTED (before it is buffered), a compressed one
-UNIMPLEMENTED or INTERNAL, a truncated, missing or malformed one (bad protobuf wire format,
-a field of the wrong wire type, a string that is not UTF-8) INTERNAL, a method not served
-UNIMPLEMENTED. Bytes that are not HTTP/2, a frame over the HTTP/2 size limit, a header that
-is not ASCII or a request without ``:method``/``:path`` cost the client its connection or
-stream, never the server.
+Built on grpclib's public API only: the handlers are wrapped through the services'
+``__mapping__``, requests decoded by a codec of our own. Requests are checked before a handler
+sees them, with grpc-go's answers: a message larger than ``max_receive_message_length`` is
+RESOURCE_EXHAUSTED, a compressed one UNIMPLEMENTED, a truncated, missing or malformed one (bad
+protobuf wire format, a field of the wrong wire type, a string that is not UTF-8) INTERNAL, a
+CSI method or service not served UNIMPLEMENTED. What grpclib decides itself is described in
+the docs (docs/reference/csi.md, "What the server kit checks").
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import pathlib
-import struct
+import socket
 import time
 import traceback
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
+import weakref
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
 import betterproto2
 import grpclib.const
 import grpclib.server
-import structlog
 from betterproto2.casing import snake_case
 from grpclib.const import Status
+from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
-from grpclib.protocol import H2Protocol
-from grpclib.protocol import Stream as H2Stream
-from h2.errors import ErrorCodes
 
+from pyprovlib._logging import get_logger, log_quietly
 from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._wire import MalformedError, check_wire
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
+from pyprovlib.csi.validate import CSIError
 
 __all__ = [
     "DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH",
     "CSIError",
     "CSIServer",
+    "CapabilityError",
     "ControllerService",
+    "GroupControllerService",
     "IdentityService",
     "NodeService",
+    "Status",
     "unix_socket_path",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH: Final = 4 * 1024 * 1024
 """grpc-go's default limit on the size of a received message (4 MiB)."""
 
 
-class CSIError(Exception):
-    """Raised by a service method to answer with a deliberate gRPC status.
-
-    The message goes to the caller as the status message: never put secrets in it.
-    """
-
-    def __init__(self, status: Status, message: str) -> None:
-        super().__init__(f"{status.name}: {message}")
-        self.status = status
-        self.message = message
+class CapabilityError(ValueError):
+    """A service claims a capability whose RPC it does not implement (raised at start-up,
+    instead of the RPC answering UNIMPLEMENTED to a caller that was told it works)."""
 
 
 class IdentityService(v1.IdentityBase):
@@ -89,6 +89,19 @@ class IdentityService(v1.IdentityBase):
         self.services = frozenset(services)
         self.volume_expansion = volume_expansion
         self.manifest = dict(manifest or {})
+        self.group_controller_served: bool | None = None
+        """Set by :class:`CSIServer`: whether a GroupController is served beside this."""
+
+    @property
+    def plugin_services(self) -> frozenset[v1.PluginCapabilityServiceType]:
+        """The plugin services advertised: those declared, with GROUP_CONTROLLER_SERVICE
+        following whether the server serves a GroupController (when known)."""
+        group = v1.PluginCapabilityServiceType.GROUP_CONTROLLER_SERVICE
+        if self.group_controller_served is None:
+            return self.services
+        if self.group_controller_served:
+            return self.services | {group}
+        return self.services - {group}
 
     async def is_ready(self) -> bool:
         """Readiness reported by Probe; True unless overridden."""
@@ -106,7 +119,7 @@ class IdentityService(v1.IdentityBase):
         """The plugin capabilities declared in the constructor."""
         caps = [
             v1.PluginCapability(service=v1.PluginCapabilityService(type=t))
-            for t in sorted(self.services, key=lambda t: t.value)
+            for t in sorted(self.plugin_services, key=lambda t: t.value)
         ]
         if self.volume_expansion is not None:
             caps.append(
@@ -177,6 +190,30 @@ class NodeService(v1.NodeBase):
         )
 
 
+class GroupControllerService(v1.GroupControllerBase):
+    """Base for a driver's GroupController service (volume group snapshots); RPCs not
+    overridden answer UNIMPLEMENTED. Serving one makes the Identity advertise
+    GROUP_CONTROLLER_SERVICE, as not serving one withdraws it."""
+
+    def __init__(
+        self, capabilities: Iterable[v1.GroupControllerServiceCapabilityRpcType] = ()
+    ) -> None:
+        self.capabilities = frozenset(capabilities)
+
+    async def group_controller_get_capabilities(
+        self, message: v1.GroupControllerGetCapabilitiesRequest
+    ) -> v1.GroupControllerGetCapabilitiesResponse:
+        """The group controller capabilities declared in the constructor."""
+        return v1.GroupControllerGetCapabilitiesResponse(
+            capabilities=[
+                v1.GroupControllerServiceCapability(
+                    rpc=v1.GroupControllerServiceCapabilityRpc(type=t)
+                )
+                for t in sorted(self.capabilities, key=lambda t: t.value)
+            ]
+        )
+
+
 def unix_socket_path(endpoint: str) -> pathlib.Path:
     """The filesystem path of a ``unix:///path``, ``unix:/path`` or bare ``/path`` endpoint."""
     if endpoint.startswith("unix://"):
@@ -193,31 +230,36 @@ def unix_socket_path(endpoint: str) -> pathlib.Path:
 _Stream = grpclib.server.Stream[Any, Any]
 
 
-class _Mapped:
-    """Wraps a generated service's handlers with request checks, logging and exception
-    mapping."""
+class _CheckedCodec(CodecBase):
+    """grpclib's message codec, for betterproto2 messages, checking a request strictly
+    (size, then protobuf wire format) before it is parsed. grpclib calls :meth:`decode` from
+    ``stream.recv_message()`` inside the handler, so a GRPCError raised here is the answer."""
 
-    def __init__(self, service: betterproto2.grpclib.ServiceBase, max_message: int) -> None:
-        self.service = service
+    __content_subtype__ = "proto"
+
+    def __init__(self, max_message: int) -> None:
         self.max_message = max_message
 
-    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
-        # Generated services define __mapping__; betterproto2's ServiceBase does not declare it.
-        mapping: dict[str, grpclib.const.Handler] = getattr(self.service, "__mapping__")()  # noqa: B009
-        wrapped: dict[str, grpclib.const.Handler] = {}
-        for path, handler in mapping.items():
-            cardinality = handler.cardinality
-            method = getattr(self.service, snake_case(path.rsplit("/", 1)[1]))
-            if cardinality is grpclib.const.Cardinality.UNARY_UNARY:
-                func = _unary(path, method, handler.request_type, self.max_message)
-            elif cardinality is grpclib.const.Cardinality.UNARY_STREAM:
-                func = _server_stream(path, method, handler.request_type, self.max_message)
-            else:  # client streaming: no CSI RPC is; grpclib reads the messages
-                func = _guarded(path, handler.func)
-            wrapped[path] = grpclib.const.Handler(
-                func, cardinality, handler.request_type, handler.reply_type
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if not isinstance(message, message_type):
+            raise TypeError(f"message must be a {message_type.__name__}, not {type(message)}")
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> Any:
+        if len(data) > self.max_message:
+            raise GRPCError(
+                Status.RESOURCE_EXHAUSTED,
+                f"grpc: received message larger than max ({len(data)} vs. {self.max_message})",
             )
-        return wrapped
+        try:
+            check_wire(data, message_type)
+            return message_type.parse(data)
+        except MalformedError as err:
+            raise GRPCError(Status.INTERNAL, f"grpc: error unmarshalling request: {err}") from None
+        except Exception as err:  # betterproto2 refusing what the check let through
+            raise GRPCError(
+                Status.INTERNAL, f"grpc: error unmarshalling request: {type(err).__name__}"
+            ) from None
 
 
 def _to_grpc_error(
@@ -230,7 +272,9 @@ def _to_grpc_error(
     # str(exc) of an unexpected error may quote the request's secrets: the reply names only the
     # type, and the logged traceback has the request's secret values scrubbed out.
     text = "".join(traceback.format_exception(exc))
-    log.error(
+    log_quietly(
+        log,
+        "error",
         "csi handler failed",
         method=path,
         error_type=type(exc).__name__,
@@ -239,207 +283,53 @@ def _to_grpc_error(
     return GRPCError(Status.INTERNAL, f"internal error in {path}: {type(exc).__name__}")
 
 
-# -- reading a request ---------------------------------------------------------------------------
-
-
-class _MalformedError(Exception):
-    """The request's bytes are not a valid encoding of its message type. The text names
-    fields and offsets, never values (the bytes may hold secrets)."""
-
-
-# The wire type each protobuf field type is encoded with (packed repeated scalars aside).
-_WIRE_VARINT: Final = 0
-_WIRE_I64: Final = 1
-_WIRE_LEN: Final = 2
-_WIRE_GROUP_START: Final = 3
-_WIRE_GROUP_END: Final = 4
-_WIRE_I32: Final = 5
-_WIRE_OF: Final[dict[str, int]] = {
-    **dict.fromkeys(
-        ("enum", "bool", "int32", "int64", "uint32", "uint64", "sint32", "sint64"), _WIRE_VARINT
-    ),
-    **dict.fromkeys(("fixed64", "sfixed64", "double"), _WIRE_I64),
-    **dict.fromkeys(("fixed32", "sfixed32", "float"), _WIRE_I32),
-    **dict.fromkeys(("string", "bytes", "message", "map"), _WIRE_LEN),
-}
-_MAX_FIELD_NUMBER: Final = (1 << 29) - 1
-_MAX_DEPTH: Final = 100
-"""protobuf's default recursion limit for nested messages."""
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    for index in range(10):
-        if pos >= len(data):
-            raise _MalformedError(f"truncated varint at byte {pos}")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << (7 * index)
-        if not byte & 0x80:
-            if index == 9 and byte > 1:
-                raise _MalformedError(f"varint overflowing 64 bits ending at byte {pos}")
-            return result, pos
-    raise _MalformedError(f"varint longer than 10 bytes ending at byte {pos}")
-
-
-def _skip_value(data: bytes, pos: int, number: int, wire: int) -> tuple[int, int]:
-    """Check the framing of one field value at ``pos``; returns (start of its payload, end)."""
-    if wire == _WIRE_VARINT:
-        _, end = _varint(data, pos)
-        return pos, end
-    if wire in (_WIRE_I64, _WIRE_I32):
-        end = pos + (8 if wire == _WIRE_I64 else 4)
-        if end > len(data):
-            raise _MalformedError(f"field {number}: truncated fixed-size value at byte {pos}")
-        return pos, end
-    if wire == _WIRE_LEN:
-        length, start = _varint(data, pos)
-        if length > len(data) - start:
-            raise _MalformedError(
-                f"field {number}: length {length} runs past the end of the message"
-            )
-        return start, start + length
-    if wire in (_WIRE_GROUP_START, _WIRE_GROUP_END):
-        # proto3 (and CSI) has no groups, and betterproto2 cannot skip one: it would read the
-        # group's inner fields as fields of the message.
-        raise _MalformedError(f"field {number}: groups are not supported")
-    raise _MalformedError(f"field {number}: invalid wire type {wire}")
-
-
-def _check_packed(payload: bytes, number: int, wire: int) -> None:
-    if wire == _WIRE_VARINT:
-        pos = 0
-        while pos < len(payload):
-            _, pos = _varint(payload, pos)
-    elif len(payload) % (8 if wire == _WIRE_I64 else 4):
-        raise _MalformedError(f"field {number}: packed values of a partial size")
-
-
-def _check_wire(data: bytes, cls: type[betterproto2.Message], depth: int = 0) -> None:
-    """Raise :class:`_MalformedError` unless ``data`` is a valid encoding of ``cls``.
-
-    betterproto2 parses leniently: a truncated field is cut short, a field of the wrong wire
-    type lands in the message with the wrong Python type, bad wire types are skipped. A
-    handler must never see such a message (a truncated volume name is another volume)."""
-    if depth > _MAX_DEPTH:
-        raise _MalformedError("messages nested too deeply")
-    # betterproto2's per-class field table (a class property its typing does not express).
-    meta: Any = getattr(cls, "_betterproto")  # noqa: B009
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if not 1 <= number <= _MAX_FIELD_NUMBER:
-            raise _MalformedError(f"invalid field number {number}")
-        name = meta.field_name_by_number.get(number)
-        start, pos = _skip_value(data, pos, number, wire)
-        if name is None:
-            continue  # an unknown field: kept as such, as protobuf does
-        field = meta.meta_by_field_name[name]
-        expected = _WIRE_OF[field.proto_type]
-        payload = data[start:pos]
-        if wire != expected:
-            if wire == _WIRE_LEN and field.repeated and expected != _WIRE_LEN:
-                _check_packed(payload, number, expected)
-                continue
-            raise _MalformedError(
-                f"field {name} ({number}) has wire type {wire}, expected {expected}"
-            )
-        if field.proto_type == "string":
-            try:
-                payload.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _MalformedError(f"field {name} ({number}) is not valid UTF-8") from None
-        elif field.proto_type == "message":
-            sub: type[betterproto2.Message] = (
-                field.unwrap() if field.unwrap is not None else meta.cls_by_field[name]
-            )
-            _check_wire(payload, sub, depth + 1)
-        elif field.proto_type == "map":
-            _check_wire(payload, meta.cls_by_field[name], depth + 1)
-
-
-def _header(stream: H2Stream, name: str) -> str | None:
-    for key, value in stream.headers or ():
-        if key == name:
-            return value
-    return None
-
-
-async def _read(stream: H2Stream, size: int, what: str) -> bytes:
+async def _received(path: str, stream: _Stream) -> betterproto2.Message:
+    """The request message, or the status grpc-go answers for what the client sent."""
     try:
-        return await stream.recv_data(size)
-    except AssertionError:
-        # grpclib's buffer: the stream ended before ``size`` bytes came.
-        raise GRPCError(Status.INTERNAL, f"grpc: request truncated in its {what}") from None
-
-
-async def _receive(
-    stream: _Stream, request_type: type[betterproto2.Message], max_message: int
-) -> betterproto2.Message:
-    """Read a request message the way grpc-go checks it, before anything is buffered beyond
-    the limit and before a handler sees it."""
-    # grpclib reads a message without a size limit and hands over whatever its lenient codec
-    # makes of the bytes; read the frame from its HTTP/2 stream instead.
-    h2_stream: H2Stream = stream._stream
-    encoding = _header(h2_stream, "grpc-encoding")
-    if encoding not in (None, "identity"):
-        raise GRPCError(
-            Status.UNIMPLEMENTED,
-            f'grpc: Decompressor is not installed for grpc-encoding "{encoding}"',
-        )
-    prefix = await _read(h2_stream, 5, "message prefix")
-    if not prefix:
-        raise GRPCError(Status.INTERNAL, "grpc: the client sent no request message")
-    flag, length = struct.unpack(">BI", prefix)
-    if flag == 1:
-        raise GRPCError(
-            Status.INTERNAL, "grpc: compressed flag set with identity or empty encoding"
-        )
-    if flag != 0:
-        raise GRPCError(Status.INTERNAL, f"grpc: invalid compressed flag {flag}")
-    if length > max_message:
-        raise GRPCError(
-            Status.RESOURCE_EXHAUSTED,
-            f"grpc: received message larger than max ({length} vs. {max_message})",
-        )
-    data = await _read(h2_stream, length, "message")
-    try:
-        _check_wire(data, request_type)
-        return request_type.parse(data)
-    except _MalformedError as err:
-        raise GRPCError(Status.INTERNAL, f"grpc: error unmarshalling request: {err}") from None
-    except Exception as err:  # betterproto2 refusing what the check let through
-        raise GRPCError(
-            Status.INTERNAL, f"grpc: error unmarshalling request: {type(err).__name__}"
-        ) from None
-
-
-async def _received(
-    path: str, stream: _Stream, request_type: type[betterproto2.Message], max_message: int
-) -> betterproto2.Message:
-    try:
-        return await _receive(stream, request_type, max_message)
+        try:
+            request = await stream.recv_message()
+        except NotImplementedError:  # grpclib on a message with the compressed flag
+            raise GRPCError(
+                Status.UNIMPLEMENTED, "grpc: compressed requests are not supported"
+            ) from None
+        except AssertionError:  # grpclib: the stream ended inside the message
+            raise GRPCError(Status.INTERNAL, "grpc: request truncated") from None
+        if request is None:
+            raise GRPCError(Status.INTERNAL, "grpc: the client sent no request message")
     except GRPCError as err:
-        log.info("csi request refused", method=path, code=err.status.name, message=err.message)
+        log_quietly(
+            log,
+            "info",
+            "csi request refused",
+            method=path,
+            code=err.status.name,
+            message=err.message,
+        )
         raise
+    result: betterproto2.Message = request
+    return result
 
 
 def _unary(
     path: str,
-    method: Callable[[Any], Awaitable[betterproto2.Message]],
-    request_type: type[betterproto2.Message],
-    max_message: int,
+    method: Callable[[Any], Awaitable[Any]],
+    reply_type: type[betterproto2.Message],
 ) -> Callable[[_Stream], Awaitable[None]]:
     async def handle(stream: _Stream) -> None:
-        request = await _received(path, stream, request_type, max_message)
+        request = await _received(path, stream)
         started = time.monotonic()
-        log.debug("csi call", method=path, request=Sanitized(request))
+        log_quietly(log, "debug", "csi call", method=path, request=Sanitized(request))
         try:
             response = await method(request)
+            if not isinstance(response, reply_type):
+                raise TypeError(
+                    f"the handler returned {type(response).__name__}, not {reply_type.__name__}"
+                )
         except Exception as exc:
             error = _to_grpc_error(path, exc, request)
-            log.info(
+            log_quietly(
+                log,
+                "info",
                 "csi call failed",
                 method=path,
                 code=error.status.name,
@@ -447,26 +337,24 @@ def _unary(
                 seconds=round(time.monotonic() - started, 6),
             )
             raise error from None
-        log.debug(
+        await stream.send_message(response)
+        # After the answer, and unable to raise: a log line never changes or loses it.
+        log_quietly(
+            log,
+            "debug",
             "csi call done",
             method=path,
             response=Sanitized(response),
             seconds=round(time.monotonic() - started, 6),
         )
-        await stream.send_message(response)
 
     return handle
 
 
-def _server_stream(
-    path: str,
-    method: Callable[[Any], Any],
-    request_type: type[betterproto2.Message],
-    max_message: int,
-) -> Callable[[_Stream], Awaitable[None]]:
+def _server_stream(path: str, method: Callable[[Any], Any]) -> Callable[[_Stream], Awaitable[None]]:
     async def handle(stream: _Stream) -> None:
-        request = await _received(path, stream, request_type, max_message)
-        log.debug("csi call", method=path, request=Sanitized(request))
+        request = await _received(path, stream)
+        log_quietly(log, "debug", "csi call", method=path, request=Sanitized(request))
         try:
             responses = method(request)
             if isinstance(responses, AsyncIterable):
@@ -490,143 +378,169 @@ def _guarded(
     return handle
 
 
-class _Routes(dict[str, grpclib.const.Handler]):
-    """The server's method table. A path it does not serve gets a handler answering
-    UNIMPLEMENTED as any handler answers a status (grpc-go's messages): grpclib's own answer
-    is a Trailers-Only response without the content-type the gRPC protocol requires there,
-    which grpc-go and grpclib clients read as UNKNOWN."""
+class _Mapped:
+    """A service as grpclib serves it (its ``__mapping__``), each handler wrapped with the
+    request checks, logging and exception mapping."""
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The handler of ``key``, or one answering UNIMPLEMENTED."""
-        handler = super().get(key)
-        if handler is not None:
-            return handler
-        service, _, method = key.strip("/").partition("/")
-        if any(path.startswith(f"/{service}/") for path in self):
-            message = f"unknown method {method} for service {service}"
-        else:
-            message = f"unknown service {service}"
+    def __init__(self, service: betterproto2.grpclib.ServiceBase) -> None:
+        self.service = service
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        # Generated services define __mapping__; betterproto2's ServiceBase does not declare it.
+        mapping: dict[str, grpclib.const.Handler] = getattr(self.service, "__mapping__")()  # noqa: B009
+        wrapped: dict[str, grpclib.const.Handler] = {}
+        for path, handler in mapping.items():
+            cardinality = handler.cardinality
+            method = getattr(self.service, snake_case(path.rsplit("/", 1)[1]))
+            if cardinality is grpclib.const.Cardinality.UNARY_UNARY:
+                func = _unary(path, method, handler.reply_type)
+            elif cardinality is grpclib.const.Cardinality.UNARY_STREAM:
+                func = _server_stream(path, method)
+            else:  # client streaming: no CSI RPC is; grpclib reads the messages
+                func = _guarded(path, handler.func)
+            wrapped[path] = grpclib.const.Handler(
+                func, cardinality, handler.request_type, handler.reply_type
+            )
+        return wrapped
+
+
+_CSI_SERVICES: Final = (
+    v1.IdentityBase,
+    v1.ControllerBase,
+    v1.NodeBase,
+    v1.GroupControllerBase,
+    v1.SnapshotMetadataBase,
+)
+
+
+class _Unserved:
+    """Every method of a CSI service the driver does not serve, answering UNIMPLEMENTED with
+    grpc-go's message (grpclib's own answer to an unknown path lacks the content-type gRPC
+    clients require, and they read it as UNKNOWN)."""
+
+    def __init__(self, base: type[betterproto2.grpclib.ServiceBase]) -> None:
+        self.base = base
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        mapping: dict[str, grpclib.const.Handler] = getattr(self.base(), "__mapping__")()  # noqa: B009
+        service = next(iter(mapping)).strip("/").split("/")[0]
+        message = f"unknown service {service}"
 
         async def unimplemented(stream: _Stream) -> None:
             raise GRPCError(Status.UNIMPLEMENTED, message)
 
-        return grpclib.const.Handler(
-            unimplemented, grpclib.const.Cardinality.UNARY_UNARY, object, object
+        return {
+            path: grpclib.const.Handler(
+                unimplemented, handler.cardinality, handler.request_type, handler.reply_type
+            )
+            for path, handler in mapping.items()
+        }
+
+
+# -- capabilities and the RPCs they promise ------------------------------------------------------
+
+_Ctl = v1.ControllerServiceCapabilityRpcType
+_Nod = v1.NodeServiceCapabilityRpcType
+_Grp = v1.GroupControllerServiceCapabilityRpcType
+
+_CONTROLLER_RPCS: Final[Mapping[Any, tuple[str, ...]]] = {
+    _Ctl.CREATE_DELETE_VOLUME: ("create_volume", "delete_volume"),
+    _Ctl.PUBLISH_UNPUBLISH_VOLUME: ("controller_publish_volume", "controller_unpublish_volume"),
+    _Ctl.LIST_VOLUMES: ("list_volumes",),
+    _Ctl.GET_CAPACITY: ("get_capacity",),
+    _Ctl.CREATE_DELETE_SNAPSHOT: ("create_snapshot", "delete_snapshot"),
+    _Ctl.LIST_SNAPSHOTS: ("list_snapshots",),
+    _Ctl.CLONE_VOLUME: ("create_volume",),
+    _Ctl.EXPAND_VOLUME: ("controller_expand_volume",),
+    _Ctl.LIST_VOLUMES_PUBLISHED_NODES: ("list_volumes",),
+    _Ctl.GET_VOLUME: ("controller_get_volume",),
+    _Ctl.MODIFY_VOLUME: ("controller_modify_volume",),
+    _Ctl.GET_SNAPSHOT: ("get_snapshot",),
+}
+_NODE_RPCS: Final[Mapping[Any, tuple[str, ...]]] = {
+    _Nod.STAGE_UNSTAGE_VOLUME: ("node_stage_volume", "node_unstage_volume"),
+    _Nod.GET_VOLUME_STATS: ("node_get_volume_stats",),
+    _Nod.EXPAND_VOLUME: ("node_expand_volume",),
+}
+_GROUP_RPCS: Final[Mapping[Any, tuple[str, ...]]] = {
+    _Grp.CREATE_DELETE_GET_VOLUME_GROUP_SNAPSHOT: (
+        "create_volume_group_snapshot",
+        "delete_volume_group_snapshot",
+        "get_volume_group_snapshot",
+    ),
+}
+
+
+def _overridden(service: object, base: type[Any], name: str) -> bool:
+    return getattr(type(service), name) is not getattr(base, name)
+
+
+def _check_capabilities(services: Iterable[object]) -> None:
+    """Raise :class:`CapabilityError` naming each capability claimed by one of ``services``
+    whose RPC is not overridden, and each plugin service the Identity claims but nothing
+    serves. :class:`CSIServer` calls it before serving."""
+    problems: list[str] = []
+    served = list(services)
+    for service in served:
+        for base, table in (
+            (v1.ControllerBase, _CONTROLLER_RPCS),
+            (v1.NodeBase, _NODE_RPCS),
+            (v1.GroupControllerBase, _GROUP_RPCS),
+        ):
+            if not isinstance(service, base):
+                continue
+            claimed = getattr(service, "capabilities", ())
+            for capability in sorted(claimed, key=lambda c: c.value):
+                for name in table.get(capability, ()):
+                    if not _overridden(service, base, name):
+                        problems.append(
+                            f"{type(service).__name__} claims {capability.name} but does not "
+                            f"implement {name}"
+                        )
+    for identity in served:
+        if not isinstance(identity, IdentityService):
+            continue
+        plugin = v1.PluginCapabilityServiceType
+        wanted: tuple[tuple[Any, type[Any]], ...] = (
+            (plugin.CONTROLLER_SERVICE, v1.ControllerBase),
+            (plugin.GROUP_CONTROLLER_SERVICE, v1.GroupControllerBase),
+            (plugin.SNAPSHOT_METADATA_SERVICE, v1.SnapshotMetadataBase),
+        )
+        for capability, base in wanted:
+            if capability in identity.plugin_services and not any(
+                isinstance(s, base) for s in served
+            ):
+                problems.append(
+                    f"{type(identity).__name__} claims {capability.name} but no "
+                    f"{base.__name__.removesuffix('Base')} service is served"
+                )
+    if problems:
+        raise CapabilityError(
+            "claimed CSI capabilities without their RPCs (override the methods or drop the "
+            "capabilities): " + "; ".join(problems)
         )
 
 
-_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_MAX_FRAME: Final = 16384
-"""SETTINGS_MAX_FRAME_SIZE the server advertises (the HTTP/2 default; grpclib keeps it)."""
+# -- serving ---------------------------------------------------------------------------------------
 
 
-class _FrameGuard:
-    """Follows the frame headers a client sends and flags a frame longer than the server
-    accepts as soon as its header arrives: h2 compares the length only once the whole frame
-    is buffered, so a client could make the server hold 16 MiB per connection first."""
+class _TrackingSocket(socket.socket):
+    """The listening socket, remembering the connections it accepts (asyncio's event loop
+    accepts on the socket it is given), so that stopping the server can end them: grpclib's
+    ``Server.close()`` leaves established connections open, and a client would go on
+    talking to a "stopped" driver."""
 
-    def __init__(self) -> None:
-        self._preface = len(_PREFACE)
-        self._header = b""
-        self._body = 0
+    def __init__(self, family: int, kind: int) -> None:
+        super().__init__(family, kind)
+        self.accepted: weakref.WeakSet[socket.socket] = weakref.WeakSet()
 
-    def feed(self, data: bytes) -> bool:
-        """False when ``data`` starts a frame over the limit."""
-        pos = min(self._preface, len(data))
-        self._preface -= pos
-        while pos < len(data):
-            if self._body:
-                step = min(self._body, len(data) - pos)
-                self._body -= step
-                pos += step
-                continue
-            need = 9 - len(self._header)
-            self._header += data[pos : pos + need]
-            pos += need
-            if len(self._header) == 9:
-                self._body = int.from_bytes(self._header[:3], "big")
-                self._header = b""
-                if self._body > _MAX_FRAME:
-                    return False
-        return True
+    def accept(self) -> tuple[socket.socket, Any]:
+        conn, address = super().accept()
+        self.accepted.add(conn)
+        return conn, address
 
-
-class _ClosingServer(grpclib.server.Server):
-    """grpclib's Server, hardened: closes the client connections on stop, and never lets a
-    client's bytes raise out of the protocol.
-
-    ``Server.close()`` stops listening and cancels running requests but keeps established
-    HTTP/2 connections open, so a client would go on talking to a "stopped" driver. A driver
-    process that stops drops its connections; so does this server (clients see the loss).
-    """
-
-    def __init__(self, handlers: list[Any]) -> None:
-        super().__init__(handlers)
-        self._mapping = _Routes(self._mapping)
-        self.transports: set[asyncio.BaseTransport] = set()
-
-    def _protocol_factory(self) -> H2Protocol:
-        protocol = super()._protocol_factory()
-        made = protocol.connection_made
-        lost = protocol.connection_lost
-        received = protocol.data_received
-        accept = protocol.handler.accept
-        transports = self.transports
-        own: list[asyncio.BaseTransport] = []
-        frames = _FrameGuard()
-
-        def drop(reason: str) -> None:
-            log.warning("closing a CSI client connection", reason=reason)
-            for transport in own:
-                transport.close()
-
-        def connection_made(transport: asyncio.BaseTransport) -> None:
-            transports.add(transport)
-            own.append(transport)
-            made(transport)
-
-        def connection_lost(exc: BaseException | None) -> None:
-            # Forget closed connections, or a long-lived driver keeps every one it ever had.
-            for transport in own:
-                transports.discard(transport)
-            lost(exc)
-
-        def data_received(data: bytes) -> None:
-            if not frames.feed(data):
-                drop(f"a frame longer than {_MAX_FRAME} bytes")
-                return
-            try:
-                received(data)
-            except Exception as exc:  # a client's bytes must never reach asyncio's handler
-                # grpclib closes the connection on an HTTP/2 protocol error itself; other
-                # errors of the parser (a header that is not ASCII) would otherwise end as
-                # asyncio's "Fatal error" with a traceback. The data is never logged.
-                drop(f"unreadable HTTP/2 ({type(exc).__name__})")
-
-        def checked_accept(
-            stream: H2Stream, headers: list[tuple[str, str]], release: Callable[[], None]
-        ) -> None:
-            names = {name for name, _ in headers}
-            if not {":method", ":path"} <= names:
-                # grpclib would fail on the missing key and never answer: the client waited
-                # forever. A malformed request is a stream error (RFC 9113 8.1.1).
-                log.warning("refusing a CSI request without :method or :path")
-                stream.reset_nowait(ErrorCodes.PROTOCOL_ERROR)
-                release()
-                return
-            stream.headers = headers  # read back for grpc-encoding
-            accept(stream, headers, release)
-
-        protocol.connection_made = connection_made  # type: ignore[method-assign]
-        protocol.connection_lost = connection_lost  # type: ignore[method-assign]
-        protocol.data_received = data_received  # type: ignore[method-assign]
-        protocol.handler.accept = checked_accept  # type: ignore[method-assign,assignment]
-        return protocol
-
-    def close_connections(self) -> None:
-        for transport in list(self.transports):
-            transport.close()
-        self.transports.clear()
+    def open_connections(self) -> list[socket.socket]:
+        return [conn for conn in list(self.accepted) if conn.fileno() != -1]
 
 
 class CSIServer:
@@ -635,7 +549,11 @@ class CSIServer:
     ``async with CSIServer([identity, controller], endpoint) as server:`` listens until the
     block ends. A stale socket file left by a previous process is removed before binding.
     A request message larger than ``max_receive_message_length`` bytes is refused with
-    RESOURCE_EXHAUSTED before it is read.
+    RESOURCE_EXHAUSTED. Constructing the server checks that every claimed capability has
+    its RPC (:class:`CapabilityError`), and keeps the Identity's GROUP_CONTROLLER_SERVICE
+    capability in step with whether a :class:`GroupControllerService` is served.
+    ``check_capabilities=False`` skips the first check, for test doubles that advertise
+    capabilities they never serve (to test how a sidecar reacts to them).
     """
 
     def __init__(
@@ -644,17 +562,26 @@ class CSIServer:
         endpoint: str,
         *,
         max_receive_message_length: int = DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH,
+        check_capabilities: bool = True,
     ) -> None:
         self.services = list(services)
-        if not any(isinstance(s, v1.IdentityBase) for s in self.services):
+        identities = [s for s in self.services if isinstance(s, v1.IdentityBase)]
+        if not identities:
             raise ValueError("a CSI server needs an Identity service")
         if max_receive_message_length <= 0:
             raise ValueError(
                 f"max_receive_message_length must be positive, got {max_receive_message_length}"
             )
+        group = any(isinstance(s, v1.GroupControllerBase) for s in self.services)
+        for identity in identities:
+            if isinstance(identity, IdentityService):
+                identity.group_controller_served = group
+        if check_capabilities:
+            _check_capabilities(self.services)
         self.path = unix_socket_path(endpoint)
         self.max_receive_message_length = max_receive_message_length
-        self._server: _ClosingServer | None = None
+        self._server: grpclib.server.Server | None = None
+        self._socket: _TrackingSocket | None = None
 
     @property
     def endpoint(self) -> str:
@@ -664,7 +591,7 @@ class CSIServer:
     @property
     def connections(self) -> int:
         """Client connections open now."""
-        return len(self._server.transports) if self._server is not None else 0
+        return len(self._socket.open_connections()) if self._socket is not None else 0
 
     async def start(self) -> None:
         """Bind the socket and start serving."""
@@ -672,11 +599,23 @@ class CSIServer:
             raise RuntimeError("server already started")
         if self.path.is_socket():
             self.path.unlink()
-        server = _ClosingServer(
-            [_Mapped(s, self.max_receive_message_length) for s in self.services]
-        )
-        await server.start(path=os.fspath(self.path))
-        self._server = server
+        served: list[Any] = [_Mapped(s) for s in self.services]
+        served += [
+            _Unserved(base)
+            for base in _CSI_SERVICES
+            if not any(isinstance(s, base) for s in self.services)
+        ]
+        server = grpclib.server.Server(served, codec=_CheckedCodec(self.max_receive_message_length))
+        sock = _TrackingSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(os.fspath(self.path))
+            sock.listen(100)
+            sock.setblocking(False)
+            await server.start(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        self._server, self._socket = server, sock
         log.info("csi server listening", endpoint=self.endpoint)
 
     async def stop(self) -> None:
@@ -685,7 +624,11 @@ class CSIServer:
         if server is None:
             return
         server.close()
-        server.close_connections()
+        if self._socket is not None:
+            for conn in self._socket.open_connections():
+                # The transport sees the end of its stream and closes itself.
+                with contextlib.suppress(OSError):  # already gone
+                    conn.shutdown(socket.SHUT_RDWR)
         await server.wait_closed()
         if self.path.is_socket():
             self.path.unlink()

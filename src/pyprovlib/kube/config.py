@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import aiohttp
-import structlog
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -25,6 +24,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
+from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.ratelimit import TokenBucket
@@ -47,7 +47,7 @@ __all__ = [
     "use_resolved_proxy",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_USER_AGENT = f"pyprovlib/{__version__}"
 """The ``User-Agent`` sent by clients built here unless the settings name another."""

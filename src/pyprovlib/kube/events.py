@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import aiohttp
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.config import request_json
@@ -38,7 +38,7 @@ __all__ = [
     "truncate_message",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 EVENT_TYPE_NORMAL = "Normal"
 """The type of an event about something going as expected."""

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube.backoff import REFLECTOR_BACKOFF, BackoffTimer
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.errors import (
@@ -48,7 +48,7 @@ __all__ = [
     "SharedInformerFactory",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OnAdd = Callable[[Obj], None]
 """``on_add(obj)``: an object appeared in the cache."""

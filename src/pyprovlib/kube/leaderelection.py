@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.config import request_json
@@ -31,7 +31,7 @@ __all__ = [
     "format_micro_time",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 JITTER_FACTOR = 1.2
 """client-go's ``JitterFactor``: retries wait ``retry_period * (1 + rand * 1.2)``."""

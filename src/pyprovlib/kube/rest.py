@@ -15,10 +15,10 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 import aiohttp
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
@@ -34,7 +34,7 @@ __all__ = [
     "iterate_pages",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PatchType = Literal["merge", "json", "strategic"]
 """How a patch body is interpreted: JSON merge patch, JSON patch (RFC 6902), strategic merge."""

@@ -1,6 +1,12 @@
 """Process-wide logging: structlog configured once, JSON lines or console output, stdlib
 logging routed through the same pipeline, per-operation bound context and secret redaction.
 
+pyprovlib's own loggers (:func:`get_logger`) always end in stdlib ``logging``: until a program
+configures something, nothing is written to stdout and nothing at debug (Python's default:
+warnings and errors on stderr). :func:`configure_logging` is what a program — the ``python -m``
+entry points — calls once; it sets pyprovlib's level and the level of the noisy third-party
+loggers (:data:`NOISY_LOGGERS`) separately.
+
 Every record — from structlog loggers and from stdlib loggers such as ``kubernetes_asyncio``,
 ``grpclib``, ``aiohttp`` and ``asyncio`` — goes through one handler on the root logger, whose
 last processor before rendering is :func:`redact`. Redaction is the last line of defence: code
@@ -20,7 +26,10 @@ from typing import Any, TextIO
 import structlog
 from structlog.typing import EventDict, ExcInfo, Processor, WrappedLogger
 
+from pyprovlib._logging import get_logger as _library_logger
+
 __all__ = [
+    "NOISY_LOGGERS",
     "REDACTED",
     "bind",
     "bound",
@@ -222,6 +231,10 @@ def _redacted_exception_formatter(sio: TextIO, exc_info: ExcInfo) -> None:
 # ---------------------------------------------------------------------------------------------
 # Configuration
 
+NOISY_LOGGERS = ("h2", "hpack", "aiohttp")
+"""Third-party loggers whose debug output is their protocol internals (thousands of lines a
+second); :func:`configure_logging` sets their level apart from pyprovlib's."""
+
 _FIRST_KEYS = ("timestamp", "level", "logger", "event")
 
 
@@ -266,18 +279,25 @@ def configure_logging(
     format: str = "auto",  # mirrors --log-format
     level: str = "info",
     stream: TextIO | None = None,
+    *,
+    third_party_level: str = "warning",
 ) -> None:
-    """Configure structlog and stdlib logging for the whole process.
+    """Configure structlog and stdlib logging for the whole process: what a program (the
+    ``python -m`` entry points) calls once; a library user who configures ``logging``
+    themselves need not call it.
 
     ``format``: ``json`` (one object per line: ``timestamp`` ISO-8601 UTC, ``level``,
     ``logger``, ``event``, then bound context), ``console`` (structlog's ConsoleRenderer) or
     ``auto`` (console when ``stream`` is a terminal, else json). ``level``: ``debug``,
-    ``info``, ``warning`` or ``error``. ``stream`` defaults to ``sys.stderr`` (as klog does),
-    looked up at call time. Calling again replaces the previous configuration.
+    ``info``, ``warning`` or ``error``, for pyprovlib's loggers and the program's own.
+    ``third_party_level``: the level of :data:`NOISY_LOGGERS` (h2, hpack, aiohttp), whose
+    debug output would drown everything else. ``stream`` defaults to ``sys.stderr`` (as
+    klog does), looked up at call time. Calling again replaces the previous configuration.
     """
     global _installed  # noqa: PLW0603 - logging configuration is process-wide by nature
-    if level.lower() not in _LEVELS:
-        raise ValueError(f"log level must be one of {', '.join(_LEVELS)}, got {level!r}")
+    for name, value in (("log level", level), ("third-party log level", third_party_level)):
+        if value.lower() not in _LEVELS:
+            raise ValueError(f"{name} must be one of {', '.join(_LEVELS)}, got {value!r}")
     out: TextIO = stream if stream is not None else sys.stderr
     fmt = _resolve_format(format, out)
 
@@ -312,6 +332,9 @@ def configure_logging(
         root.removeHandler(_installed)
     root.addHandler(handler)
     root.setLevel(_LEVELS[level.lower()])
+    logging.getLogger("pyprovlib").setLevel(_LEVELS[level.lower()])
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(_LEVELS[third_party_level.lower()])
     _installed = handler
 
     structlog.configure(
@@ -329,9 +352,12 @@ def configure_logging(
 
 
 def get_logger(name: str | None = None, **initial: Any) -> structlog.stdlib.BoundLogger:
-    """A structlog logger named ``name`` (a stdlib logger underneath), with ``initial``
-    context bound."""
-    logger: structlog.stdlib.BoundLogger = structlog.stdlib.get_logger(name, **initial)
+    """A structlog logger on the stdlib logger ``name``, with ``initial`` context bound.
+
+    What pyprovlib's own modules use: its records always end in stdlib ``logging``, so
+    without any configuration nothing is printed at debug or to stdout, and an application
+    decides with ``logging`` what it sees."""
+    logger: structlog.stdlib.BoundLogger = _library_logger(name, **initial)
     return logger
 
 

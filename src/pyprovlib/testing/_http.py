@@ -20,12 +20,13 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Protocol
 from urllib.parse import parse_qsl, unquote
 
-import structlog
 from multidict import CIMultiDict, MultiDict, MultiMapping
+
+from pyprovlib._logging import get_logger
 
 __all__ = ["HttpServer", "Reply", "Request", "Stream", "WireRequest"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _JSON = "application/json"
 _JSON_HEADERS: Mapping[str, str] = {"Content-Type": _JSON}

@@ -28,10 +28,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
 
 import aiohttp
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.config import use_resolved_proxy
 from pyprovlib.kube.errors import is_conflict, is_gone, is_not_found
@@ -71,7 +71,7 @@ __all__ = [
     "volume_class",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
 """On a claim: its binding went through the controller's initial setup."""

@@ -24,11 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
-import structlog
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_kube_config
 
+from pyprovlib._logging import get_logger
 from pyprovlib.controller.provision import FINALIZER_PV
 from pyprovlib.kube.errors import is_already_exists, is_not_found
 from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_POD_IMAGE", "ENV_KUBECONFIG", "ENV_POD_IMAGE", "TestCluster"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENV_KUBECONFIG = "PYPROVLIB_E2E_KUBECONFIG"
 """Names the kubeconfig of a real cluster to run end-to-end tests against."""

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
-import structlog
+from pyprovlib._logging import get_logger
 
 __all__ = ["PartitionMode", "ProxyStats", "TcpProxy"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PartitionMode = Literal["reset", "blackhole"]
 """How :meth:`TcpProxy.partition` cuts the client off (see the module documentation)."""

@@ -21,10 +21,10 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube.errors import is_conflict, is_not_found
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, annotations_of, labels_of, name_of, namespace_of
@@ -46,7 +46,7 @@ __all__ = [
     "node_schedulable",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
 """The ``spec.schedulerName`` of pods this scheduler places (also pods that name none)."""

@@ -25,11 +25,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import structlog
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
+from pyprovlib._logging import get_logger
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.resources import RESOURCES, Resource
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ApiServer", "InProcessTransport", "StorageView"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _JSON = "application/json"
 _BY_GV_PLURAL: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}

@@ -14,7 +14,6 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-import structlog
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
@@ -38,6 +37,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
 from pyprovlib.examples.hostpath.provisioner import (
@@ -85,7 +85,7 @@ _MAX_POD_NAME = 63
 # are a `find -name` pattern) and of anything a path could be bent with.
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-log = structlog.get_logger("pyprovlib.examples.hostpath.helper_pod")
+log = get_logger("pyprovlib.examples.hostpath.helper_pod")
 
 
 class HelperPodError(PyprovlibError, RuntimeError):

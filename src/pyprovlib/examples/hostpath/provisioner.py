@@ -16,7 +16,6 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import structlog
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
@@ -35,6 +34,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.examples._paths import (
     UnsafePathError,
     archive_beneath,
@@ -100,7 +100,7 @@ PARAM_ON_DELETE = "onDelete"
 _KNOWN_PARAMETERS = frozenset({PARAM_BASE_PATH, PARAM_ON_DELETE})
 _ON_DELETE_VALUES = ("delete", "retain")
 
-log = structlog.get_logger("pyprovlib.examples.hostpath")
+log = get_logger("pyprovlib.examples.hostpath")
 
 
 @dataclass(frozen=True)

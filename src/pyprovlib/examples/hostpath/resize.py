@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import structlog
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib._logging import get_logger
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples.hostpath.provisioner import ANNOTATION_NODE, HOSTNAME_LABEL
@@ -36,7 +36,7 @@ __all__ = [
     "volume_node",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NOT_EXPANDABLE_REASON: Final = (
     "hostpath volumes cannot be expanded (a volume is a directory on one node's disk, with no "

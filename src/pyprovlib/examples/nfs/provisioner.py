@@ -16,7 +16,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import structlog
 from kubernetes_asyncio.client import (
     ApiClient,
     StorageV1Api,
@@ -29,6 +28,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.examples._paths import (
     UnsafePathError,
     archive_beneath,
@@ -76,7 +76,7 @@ _PATTERN = re.compile(r"\$\{\.PVC\.(?:(labels|annotations)\.(.*?)|(.*?))\}")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
-log = structlog.get_logger("pyprovlib.examples.nfs")
+log = get_logger("pyprovlib.examples.nfs")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._logging import get_logger
 from pyprovlib.examples.rbd.rbd_cli import (
     MIB,
     CephCredentials,
@@ -122,7 +123,7 @@ _PARAMS: Final = {
     )
 }
 
-log = structlog.get_logger("pyprovlib.examples.rbd")
+log = get_logger("pyprovlib.examples.rbd")
 
 
 class VolumeInUseError(RbdBusyError):

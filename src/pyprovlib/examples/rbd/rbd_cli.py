@@ -28,8 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import structlog
-
+from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.runtime.logging import REDACTED, scrub_text
 
@@ -85,7 +84,7 @@ _NOISE: Final = ("_handle_peer_banner", " --2- ", " --1- ")
 _MAX_LINES: Final = 4
 _MAX_DETAIL: Final = 600
 
-log = structlog.get_logger("pyprovlib.examples.rbd")
+log = get_logger("pyprovlib.examples.rbd")
 
 
 class InvalidValueError(PyprovlibError, ValueError):

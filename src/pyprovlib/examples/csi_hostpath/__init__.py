@@ -1,0 +1,27 @@
+"""A small CSI driver in Python on :mod:`pyprovlib.csi.server`: the counterpart of
+kubernetes-csi/csi-driver-host-path, run with ``python -m pyprovlib.examples.csi_hostpath
+--endpoint unix:///abs/csi.sock --nodeid NODE`` (``--help`` for the flags).
+
+Volumes are directories in ``--statedir``; snapshots copies of them; staging and publishing
+create the directories the CO names. It passes the CSI conformance suite (csi-sanity).
+"""
+
+from pyprovlib.examples.csi_hostpath.driver import (
+    DEFAULT_VOLUME_SIZE,
+    TOPOLOGY_KEY,
+    DriverOptions,
+    HostPathController,
+    HostPathGroupController,
+    HostPathIdentity,
+    HostPathNode,
+)
+
+__all__ = [
+    "DEFAULT_VOLUME_SIZE",
+    "TOPOLOGY_KEY",
+    "DriverOptions",
+    "HostPathController",
+    "HostPathGroupController",
+    "HostPathIdentity",
+    "HostPathNode",
+]

@@ -1,0 +1,153 @@
+"""The example CSI driver beyond csi-sanity: state kept across a restart, paths and ids a caller
+sends never reaching the filesystem unchecked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.examples.csi_hostpath.cli import serve
+from pyprovlib.examples.csi_hostpath.driver import DriverOptions
+
+MOUNT = v1.VolumeCapability(
+    mount=v1.VolumeCapabilityMountVolume(),
+    access_mode=v1.VolumeCapabilityAccessMode(
+        mode=v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
+    ),
+)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[pathlib.Path]:
+    # unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
+    with tempfile.TemporaryDirectory(prefix="chp") as directory:
+        yield pathlib.Path(directory)
+
+
+@contextlib.asynccontextmanager
+async def driver(directory: pathlib.Path) -> AsyncIterator[Channel]:
+    options = DriverOptions(nodeid="node-1", statedir=str(directory / "state"))
+    socket = directory / "csi.sock"
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(options, f"unix://{socket}", stop))
+    try:
+        async with asyncio.timeout(10):
+            while not socket.exists():
+                await asyncio.sleep(0.01)
+        channel = Channel(path=str(socket))
+        try:
+            yield channel
+        finally:
+            channel.close()
+    finally:
+        stop.set()
+        await task
+
+
+async def status_of(call: object) -> Status | None:
+    try:
+        await call  # type: ignore[misc]
+    except GRPCError as err:
+        return err.status
+    return None
+
+
+async def test_volumes_and_snapshots_survive_a_restart(short_dir: pathlib.Path) -> None:
+    async with driver(short_dir) as channel:
+        ctrl = v1.ControllerStub(channel)
+        created = await ctrl.create_volume(
+            v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])
+        )
+        assert created.volume is not None
+        volume_id = created.volume.volume_id
+        data = short_dir / "state" / "volumes" / volume_id
+        (data / "file").write_text("kept")
+        snap = await ctrl.create_snapshot(
+            v1.CreateSnapshotRequest(name="snap-1", source_volume_id=volume_id)
+        )
+        assert snap.snapshot is not None
+        assert snap.snapshot.creation_time is not None
+    async with driver(short_dir) as channel:
+        ctrl = v1.ControllerStub(channel)
+        again = await ctrl.create_volume(
+            v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])
+        )
+        assert again.volume is not None
+        assert again.volume.volume_id == volume_id  # idempotent across the restart
+        listed = await ctrl.list_snapshots(v1.ListSnapshotsRequest(source_volume_id=volume_id))
+        assert [e.snapshot.snapshot_id for e in listed.entries if e.snapshot] == [
+            snap.snapshot.snapshot_id
+        ]
+        restored = await ctrl.create_volume(
+            v1.CreateVolumeRequest(
+                name="pvc-2",
+                volume_capabilities=[MOUNT],
+                volume_content_source=v1.VolumeContentSource(
+                    snapshot=v1.VolumeContentSourceSnapshotSource(
+                        snapshot_id=snap.snapshot.snapshot_id
+                    )
+                ),
+            )
+        )
+        assert restored.volume is not None
+        copy = short_dir / "state" / "volumes" / restored.volume.volume_id / "file"
+        assert copy.read_text() == "kept"
+
+
+async def test_ids_and_paths_from_callers_are_checked(short_dir: pathlib.Path) -> None:
+    outside = short_dir / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    async with driver(short_dir) as channel:
+        ctrl, node = v1.ControllerStub(channel), v1.NodeStub(channel)
+        created = await ctrl.create_volume(
+            v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])
+        )
+        assert created.volume is not None
+        volume_id = created.volume.volume_id
+        # Ids that are not the driver's own never name a directory: "../outside" deletes
+        # nothing, and is simply not found.
+        for bad in ("../outside", "..", "/etc", "a/b"):
+            assert await status_of(ctrl.delete_volume(v1.DeleteVolumeRequest(volume_id=bad))) is (
+                None
+            )
+            assert await status_of(
+                ctrl.create_snapshot(v1.CreateSnapshotRequest(name="s", source_volume_id=bad))
+            ) is (Status.NOT_FOUND)
+        assert (outside / "precious").exists()
+        for target in ("relative/path", f"{short_dir}/mnt/../outside", "/"):
+            assert await status_of(
+                node.node_publish_volume(
+                    v1.NodePublishVolumeRequest(
+                        volume_id=volume_id, target_path=target, volume_capability=MOUNT
+                    )
+                )
+            ) is (Status.INVALID_ARGUMENT)
+        target = str(short_dir / "mnt" / "target")
+        publish = v1.NodePublishVolumeRequest(
+            volume_id=volume_id, target_path=target, volume_capability=MOUNT
+        )
+        await node.node_publish_volume(publish)
+        await node.node_publish_volume(publish)  # idempotent
+        assert await asyncio.to_thread(os.path.isdir, target)
+        await node.node_unpublish_volume(
+            v1.NodeUnpublishVolumeRequest(volume_id=volume_id, target_path=target)
+        )
+        assert not await asyncio.to_thread(os.path.exists, target)
+        # Size limits answer the spec's codes.
+        too_big = v1.CreateVolumeRequest(
+            name="huge",
+            volume_capabilities=[MOUNT],
+            capacity_range=v1.CapacityRange(required_bytes=2 << 40),
+        )
+        assert await status_of(ctrl.create_volume(too_big)) is Status.OUT_OF_RANGE
