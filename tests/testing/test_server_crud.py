@@ -263,7 +263,8 @@ async def test_status_subresource(kube_client: ApiClient) -> None:
     )
     assert patched.status.phase == "Pending"
     assert patched.metadata.labels == {"l": "1"}
-    # /status changes status only
+    # /status leaves the spec alone; the claim's status strategy keeps the request's
+    # metadata (as kube-apiserver does: only the spec is copied from the stored object)
     patched = await v1.patch_namespaced_persistent_volume_claim_status(
         "s",
         "default",
@@ -274,7 +275,7 @@ async def test_status_subresource(kube_client: ApiClient) -> None:
         },
     )
     assert patched.status.phase == "Bound"
-    assert patched.metadata.labels == {"l": "1"}
+    assert patched.metadata.labels == {"l": "2"}
     assert patched.spec.volume_name is None
     current = await v1.read_namespaced_persistent_volume_claim_status("s", "default")
     current.status.phase = "Lost"

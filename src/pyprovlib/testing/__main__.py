@@ -159,10 +159,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         if args.binder_only or args.scheduler_only:
             if not args.kubeconfig:
-                print(
-                    "--binder-only and --scheduler-only need --kubeconfig naming the API server",
-                    file=sys.stderr,
-                )
+                flag = "--binder-only" if args.binder_only else "--scheduler-only"
+                print(f"{flag} needs --kubeconfig naming the API server", file=sys.stderr)
                 return 2
             await _run_controllers(
                 args.kubeconfig,
