@@ -454,6 +454,7 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
         kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
     provisioner = MemoryProvisioner({mine: {}})
     controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+
     async def theirs_released() -> bool:
         other = await get_volume(kube_cluster.api_client, theirs)
         return other is not None and (other.get("status") or {}).get("phase") == "Released"
