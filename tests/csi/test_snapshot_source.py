@@ -112,6 +112,7 @@ class Rejection:
     setup: Callable[[Env, Snapshot], Awaitable[dict[str, Any]]]
     message: str
     in_memory_only: str = ""
+    no_snapshot_controller: str = ""
 
 
 async def _missing(env: Env, snap: Snapshot) -> dict[str, Any]:
@@ -216,7 +217,7 @@ REJECTIONS = {
     "content-of-another-snapshot": Rejection(
         _content_of_another_snapshot,
         "points at another snapshot",
-        in_memory_only="a snapshot controller would rebind the snapshot",
+        no_snapshot_controller="it would rebind the snapshot",
     ),
     "no-handle": Rejection(_no_handle, "has no status.snapshotHandle"),
     "restore-size": Rejection(
@@ -247,6 +248,8 @@ async def test_rejected_snapshot_source_is_reported_and_not_created(
     rejection = REJECTIONS[case]
     if rejection.in_memory_only:
         kube_cluster.require_in_memory(rejection.in_memory_only)
+    if rejection.no_snapshot_controller:
+        kube_cluster.require_no_snapshot_controller(rejection.no_snapshot_controller)
     if case == "other-namespace" and kube_cluster.server is not None:
         kube_cluster.server.feature_gates.add("CrossNamespaceVolumeDataSource")
     async with csi_env(kube_cluster, sock_dir) as env:

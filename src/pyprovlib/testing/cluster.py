@@ -253,6 +253,21 @@ class TestCluster:
 
             pytest.skip(f"needs the in-memory API server: {reason}")
 
+    @property
+    def snapshot_controller_may_run(self) -> bool:
+        """Whether a snapshot controller may act on VolumeSnapshots behind the test's back:
+        False in memory and on a :class:`~pyprovlib.testing.controlplane.ControlPlane` (which
+        installs the CRDs but runs none), True on any other real cluster."""
+        return self.is_real and self.control_plane is None and self.assets is None
+
+    def require_no_snapshot_controller(self, reason: str) -> None:
+        """Skip the calling test where a snapshot controller may run
+        (:attr:`snapshot_controller_may_run`): for snapshot states one would not leave alone."""
+        if self.snapshot_controller_may_run:
+            import pytest
+
+            pytest.skip(f"a snapshot controller may run on this cluster: {reason}")
+
     def track(self, resource: Resource, name: str) -> None:
         """Delete the cluster-scoped object ``name`` of ``resource`` when the cluster exits
         (namespaced objects go with the namespace)."""
