@@ -823,7 +823,7 @@ async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluste
 
 
 async def test_schedule_sets_selected_node_in_memory(kube_cluster: TestCluster) -> None:
-    kube_cluster.require_in_memory("on a real cluster only the scheduler sets selected-node")
+    kube_cluster.require_own_cluster("sets selected-node without a pod")
     core = CoreV1Api(kube_cluster.api_client)
     storage = StorageV1Api(kube_cluster.api_client)
     cls = kube_cluster.unique_name("late")

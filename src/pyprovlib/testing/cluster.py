@@ -254,6 +254,24 @@ class TestCluster:
             pytest.skip(f"needs the in-memory API server: {reason}")
 
     @property
+    def owns_cluster(self) -> bool:
+        """True in memory and on a :class:`~pyprovlib.testing.controlplane.ControlPlane` the
+        harness launched (nothing else uses it, no kubelet or cloud controller acts on fake
+        Nodes); False on a cluster named by ``PYPROVLIB_E2E_KUBECONFIG``."""
+        return not self.is_real or self.control_plane is not None or self.assets is not None
+
+    def require_own_cluster(self, reason: str) -> None:
+        """Skip the calling test on a cluster the harness does not own
+        (:attr:`owns_cluster`): for steps that create fake Nodes or CSINodes, or set
+        ``selected-node`` without a pod."""
+        if not self.owns_cluster:
+            import pytest
+
+            pytest.skip(
+                f"needs a cluster of its own (in memory or a launched control plane): {reason}"
+            )
+
+    @property
     def snapshot_controller_may_run(self) -> bool:
         """Whether a snapshot controller may act on VolumeSnapshots behind the test's back:
         False in memory and on a :class:`~pyprovlib.testing.controlplane.ControlPlane` (which
@@ -300,9 +318,10 @@ class TestCluster:
     async def schedule(self, claim_name: str, node: str) -> None:
         """Set ``volume.kubernetes.io/selected-node`` on a claim, as the scheduler would.
 
-        In memory only: on a real cluster the scheduler owns this annotation, so tests use
-        :meth:`create_consumer_pod` there."""
-        self.require_in_memory("selected-node is set by the scheduler on a real cluster")
+        In memory and on a launched control plane (no pod uses the claim, so kube-scheduler
+        leaves it alone); on another real cluster the scheduler owns this annotation, so tests
+        use :meth:`create_consumer_pod` there."""
+        self.require_own_cluster("selected-node is set by the scheduler on a shared cluster")
         await set_selected_node(self.api_client, self.namespace, claim_name, node)
 
     async def ready_nodes(self, count: int) -> list[Obj]:
