@@ -44,7 +44,19 @@ fi
 ln -s "$(command -v etcd)" "$assets/etcd"
 ln -s "$repo/.venv/bin/kubectl" "$assets/kubectl"
 
+logs="$assets/logs"
+mkdir -p "$logs"
 start=$(date +%s)
-env -u PYPROVLIB_E2E_KUBECONFIG -u KUBEBUILDER_ASSETS PYPROVLIB_KUBE_ASSETS="$assets" \
-    .venv/bin/python -m pytest -m e2e -p no:cacheprovider -q -rs "$@"
-echo "== real control plane: done in $(( $(date +%s) - start )) s"
+status=0
+env -u PYPROVLIB_E2E_KUBECONFIG -u KUBEBUILDER_ASSETS \
+    PYPROVLIB_KUBE_ASSETS="$assets" PYPROVLIB_KUBE_LOG_DIR="$logs" \
+    .venv/bin/python -m pytest -m e2e -p no:cacheprovider -q -rs "$@" || status=$?
+echo "== real control plane: pytest exit status $status in $(( $(date +%s) - start )) s"
+if [ "$status" -ne 0 ]; then
+    for log in "$logs"/*.log; do
+        [ -f "$log" ] || continue
+        echo "-- last lines of $(basename "$log")"
+        tail -n 40 "$log"
+    done
+fi
+exit "$status"

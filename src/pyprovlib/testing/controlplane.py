@@ -52,6 +52,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 __all__ = [
     "ENV_KUBEBUILDER_ASSETS",
     "ENV_KUBE_ASSETS",
+    "ENV_KUBE_LOG_DIR",
     "ControlPlane",
     "ControlPlaneError",
     "assets_from_environment",
@@ -65,6 +66,9 @@ ENV_KUBE_ASSETS = "PYPROVLIB_KUBE_ASSETS"
 """Names an assets directory: the fixtures then run on a real control plane started from it."""
 ENV_KUBEBUILDER_ASSETS = "KUBEBUILDER_ASSETS"
 """setup-envtest's variable, honoured too (after :data:`ENV_KUBE_ASSETS`)."""
+ENV_KUBE_LOG_DIR = "PYPROVLIB_KUBE_LOG_DIR"
+"""Where the shared control plane keeps its components' logs (default: its temporary
+directory, removed with it)."""
 
 CRD_DIR = Path(__file__).with_name("crds")
 NODE_NAME_PREFIX = "pyprovlib-node-"
@@ -727,7 +731,7 @@ async def shared_control_plane(assets: str | os.PathLike[str] | None = None) -> 
     where = assets if assets is not None else assets_from_environment()
     if where is None:
         raise ControlPlaneError(f"set {ENV_KUBE_ASSETS} to an assets directory")
-    plane = ControlPlane(where)
+    plane = ControlPlane(where, log_dir=os.environ.get(ENV_KUBE_LOG_DIR) or None)
     _Shared.plane = plane
     atexit.register(plane.stop_sync)
     try:
