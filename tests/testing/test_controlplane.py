@@ -199,3 +199,30 @@ async def test_nothing_is_left_when_the_test_process_is_killed() -> None:
     assert len(pids) >= 2
     await _until(lambda: not any(_alive(p) for p in pids), 60, f"processes {pids} to end")
     await _until(lambda: not directory.exists(), 20, f"{directory} to be removed")
+
+
+def test_harness_chooses_kubeconfig_then_assets_then_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyprovlib.testing.cluster import TestCluster
+
+    for name in ("PYPROVLIB_E2E_KUBECONFIG", "PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS"):
+        monkeypatch.delenv(name, raising=False)
+    in_memory = TestCluster.from_environment()
+    assert not in_memory.is_real
+    assert in_memory.owns_cluster
+    assert not in_memory.snapshot_controller_may_run
+
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", "/envtest/bin")
+    launched = TestCluster.from_environment()
+    assert launched.is_real
+    assert launched.assets == Path("/envtest/bin")
+    assert launched.owns_cluster
+    assert not launched.snapshot_controller_may_run
+
+    monkeypatch.setenv("PYPROVLIB_E2E_KUBECONFIG", "/some/kubeconfig")
+    shared = TestCluster.from_environment()
+    assert shared.is_real
+    assert shared.assets is None
+    assert not shared.owns_cluster
+    assert shared.snapshot_controller_may_run

@@ -56,6 +56,7 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "assets_from_environment",
+    "register_ready_node",
     "shared_control_plane",
     "stop_shared_control_plane",
 ]
