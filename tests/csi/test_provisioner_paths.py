@@ -70,7 +70,7 @@ def segments(topologies: list[v1.Topology]) -> list[dict[str, str]]:
 async def test_selected_node_topology_reaches_the_driver_and_the_pv(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, shared_informers: bool
 ) -> None:
-    kube_cluster.require_in_memory("creates Nodes and CSINodes for the Python driver")
+    kube_cluster.require_own_cluster("creates Nodes and CSINodes for the Python driver")
     async with csi_env(
         kube_cluster, sock_dir, topology=True, shared_informers=shared_informers
     ) as env:
@@ -133,7 +133,7 @@ async def test_allowed_topologies_with_immediate_binding(
 async def test_selected_node_without_csinode_is_rescheduled(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
-    kube_cluster.require_in_memory("creates Nodes for the Python driver")
+    kube_cluster.require_own_cluster("creates Nodes for the Python driver")
     async with csi_env(kube_cluster, sock_dir, topology=True) as env:
         await add_node(env, "node-x", "zone-x", csinode=False)
         class_name = await create_class(env, volumeBindingMode="WaitForFirstConsumer")

@@ -112,6 +112,7 @@ class Rejection:
     setup: Callable[[Env, Snapshot], Awaitable[dict[str, Any]]]
     message: str
     in_memory_only: str = ""
+    no_snapshot_controller: str = ""
 
 
 async def _missing(env: Env, snap: Snapshot) -> dict[str, Any]:
@@ -196,7 +197,10 @@ async def _volume_mode_change_garbled(env: Env, snap: Snapshot) -> dict[str, Any
 
 
 async def _wrong_group(env: Env, snap: Snapshot) -> dict[str, Any]:
-    return {"dataSource": {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "x"}}
+    # Through dataSourceRef: kube-apiserver drops such a spec.dataSource given alone (neither
+    # a claim nor a snapshot.storage.k8s.io VolumeSnapshot; KEP 1495), so only a
+    # dataSourceRef (mirrored into dataSource) brings it to the provisioner.
+    return {"dataSourceRef": {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "x"}}
 
 
 async def _other_namespace(env: Env, snap: Snapshot) -> dict[str, Any]:
@@ -213,7 +217,7 @@ REJECTIONS = {
     "content-of-another-snapshot": Rejection(
         _content_of_another_snapshot,
         "points at another snapshot",
-        in_memory_only="a snapshot controller would rebind the snapshot",
+        no_snapshot_controller="it would rebind the snapshot",
     ),
     "no-handle": Rejection(_no_handle, "has no status.snapshotHandle"),
     "restore-size": Rejection(
@@ -231,8 +235,8 @@ REJECTIONS = {
     "other-namespace": Rejection(
         _other_namespace,
         "cross-namespace data sources",
-        in_memory_only="without the CrossNamespaceVolumeDataSource gate the server drops "
-        "dataSourceRef.namespace",
+        in_memory_only="needs the alpha CrossNamespaceVolumeDataSource feature gate, off in "
+        "kube-apiserver by default (which then drops the cross-namespace dataSourceRef)",
     ),
 }
 
@@ -244,6 +248,10 @@ async def test_rejected_snapshot_source_is_reported_and_not_created(
     rejection = REJECTIONS[case]
     if rejection.in_memory_only:
         kube_cluster.require_in_memory(rejection.in_memory_only)
+    if rejection.no_snapshot_controller:
+        kube_cluster.require_no_snapshot_controller(rejection.no_snapshot_controller)
+    if case == "other-namespace" and kube_cluster.server is not None:
+        kube_cluster.server.feature_gates.add("CrossNamespaceVolumeDataSource")
     async with csi_env(kube_cluster, sock_dir) as env:
         await require_snapshot_crds(env)
         class_name = await create_class(env)

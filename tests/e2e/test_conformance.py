@@ -157,14 +157,21 @@ async def test_persistent_volume_crud_and_status(kube_cluster: TestCluster) -> N
 
     await kube_cluster.wait_for(available, message="PV Available")
 
-    # status is a subresource: writes to it change only status.
+    # status is a subresource: writes to it leave the spec alone. The PV registry's status
+    # strategy copies only the spec from the stored object, so metadata in the same write is
+    # kept (kube-apiserver does; ResetObjectMetaForStatus is not applied to PVs).
     status = await core.patch_persistent_volume_status(
         name,
-        {"status": {"message": "checked"}, "metadata": {"labels": {"ignored": "yes"}}},
+        {
+            "status": {"message": "checked"},
+            "metadata": {"labels": {"from-status": "yes"}},
+            "spec": {"persistentVolumeReclaimPolicy": "Recycle"},
+        },
         _content_type=MERGE,
     )
     assert status.status.message == "checked"
-    assert "ignored" not in (status.metadata.labels or {})
+    assert status.metadata.labels["from-status"] == "yes"
+    assert status.spec.persistent_volume_reclaim_policy == "Retain"
     # ... and writes to the main resource leave status alone.
     current = await core.read_persistent_volume(name)
     current.status.message = "overwritten?"
@@ -816,7 +823,7 @@ async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluste
 
 
 async def test_schedule_sets_selected_node_in_memory(kube_cluster: TestCluster) -> None:
-    kube_cluster.require_in_memory("on a real cluster only the scheduler sets selected-node")
+    kube_cluster.require_own_cluster("sets selected-node without a pod")
     core = CoreV1Api(kube_cluster.api_client)
     storage = StorageV1Api(kube_cluster.api_client)
     cls = kube_cluster.unique_name("late")
@@ -897,3 +904,148 @@ async def test_cluster_on_a_kubeconfig_cleans_up(tmp_path: Any) -> None:
                 return ns.status.phase == "Terminating"
 
             assert await namespace_gone()
+
+
+@pytest.mark.parametrize(
+    ("kind", "keeps_request_metadata"),
+    [("claim", True), ("node", True), ("pod", True), ("attachment", False)],
+)
+async def test_status_writes_and_metadata(
+    kube_cluster: TestCluster, kind: str, keeps_request_metadata: bool
+) -> None:
+    """What a write to /status keeps of the metadata it carries: the claim, node and pod status
+    strategies copy only the spec from the stored object (labels, annotations and finalizers
+    of the request are kept; a pod's owner references are not), VolumeAttachment's resets the
+    metadata to the stored one (ResetObjectMetaForStatus)."""
+    from pyprovlib.kube.resources import NODES, PODS
+    from pyprovlib.testing.binder import _Http
+
+    http = _Http(kube_cluster.api_client)
+    ns = kube_cluster.namespace
+    name = kube_cluster.unique_name(kind)
+    if kind == "claim":
+        collection = PERSISTENT_VOLUME_CLAIMS.path(ns)
+        body: dict[str, Any] = claim_body(name)
+        status: dict[str, Any] = {"phase": "Lost"}
+    elif kind == "node":
+        collection = NODES.path()
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+        status = {"phase": "Running"}
+        kube_cluster.track(NODES, name)
+    elif kind == "pod":
+        collection = PODS.path(ns)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            # A node name no node has: no scheduler or kubelet touches it.
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": "pyprovlib-no-such-node",
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        status = {"message": "from the test"}
+    else:
+        collection = VOLUME_ATTACHMENTS.path()
+        body = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "VolumeAttachment",
+            "metadata": {"name": name},
+            "spec": {
+                "attacher": PROVISIONER,
+                "nodeName": "pyprovlib-no-such-node",
+                "source": {"persistentVolumeName": name},
+            },
+        }
+        status = {"attached": True}
+        kube_cluster.track(VOLUME_ATTACHMENTS, name)
+    await http.json("POST", collection, body=body)
+    owner = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "o",
+        "uid": "1" * 8 + "-1111-1111-1111-" + "1" * 12,
+    }
+    written = await http.json(
+        "PATCH",
+        f"{collection}/{name}/status",
+        body={
+            "metadata": {
+                "labels": {"from-status": "yes"},
+                "annotations": {"example.com/from-status": "yes"},
+                "finalizers": ["example.com/from-status"],
+                "ownerReferences": [owner],
+            },
+            "status": status,
+        },
+        content_type=MERGE,
+    )
+    meta = written["metadata"]
+    try:
+        assert written["status"] | status == written["status"]
+        assert ((meta.get("labels") or {}).get("from-status") == "yes") is keeps_request_metadata
+        annotations = meta.get("annotations") or {}
+        assert ("example.com/from-status" in annotations) is keeps_request_metadata
+        finalizers = meta.get("finalizers") or []
+        assert ("example.com/from-status" in finalizers) is keeps_request_metadata
+        assert bool(meta.get("ownerReferences")) is (
+            keep_owner := keeps_request_metadata and kind != "pod"
+        )
+        stored = await http.json("GET", f"{collection}/{name}")
+        assert bool(stored["metadata"].get("ownerReferences")) is keep_owner
+    finally:
+        if "example.com/from-status" in (meta.get("finalizers") or []):
+            await http.json(
+                "PATCH",
+                f"{collection}/{name}",
+                body={"metadata": {"finalizers": None}},
+                content_type=MERGE,
+            )
+
+
+@pytest.mark.parametrize(
+    ("spec", "kept"),
+    [
+        ({"dataSource": {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "x"}}, None),
+        ({"dataSource": {"apiGroup": "hello.example.com", "kind": "Hello", "name": "x"}}, None),
+        (
+            {"dataSourceRef": {"apiGroup": "hello.example.com", "kind": "Hello", "name": "x"}},
+            {"apiGroup": "hello.example.com", "kind": "Hello", "name": "x"},
+        ),
+        (
+            {"dataSource": {"kind": "PersistentVolumeClaim", "name": "x"}},
+            {"apiGroup": None, "kind": "PersistentVolumeClaim", "name": "x"},
+        ),
+        (
+            {
+                "dataSourceRef": {
+                    "apiGroup": "snapshot.storage.k8s.io",
+                    "kind": "VolumeSnapshot",
+                    "name": "x",
+                    "namespace": "elsewhere",
+                }
+            },
+            None,
+        ),
+    ],
+    ids=["wrong-group", "populator-as-dataSource", "populator-ref", "claim", "cross-namespace"],
+)
+async def test_claim_data_sources_are_normalized_or_dropped(
+    kube_cluster: TestCluster, spec: dict[str, Any], kept: dict[str, Any] | None
+) -> None:
+    """A claim's dataSource/dataSourceRef on create (pkg/api/persistentvolumeclaim): a
+    dataSource alone that is neither a claim nor a snapshot.storage.k8s.io VolumeSnapshot is
+    dropped; a dataSourceRef of any kind is kept and mirrored; a core-group reference comes back
+    with "apiGroup": null; a cross-namespace dataSourceRef is dropped without the alpha
+    CrossNamespaceVolumeDataSource gate (off by default)."""
+    from pyprovlib.testing.binder import _Http
+
+    http = _Http(kube_cluster.api_client)
+    name = kube_cluster.unique_name("source")
+    created = await http.json(
+        "POST",
+        PERSISTENT_VOLUME_CLAIMS.path(kube_cluster.namespace),
+        body=claim_body(name, **spec),
+    )
+    assert created["spec"].get("dataSource") == kept
+    assert created["spec"].get("dataSourceRef") == kept

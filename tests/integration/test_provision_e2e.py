@@ -454,7 +454,14 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
         kube_cluster.track(PERSISTENT_VOLUMES, pv_name)
     provisioner = MemoryProvisioner({mine: {}})
     controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+
+    async def theirs_released() -> bool:
+        other = await get_volume(kube_cluster.api_client, theirs)
+        return other is not None and (other.get("status") or {}).get("phase") == "Released"
+
     async with running(controller):
+        # The PV controller releases both in its own order and time: wait for each state.
+        await kube_cluster.wait_for(theirs_released, message=f"PV {theirs} Released")
         await wait_gone(kube_cluster.api_client, kube_cluster, mine)
         assert provisioner.deleted == [mine]
         other = await get_volume(kube_cluster.api_client, theirs)

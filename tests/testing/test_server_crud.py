@@ -263,7 +263,8 @@ async def test_status_subresource(kube_client: ApiClient) -> None:
     )
     assert patched.status.phase == "Pending"
     assert patched.metadata.labels == {"l": "1"}
-    # /status changes status only
+    # /status leaves the spec alone; the claim's status strategy keeps the request's
+    # metadata (as kube-apiserver does: only the spec is copied from the stored object)
     patched = await v1.patch_namespaced_persistent_volume_claim_status(
         "s",
         "default",
@@ -274,7 +275,7 @@ async def test_status_subresource(kube_client: ApiClient) -> None:
         },
     )
     assert patched.status.phase == "Bound"
-    assert patched.metadata.labels == {"l": "1"}
+    assert patched.metadata.labels == {"l": "2"}
     assert patched.spec.volume_name is None
     current = await v1.read_namespaced_persistent_volume_claim_status("s", "default")
     current.status.phase = "Lost"
@@ -512,3 +513,17 @@ async def test_claim_storage_class_may_be_set_from_nil_only(kube_client: ApiClie
             "nil-class", "default", {"spec": {"storageClassName": "other"}}
         )
     assert e.value.status == 422
+
+
+async def test_namespace_status_subresource(kube_client: ApiClient) -> None:
+    """/api/v1/namespaces/NAME/status is the namespace's status subresource (not a collection
+    named "status" in that namespace); like the claim's, it keeps the request's metadata."""
+    v1 = CoreV1Api(kube_client)
+    await v1.create_namespace({"metadata": {"name": "with-status"}})
+    read = await v1.read_namespace_status("with-status")
+    assert read.status.phase == "Active"
+    patched = await v1.patch_namespace_status(
+        "with-status", {"metadata": {"labels": {"l": "1"}}, "status": {"phase": "Active"}}
+    )
+    assert patched.metadata.labels["l"] == "1"
+    assert patched.metadata.labels["kubernetes.io/metadata.name"] == "with-status"

@@ -16,6 +16,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.kube.resources import (
+    PERSISTENT_VOLUME_CLAIMS,
     RESOURCES,
     VOLUME_SNAPSHOT_CLASSES,
     VOLUME_SNAPSHOT_CONTENTS,
@@ -493,28 +494,94 @@ async def test_claim_data_sources_are_normalized_and_validated(kube_client: ApiC
     assert created["spec"]["dataSourceRef"] == source
     created = await claims.create(claim("b", dataSourceRef=source), NS)
     assert created["spec"]["dataSource"] == source
-    cross = {**source, "namespace": "other"}
-    created = await claims.create(claim("c", dataSourceRef=cross), NS)
-    assert "dataSource" not in created["spec"]
-    assert created["spec"]["dataSourceRef"] == cross
     # the typed client reads them back
     typed = await core.read_namespaced_persistent_volume_claim("a", NS)
     assert typed.spec.data_source_ref.kind == "VolumeSnapshot"
+    # a core-group reference comes back with "apiGroup": null (no omitempty upstream)
+    created = await claims.create(
+        claim("p", dataSource={"kind": "PersistentVolumeClaim", "name": "a"}), NS
+    )
+    assert created["spec"]["dataSourceRef"] == {
+        "apiGroup": None,
+        "kind": "PersistentVolumeClaim",
+        "name": "a",
+    }
 
     with pytest.raises(ApiException) as err:
-        await claims.create(claim("d", dataSource={"kind": "VolumeSnapshot", "name": "s"}), NS)
-    assert causes(err.value)[0] == (
-        "spec.dataSource",
-        "Invalid value: \"VolumeSnapshot\": must be 'PersistentVolumeClaim' when referencing the "
-        "default apiGroup",
-    )
+        await claims.create(claim("d", dataSourceRef={"kind": "VolumeSnapshot", "name": "s"}), NS)
+    assert causes(err.value) == [
+        (
+            key,
+            "Invalid value: \"VolumeSnapshot\": must be 'PersistentVolumeClaim' when "
+            "referencing the default apiGroup",
+        )
+        for key in ("spec.dataSource", "spec.dataSourceRef")
+    ]
     with pytest.raises(ApiException) as err:
         await claims.create(
             claim("e", dataSource=source, dataSourceRef={**source, "name": "other"}), NS
         )
-    assert ("spec.dataSource", 'Invalid value: "...": must match dataSourceRef') in causes(
-        err.value
-    )
+    assert causes(err.value) == [("spec", "Invalid value: {}: must match dataSourceRef")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"apiGroup": "example.com", "kind": "VolumeSnapshot", "name": "x"},
+        {"kind": "VolumeSnapshot", "name": "x"},
+        {"apiGroup": "hello.example.com", "kind": "Hello", "name": "x"},
+        {"name": "x"},
+    ],
+    ids=["wrong-group", "no-group", "populator", "no-kind"],
+)
+async def test_data_source_of_another_kind_is_dropped_on_create(
+    apiserver: ApiServer, source: dict[str, str]
+) -> None:
+    """EnforceDataSourceBackwardsCompatibility (KEP 1495): a dataSource given without
+    dataSourceRef that is neither a claim nor a snapshot.storage.k8s.io VolumeSnapshot is
+    dropped, silently, as kube-apiserver does (before validation): the claim is created
+    empty. Other sources go through dataSourceRef."""
+    async with apiserver.api_client() as client:
+        claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+        created = await claims.create(_claim("dropped", dataSource=source), NS)
+        assert "dataSource" not in created["spec"]
+        assert "dataSourceRef" not in created["spec"]
+        # the same source through dataSourceRef is kept, and mirrored into dataSource
+        kept = await claims.create(
+            _claim("ref", dataSourceRef={"apiGroup": "example.com", "kind": "X", "name": "x"}),
+            NS,
+        )
+        assert kept["spec"]["dataSource"] == {"apiGroup": "example.com", "kind": "X", "name": "x"}
+
+
+async def test_cross_namespace_data_source_ref_needs_the_feature_gate(
+    apiserver: ApiServer,
+) -> None:
+    """Without the alpha CrossNamespaceVolumeDataSource gate (kube-apiserver's default) a
+    dataSourceRef naming another namespace is dropped; with it, it is kept, unmirrored."""
+    cross = {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": "s", "namespace": "other"}
+    async with apiserver.api_client() as client:
+        claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+        created = await claims.create(_claim("off", dataSourceRef=cross), NS)
+        assert "dataSourceRef" not in created["spec"]
+        assert "dataSource" not in created["spec"]
+        apiserver.feature_gates.add("CrossNamespaceVolumeDataSource")
+        created = await claims.create(_claim("on", dataSourceRef=cross), NS)
+        assert "dataSource" not in created["spec"]
+        assert created["spec"]["dataSourceRef"] == cross
+
+
+def _claim(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            **spec,
+        },
+    }
 
 
 # -- kubectl ------------------------------------------------------------------------------------

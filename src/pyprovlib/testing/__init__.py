@@ -9,13 +9,16 @@ The Python counterpart of client-go's fake clientset and envtest::
         async with server.api_client() as client:   # a real kubernetes-asyncio ApiClient
             ...
 
-``TcpProxy`` puts a partitionable TCP hop between one client and the server.
+``ControlPlane`` starts a real etcd + kube-apiserver (+ controller-manager and scheduler) from a
+directory of binaries, envtest-style. ``TcpProxy`` puts a partitionable TCP hop between one
+client and the server.
 
 ``python -m pyprovlib.testing --port 8080 --kubeconfig /tmp/kubeconfig`` serves it for kubectl.
 """
 
 from pyprovlib.testing.binder import PVBinder, set_selected_node
 from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.controlplane import ControlPlane, ControlPlaneError
 from pyprovlib.testing.faults import Faults, Requests
 from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
 from pyprovlib.testing.server import ApiServer, StorageView
@@ -23,6 +26,8 @@ from pyprovlib.testing.support import wait_idle
 
 __all__ = [
     "ApiServer",
+    "ControlPlane",
+    "ControlPlaneError",
     "Faults",
     "PVBinder",
     "PartitionMode",

@@ -8,7 +8,9 @@ scheduler selecting nodes for ``WaitForFirstConsumer`` claims, and Ready nodes t
 
 ``python -m pyprovlib.testing --binder-only --kubeconfig FILE`` runs only the PV binder
 (kube-controller-manager's part) against the API server that kubeconfig names, in its own
-process — as in a real cluster, where it is not the API server's process that binds.
+process — as in a real cluster, where it is not the API server's process that binds; with
+``--scheduler`` the pod scheduler too. ``--scheduler-only`` runs only the pod scheduler
+(kube-scheduler's part).
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run only the PV binder, against the server named by --kubeconfig",
     )
     p.add_argument(
+        "--scheduler-only",
+        action="store_true",
+        help="run only the pod scheduler, against the server named by --kubeconfig",
+    )
+    p.add_argument(
         "--scheduler",
         action="store_true",
         help=(
@@ -84,7 +91,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run_binder(kubeconfig: str, resync_period: float, stop: asyncio.Event) -> None:
+async def _run_controllers(
+    kubeconfig: str,
+    resync_period: float,
+    stop: asyncio.Event,
+    *,
+    binder: bool,
+    scheduler: bool,
+) -> None:
+    """Run the PV binder and/or the pod scheduler against the server ``kubeconfig`` names."""
     from kubernetes_asyncio.client import ApiClient, Configuration
     from kubernetes_asyncio.config import load_kube_config
 
@@ -93,13 +108,25 @@ async def _run_binder(kubeconfig: str, resync_period: float, stop: asyncio.Event
     configuration = Configuration()
     await load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     async with ApiClient(configuration) as api:
-        binder = PVBinder(api, resync_period=resync_period)
-        await binder.start()
+        pv_binder = PVBinder(api, resync_period=resync_period) if binder else None
+        pod_scheduler = PodScheduler(api) if scheduler else None
+        if pv_binder is not None:
+            await pv_binder.start()
         try:
-            print(f"pyprovlib PV binder running against {configuration.host}", flush=True)
-            await stop.wait()
+            if pod_scheduler is not None:
+                await pod_scheduler.start()
+            try:
+                what = " and ".join(
+                    n for n, on in (("PV binder", binder), ("pod scheduler", scheduler)) if on
+                )
+                print(f"pyprovlib {what} running against {configuration.host}", flush=True)
+                await stop.wait()
+            finally:
+                if pod_scheduler is not None:
+                    await pod_scheduler.stop()
         finally:
-            await binder.stop()
+            if pv_binder is not None:
+                await pv_binder.stop()
 
 
 def _node(name: str) -> dict[str, object]:
@@ -147,11 +174,18 @@ async def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        if args.binder_only:
+        if args.binder_only or args.scheduler_only:
             if not args.kubeconfig:
-                print("--binder-only needs --kubeconfig naming the API server", file=sys.stderr)
+                flag = "--binder-only" if args.binder_only else "--scheduler-only"
+                print(f"{flag} needs --kubeconfig naming the API server", file=sys.stderr)
                 return 2
-            await _run_binder(args.kubeconfig, args.binder_resync_period, stop)
+            await _run_controllers(
+                args.kubeconfig,
+                args.binder_resync_period,
+                stop,
+                binder=args.binder_only,
+                scheduler=args.scheduler_only or args.scheduler,
+            )
             return 0
         async with (
             ApiServer(

@@ -63,6 +63,12 @@ _STATUS_SUBRESOURCE = frozenset(
         R.VOLUME_SNAPSHOT_CONTENTS,
     }
 )
+# Status subresources whose strategy copies only the spec from the stored object, so an update
+# of /status changes metadata (labels, annotations, finalizers, ...) too; the others (volume
+# attachments: ResetObjectMetaForStatus; custom resources) keep the stored metadata.
+_STATUS_TAKES_METADATA = frozenset(
+    {R.PERSISTENT_VOLUME_CLAIMS, R.PERSISTENT_VOLUMES, R.NODES, R.NAMESPACES, R.PODS}
+)
 # Registries whose strategy says AllowCreateOnUpdate.
 _CREATE_ON_UPDATE = frozenset({R.EVENTS, R.EVENTS_V1, R.LEASES})
 # Registries that answer a completed DELETE with the object rather than a Status.
@@ -134,6 +140,8 @@ class Registry:
     def __init__(self, storage: Storage, clock: Clock) -> None:
         self.storage = storage
         self.clock = clock
+        # Alpha feature gates turned on (kube-apiserver's --feature-gates); off by default.
+        self.feature_gates: set[str] = set()
         for name in SYSTEM_NAMESPACES:
             self.create(R.NAMESPACES, None, {"metadata": {"name": name}})
 
@@ -258,7 +266,7 @@ class Registry:
             meta.pop(transient, None)
         if meta.get("resourceVersion"):
             raise bad_request("resourceVersion can not be set for Create requests")
-        default_on_create(resource, obj)
+        default_on_create(resource, obj, self.feature_gates)
         causes = validate_create(resource, obj)
         if resource is R.EVENTS:
             causes += validate_event(view, obj)
@@ -423,8 +431,9 @@ class Registry:
                 "the namespace of the provided object does not match the namespace sent on the "
                 "request"
             )
-        if subresource == "status":
-            # status updates change status only (metav1.ResetObjectMetaForStatus)
+        if subresource == "status" and resource not in _STATUS_TAKES_METADATA:
+            # status updates change status only (metav1.ResetObjectMetaForStatus; a custom
+            # resource's status strategy copies the whole stored object but its status)
             merged = copy_json(old)
             if "status" in new:
                 merged["status"] = new["status"]
@@ -434,47 +443,48 @@ class Registry:
             causes = validate_status_update(resource, old, new)
             if causes:
                 raise invalid(resource, name, causes)
+        elif subresource == "status":
+            # The core registries' status strategies copy only the spec from the stored
+            # object: labels, annotations, finalizers and owner references come from the request
+            # as in any update (verified against kube-apiserver v1.36).
+            merged = copy_json(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            merged["metadata"] = meta
+            if resource is R.PODS:
+                # the pods/status strategy keeps the stored owner references (old kubelets
+                # corrupted them)
+                if "ownerReferences" in old_meta:
+                    meta["ownerReferences"] = copy_json(old_meta["ownerReferences"])
+                else:
+                    meta.pop("ownerReferences", None)
+            new = merged
+            _keep_system_metadata(meta, old_meta, name)
+            if resource is R.NAMESPACES:
+                labels = meta.get("labels") or {}
+                labels["kubernetes.io/metadata.name"] = name
+                meta["labels"] = labels
+            causes = validate_status_update(resource, old, new)
+            causes += _finalizers_added_while_deleting(meta, old_meta)
+            if causes:
+                raise invalid(resource, name, causes)
         else:
             if resource in _STATUS_SUBRESOURCE:
                 if "status" in old:
                     new["status"] = copy_json(old["status"])
                 else:
                     new.pop("status", None)
-            for keep in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "namespace",
-            ):
-                if keep in old_meta:
-                    meta[keep] = old_meta[keep]
-                else:
-                    meta.pop(keep, None)
-            meta["name"] = name
+            _keep_system_metadata(meta, old_meta, name)
             if resource is R.NAMESPACES:
                 new["spec"] = copy_json(old.get("spec", {}))
                 labels = meta.get("labels") or {}
                 labels["kubernetes.io/metadata.name"] = name
                 meta["labels"] = labels
-            default_on_update(resource, new)
+            default_on_update(resource, new, old, self.feature_gates)
             causes = validate_update(resource, old, new)
-            if old_meta.get("deletionTimestamp"):
-                added = [
-                    f
-                    for f in meta.get("finalizers") or []
-                    if f not in (old_meta.get("finalizers") or [])
-                ]
-                if added:
-                    causes.append(
-                        (
-                            "FieldValueForbidden",
-                            "Forbidden: no new finalizers can be added if the object is being "
-                            f"deleted, found new finalizers {_go_strings(added)}",
-                            "metadata.finalizers",
-                        )
-                    )
+            causes += _finalizers_added_while_deleting(meta, old_meta)
             if causes:
                 raise invalid(resource, name, causes)
             if _spec_part(new) != _spec_part(old):
@@ -734,3 +744,38 @@ def _decode_continue(token: str) -> tuple[tuple[str, str], int]:
             "continue key is not valid: incorrect encoded start resourceVersion "
             "(version meta.k8s.io/v1)"
         ) from e
+
+
+def _keep_system_metadata(meta: dict[str, Any], old_meta: dict[str, Any], name: str) -> None:
+    """What rest.BeforeUpdate keeps from the stored object whatever an update says."""
+    for keep in (
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+    ):
+        if keep in old_meta:
+            meta[keep] = old_meta[keep]
+        else:
+            meta.pop(keep, None)
+    meta["name"] = name
+
+
+def _finalizers_added_while_deleting(
+    meta: dict[str, Any], old_meta: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    if not old_meta.get("deletionTimestamp"):
+        return []
+    added = [f for f in meta.get("finalizers") or [] if f not in (old_meta.get("finalizers") or [])]
+    if not added:
+        return []
+    return [
+        (
+            "FieldValueForbidden",
+            "Forbidden: no new finalizers can be added if the object is being "
+            f"deleted, found new finalizers {_go_strings(added)}",
+            "metadata.finalizers",
+        )
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 from typing import Any
 
 from pyprovlib.kube import resources as R
@@ -351,13 +352,21 @@ def _positive_quantity(value: Any) -> bool:
         return False
 
 
-def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
-    """Defaults and status resets the real registries apply when an object is created."""
+CROSS_NAMESPACE_VOLUME_DATA_SOURCE = "CrossNamespaceVolumeDataSource"
+"""The alpha feature gate letting a claim's dataSourceRef name another namespace (off by
+default in kube-apiserver, and in :class:`~pyprovlib.testing.server.ApiServer`)."""
+
+
+def default_on_create(
+    resource: Resource, obj: dict[str, Any], gates: Collection[str] = frozenset()
+) -> None:
+    """Defaults and status resets the real registries apply when an object is created;
+    ``gates``: the enabled alpha feature gates."""
     spec = obj.get("spec")
     if resource is R.PERSISTENT_VOLUME_CLAIMS:
         if isinstance(spec, dict):
             spec.setdefault("volumeMode", "Filesystem")
-            _normalize_data_sources(spec)
+            _prepare_data_sources(spec, None, gates)
         obj["status"] = {"phase": "Pending"}
     elif resource is R.PERSISTENT_VOLUMES:
         if isinstance(spec, dict):
@@ -402,11 +411,67 @@ def default_on_create(resource: Resource, obj: dict[str, Any]) -> None:
         obj.pop("status", None)
 
 
-def default_on_update(resource: Resource, obj: dict[str, Any]) -> None:
+def default_on_update(
+    resource: Resource,
+    obj: dict[str, Any],
+    old: dict[str, Any] | None = None,
+    gates: Collection[str] = frozenset(),
+) -> None:
     """What the registries' PrepareForUpdate fills in before an update is validated."""
     spec = obj.get("spec")
     if resource is R.PERSISTENT_VOLUME_CLAIMS and isinstance(spec, dict):
-        _normalize_data_sources(spec)
+        old_spec = (old or {}).get("spec")
+        _prepare_data_sources(spec, old_spec if isinstance(old_spec, dict) else {}, gates)
+
+
+def _prepare_data_sources(
+    spec: dict[str, Any], old_spec: dict[str, Any] | None, gates: Collection[str]
+) -> None:
+    """The claim strategy's PrepareForCreate/PrepareForUpdate for data sources, in upstream's
+    order (pkg/api/persistentvolumeclaim): DropDisabledFields, then
+    EnforceDataSourceBackwardsCompatibility, then NormalizeDataSources."""
+    ref = spec.get("dataSourceRef")
+    if (
+        CROSS_NAMESPACE_VOLUME_DATA_SOURCE not in gates
+        and isinstance(ref, dict)
+        and ref.get("namespace")
+    ):
+        old_ref = (old_spec or {}).get("dataSourceRef")
+        if not (isinstance(old_ref, dict) and old_ref.get("namespace")):
+            del spec["dataSourceRef"]
+    _enforce_data_source_backwards_compatibility(spec, old_spec)
+    _normalize_data_sources(spec)
+    # apiGroup has no omitempty in TypedLocalObjectReference / TypedObjectReference: a core
+    # group reference comes back with "apiGroup": null.
+    for key in ("dataSource", "dataSourceRef"):
+        value = spec.get(key)
+        if isinstance(value, dict):
+            value.setdefault("apiGroup", None)
+
+
+def _enforce_data_source_backwards_compatibility(
+    spec: dict[str, Any], old_spec: dict[str, Any] | None
+) -> None:
+    """EnforceDataSourceBackwardsCompatibility (KEP 1495): on a create, or an update of a claim
+    that had no data source, a ``dataSource`` given without ``dataSourceRef`` that is neither a
+    claim (core group) nor a snapshot.storage.k8s.io VolumeSnapshot is dropped, as before
+    dataSourceRef existed — any other source must come through dataSourceRef."""
+    if old_spec is not None and (
+        old_spec.get("dataSource") is not None or old_spec.get("dataSourceRef") is not None
+    ):
+        return
+    if spec.get("dataSourceRef") is not None:
+        return
+    source = spec.get("dataSource")
+    if not isinstance(source, dict):
+        return  # absent, or for validation to refuse
+    group = source.get("apiGroup") or ""
+    if (source.get("kind"), group) in (
+        ("PersistentVolumeClaim", ""),
+        ("VolumeSnapshot", "snapshot.storage.k8s.io"),
+    ):
+        return
+    del spec["dataSource"]
 
 
 def _normalize_data_sources(spec: dict[str, Any]) -> None:
@@ -415,13 +480,9 @@ def _normalize_data_sources(spec: dict[str, Any]) -> None:
     source = spec.get("dataSource")
     ref = spec.get("dataSourceRef")
     if isinstance(source, dict) and ref is None:
-        spec["dataSourceRef"] = {
-            k: source[k] for k in ("apiGroup", "kind", "name") if source.get(k) is not None
-        }
+        spec["dataSourceRef"] = {k: source.get(k) for k in ("apiGroup", "kind", "name")}
     elif isinstance(ref, dict) and source is None and not ref.get("namespace"):
-        spec["dataSource"] = {
-            k: ref[k] for k in ("apiGroup", "kind", "name") if ref.get(k) is not None
-        }
+        spec["dataSource"] = {k: ref.get(k) for k in ("apiGroup", "kind", "name")}
 
 
 def _data_source_causes(spec: dict[str, Any]) -> list[Cause]:
@@ -454,7 +515,11 @@ def _data_source_causes(spec: dict[str, Any]) -> list[Cause]:
     if isinstance(source, dict) and isinstance(ref, dict) and not ref.get("namespace"):
         same = all(source.get(k) == ref.get(k) for k in ("apiGroup", "kind", "name"))
         if not same:
-            causes.append(_invalid_value("spec.dataSource", "...", "must match dataSourceRef"))
+            # field.Invalid(fldPath, fldPath.Child("dataSource"), ...): upstream passes the
+            # path as the value, which prints as {}
+            causes.append(
+                ("FieldValueInvalid", "Invalid value: {}: must match dataSourceRef", "spec")
+            )
     return causes
 
 

@@ -1,5 +1,6 @@
-"""One harness for end-to-end tests that run in memory by default and against a real cluster
-when ``PYPROVLIB_E2E_KUBECONFIG`` names a kubeconfig.
+"""One harness for end-to-end tests that run in memory by default, against a real cluster
+when ``PYPROVLIB_E2E_KUBECONFIG`` names a kubeconfig, and against a real control plane started
+from an assets directory when ``PYPROVLIB_KUBE_ASSETS`` (or ``KUBEBUILDER_ASSETS``) names one.
 
 ``TestCluster.from_environment()`` is an async context manager yielding a kubernetes-asyncio
 ``ApiClient``, a fresh namespace, and helpers that behave the same in both places. Steps that
@@ -44,6 +45,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.testing.binder import ANN_SELECTED_NODE, _Http, claim_class, set_selected_node
 
 if TYPE_CHECKING:
+    from pyprovlib.testing.controlplane import ControlPlane
     from pyprovlib.testing.server import ApiServer
 
 __all__ = ["DEFAULT_POD_IMAGE", "ENV_KUBECONFIG", "ENV_POD_IMAGE", "TestCluster"]
@@ -64,18 +66,35 @@ T = TypeVar("T")
 
 
 class TestCluster:
-    """A cluster for one test: the in-memory API server with its PV binder, or a real cluster.
+    """A cluster for one test: the in-memory API server with its PV binder, a real cluster,
+    or a real control plane started from an assets directory.
 
     Attributes: ``api_client`` (kubernetes-asyncio), ``namespace`` (unique, created on entry,
     deleted on exit), ``server`` (the :class:`~pyprovlib.testing.server.ApiServer`, or None on
-    a real cluster) and ``is_real``.
+    a real cluster), ``control_plane`` (the
+    :class:`~pyprovlib.testing.controlplane.ControlPlane` when running on one, else None) and
+    ``is_real``.
+
+    ``TestCluster(assets=DIR)`` runs on the process's shared control plane
+    (:func:`~pyprovlib.testing.controlplane.shared_control_plane`), launched from ``DIR`` on
+    first use; ``TestCluster(control_plane=cp)`` on one the caller launched.
     """
 
     __test__ = False  # a harness, not a pytest test class
 
-    def __init__(self, kubeconfig: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        *,
+        assets: str | os.PathLike[str] | None = None,
+        control_plane: ControlPlane | None = None,
+    ) -> None:
+        if sum(x is not None for x in (kubeconfig, assets, control_plane)) > 1:
+            raise ValueError("give at most one of kubeconfig, assets and control_plane")
         self.kubeconfig: Path | None = Path(kubeconfig) if kubeconfig else None
-        self.is_real = self.kubeconfig is not None
+        self.assets: Path | None = Path(assets) if assets else None
+        self.control_plane: ControlPlane | None = control_plane
+        self.is_real = any(x is not None for x in (kubeconfig, assets, control_plane))
         self.namespace = f"pyprovlib-e2e-{secrets.token_hex(4)}"
         self.server: ApiServer | None = None
         self._api_client: ApiClient | None = None
@@ -83,8 +102,14 @@ class TestCluster:
 
     @classmethod
     def from_environment(cls) -> TestCluster:
-        """A cluster on ``$PYPROVLIB_E2E_KUBECONFIG`` if set, else an in-memory one."""
-        return cls(os.environ.get(ENV_KUBECONFIG) or None)
+        """A cluster on ``$PYPROVLIB_E2E_KUBECONFIG`` if set; else on the shared control plane
+        of ``$PYPROVLIB_KUBE_ASSETS`` / ``$KUBEBUILDER_ASSETS`` if set; else an in-memory one."""
+        from pyprovlib.testing.controlplane import assets_from_environment
+
+        kubeconfig = os.environ.get(ENV_KUBECONFIG)
+        if kubeconfig:
+            return cls(kubeconfig)
+        return cls(assets=assets_from_environment())
 
     @property
     def api_client(self) -> ApiClient:
@@ -97,6 +122,12 @@ class TestCluster:
 
     async def __aenter__(self) -> TestCluster:
         try:
+            if self.assets is not None:
+                from pyprovlib.testing.controlplane import shared_control_plane
+
+                self.control_plane = await shared_control_plane(self.assets)
+            if self.control_plane is not None:
+                self.kubeconfig = self.control_plane.kubeconfig_path
             if self.kubeconfig is not None:
                 configuration = Configuration()
                 await load_kube_config(
@@ -222,6 +253,39 @@ class TestCluster:
 
             pytest.skip(f"needs the in-memory API server: {reason}")
 
+    @property
+    def owns_cluster(self) -> bool:
+        """True in memory and on a :class:`~pyprovlib.testing.controlplane.ControlPlane` the
+        harness launched (nothing else uses it, no kubelet or cloud controller acts on fake
+        Nodes); False on a cluster named by ``PYPROVLIB_E2E_KUBECONFIG``."""
+        return not self.is_real or self.control_plane is not None or self.assets is not None
+
+    def require_own_cluster(self, reason: str) -> None:
+        """Skip the calling test on a cluster the harness does not own
+        (:attr:`owns_cluster`): for steps that create fake Nodes or CSINodes, or set
+        ``selected-node`` without a pod."""
+        if not self.owns_cluster:
+            import pytest
+
+            pytest.skip(
+                f"needs a cluster of its own (in memory or a launched control plane): {reason}"
+            )
+
+    @property
+    def snapshot_controller_may_run(self) -> bool:
+        """Whether a snapshot controller may act on VolumeSnapshots behind the test's back:
+        False in memory and on a :class:`~pyprovlib.testing.controlplane.ControlPlane` (which
+        installs the CRDs but runs none), True on any other real cluster."""
+        return self.is_real and self.control_plane is None and self.assets is None
+
+    def require_no_snapshot_controller(self, reason: str) -> None:
+        """Skip the calling test where a snapshot controller may run
+        (:attr:`snapshot_controller_may_run`): for snapshot states one would not leave alone."""
+        if self.snapshot_controller_may_run:
+            import pytest
+
+            pytest.skip(f"a snapshot controller may run on this cluster: {reason}")
+
     def track(self, resource: Resource, name: str) -> None:
         """Delete the cluster-scoped object ``name`` of ``resource`` when the cluster exits
         (namespaced objects go with the namespace)."""
@@ -254,9 +318,10 @@ class TestCluster:
     async def schedule(self, claim_name: str, node: str) -> None:
         """Set ``volume.kubernetes.io/selected-node`` on a claim, as the scheduler would.
 
-        In memory only: on a real cluster the scheduler owns this annotation, so tests use
-        :meth:`create_consumer_pod` there."""
-        self.require_in_memory("selected-node is set by the scheduler on a real cluster")
+        In memory and on a launched control plane (no pod uses the claim, so kube-scheduler
+        leaves it alone); on another real cluster the scheduler owns this annotation, so tests
+        use :meth:`create_consumer_pod` there."""
+        self.require_own_cluster("selected-node is set by the scheduler on a shared cluster")
         await set_selected_node(self.api_client, self.namespace, claim_name, node)
 
     async def ready_nodes(self, count: int) -> list[Obj]:

@@ -141,7 +141,8 @@ def _parse_target(path: str) -> _Target | None:
     if not rest:
         return None
     namespace: str | None = None
-    if rest[0] == "namespaces" and len(rest) >= 3:
+    # /api/v1/namespaces/NAME/status is the namespace's subresource, not a collection
+    if rest[0] == "namespaces" and len(rest) >= 3 and not (gv == "v1" and rest[2:] == ["status"]):
         namespace, rest = rest[1], rest[2:]
     plural, rest = rest[0], rest[1:]
     resource = _BY_GV_PLURAL.get((gv, plural))
@@ -340,6 +341,13 @@ class ApiServer:
     def url(self) -> str:
         """``http://127.0.0.1:<port>``."""
         return f"http://{self.host}:{self._port}"
+
+    @property
+    def feature_gates(self) -> set[str]:
+        """The alpha feature gates turned on, as kube-apiserver's ``--feature-gates``; empty
+        by default. Only ``CrossNamespaceVolumeDataSource`` changes anything (a claim's
+        ``dataSourceRef.namespace`` is kept instead of the reference being dropped)."""
+        return self._registry.feature_gates
 
     @property
     def listening(self) -> bool:
