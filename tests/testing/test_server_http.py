@@ -1,7 +1,8 @@
-"""The in-memory server's own HTTP/1.1 layer over raw sockets — keep-alive, pipelining,
-chunked request bodies, ``Expect: 100-continue``, HEAD, HTTP/1.0, malformed requests, the body
-limit, chunked watch streams and a client leaving mid-watch — plus the PV binder's in-process
-transport and the storage bookkeeping that makes writes and relists cheap."""
+"""The in-memory server's HTTP layer (aiohttp's web server) over raw sockets — keep-alive,
+pipelining, chunked request bodies, ``Expect: 100-continue``, HEAD, HTTP/1.0, malformed
+requests, the body limit, chunked watch streams and a client leaving mid-watch — plus the PV
+binder's in-process transport and the storage bookkeeping that makes writes and relists
+cheap."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""The in-memory API server's HTTP transport, on aiohttp's web server.
+"""The in-memory API server's HTTP transport, on aiohttp's (low-level) web server.
 
 aiohttp speaks what Kubernetes clients use (keep-alive and pipelined requests, chunked request
-bodies, ``Expect: 100-continue``, HEAD, malformed requests answered with 400); this module only
-turns its requests into the server's :class:`Request` and the server's answers into aiohttp
-responses: a :class:`Reply` as one response, a :class:`Stream` (a watch) as a chunked response
-written as each chunk is produced. With ``handler_cancellation`` a client that goes away
-cancels its request: an open watch ends, and a request held by injected latency has no effect,
-as Go's server cancels the request's context. Bodies over the limit get the server's 413
-Status and the connection is closed.
+bodies, HEAD, malformed requests answered with 400); this module only turns its requests into
+the server's :class:`Request` (answering ``Expect: 100-continue`` as aiohttp's router would)
+and the server's answers into aiohttp responses: a :class:`Reply` as one response, a
+:class:`Stream` (a watch) as a chunked response written as each chunk is produced. With
+``handler_cancellation`` a client that goes away cancels its request: an open watch ends, and
+a request held by injected latency has no effect, as Go's server cancels the request's
+context. Bodies over the limit get the server's 413 Status and the connection is closed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Protocol
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from multidict import CIMultiDict, MultiMapping
 
 __all__ = ["HttpServer", "Reply", "Request", "Stream", "WireRequest"]
@@ -117,24 +117,20 @@ class HttpServer:
         self.handler = handler
         self.max_body = max_body
         self.too_large = too_large
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the port (the real one when 0 was asked for)."""
-        app = web.Application(client_max_size=self.max_body)
-        # One route for everything: the API server routes by itself; aiohttp's route answers
-        # ``Expect: 100-continue``.
-        app.router.add_route("*", "/{path:.*}", self._handle)
-        runner = web.AppRunner(
-            app,
-            handle_signals=False,
-            access_log=None,
+        # aiohttp's low-level server: the API server routes by itself.
+        server = web.Server(
+            self._handle,
             handler_cancellation=True,
-            shutdown_timeout=0.5,
+            access_log=None,
             # A body refused as too large is not read: close at once, as the real server
             # does, rather than reading and dropping it for up to 10 s first.
             lingering_time=0,
         )
+        runner = web.ServerRunner(server, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         try:
             site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -152,22 +148,30 @@ class HttpServer:
         if runner is not None:
             await runner.cleanup()
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         if (request.content_length or 0) > self.max_body:
             return self._reply(self.too_large(), close=True)
         body = b""
         if request.body_exists:
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                return self._reply(self.too_large(), close=True)
+            if (
+                request.version == HttpVersion11
+                and request.headers.get("Expect", "").lower() == "100-continue"
+            ):
+                # What aiohttp's router does for a route's requests.
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            data = bytearray()
+            async for piece in request.content.iter_any():
+                data += piece
+                if len(data) > self.max_body:
+                    return self._reply(self.too_large(), close=True)
+            body = bytes(data)
         wire = WireRequest(
             request.method,
             request.path,
             query=request.query,
             headers=request.headers,
             body=body,
-            version=f"HTTP/{request.version.major}.{request.version.minor}",
+            version="HTTP/1.1" if request.version == HttpVersion11 else "HTTP/1.0",
         )
         reply = await self.handler(wire)
         if isinstance(reply, Reply):
@@ -182,7 +186,7 @@ class HttpServer:
         return response
 
     @staticmethod
-    async def _stream(request: web.Request, stream: Stream) -> web.StreamResponse:
+    async def _stream(request: web.BaseRequest, stream: Stream) -> web.StreamResponse:
         response = web.StreamResponse(headers=_JSON_HEADERS)
         response.enable_chunked_encoding()
         async with contextlib.aclosing(stream.chunks) as chunks:
