@@ -24,15 +24,10 @@ process, ``--threadiness`` at a time, ``--repeat`` times; it reports the CPU per
 process. Far less noisy than the end-to-end figures: use it to compare changes to the CSI path
 (``--transport none`` there gives the provisioner's own share).
 
-``--grpc-client lean|grpclib`` picks the connection's gRPC client for unary calls (the
-``ConnectionOptions.grpc_client`` option): the lean HTTP/2 client (the default) or grpclib's
-channel (the fallback), to compare the two.
-
 Usage::
 
     python bench/csi_provision.py --volumes 1000 --threadiness 16
     python bench/csi_provision.py --isolated --volumes 5000 --threadiness 16
-    python bench/csi_provision.py --isolated --volumes 2000 --grpc-client grpclib
 
 Prints human-readable lines, then exactly one line of JSON.
 """
@@ -58,11 +53,10 @@ import structlog
 
 HERE = Path(__file__).resolve()
 CALLS_FILE_ENV = "PYPROVLIB_BENCH_CSI_CALLS_FILE"
-# provision.py starts the controller role with its own flags: --transport, --grpc-client and
+# provision.py starts the controller role with its own flags: --transport and
 # --provisioning-finalizer travel by env.
 TRANSPORT_ENV = "PYPROVLIB_BENCH_CSI_TRANSPORT"
 FINALIZER_ENV = "PYPROVLIB_BENCH_CSI_PROVISIONING_FINALIZER"
-GRPC_CLIENT_ENV = "PYPROVLIB_BENCH_CSI_GRPC_CLIENT"
 
 
 def _load_provision_bench() -> Any:
@@ -269,7 +263,7 @@ async def run_controller(args: argparse.Namespace) -> None:
 
     from pyprovlib.controller.options import ProvisionControllerOptions
     from pyprovlib.controller.provision import ProvisionController
-    from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
+    from pyprovlib.csi.connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
     from pyprovlib.kube.informer import SharedInformerFactory
 
@@ -281,9 +275,7 @@ async def run_controller(args: argparse.Namespace) -> None:
     else:
         socket = Path(tempfile.mkdtemp(prefix="bench-csi-")) / "csi.sock"
         driver = await start_driver(args, socket)
-        connection = await CSIConnection.open(
-            f"unix://{socket}", ConnectionOptions(grpc_client=args.grpc_client)
-        )
+        connection = await CSIConnection.open(f"unix://{socket}")
 
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
@@ -449,7 +441,7 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     from pyprovlib.controller._convert import to_model
-    from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
+    from pyprovlib.csi.connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
     from pyprovlib.provisioner import ProvisionOptions
 
@@ -461,9 +453,7 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
     else:
         socket = Path(tempfile.mkdtemp(prefix="bench-csi-")) / "csi.sock"
         driver = await start_driver(args, socket)
-        connection = await CSIConnection.open(
-            f"unix://{socket}", ConnectionOptions(grpc_client=args.grpc_client)
-        )
+        connection = await CSIConnection.open(f"unix://{socket}")
     # Never called: the class names no secrets, the driver has no topology, claims no source.
     api = ApiClient(Configuration())
     provisioner = counting_provisioner(CSIProvisioner)(api, connection)
@@ -540,7 +530,6 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
         "repeat": args.repeat,
         "threadiness": args.threadiness,
         "transport": args.transport,
-        "grpc_client": args.grpc_client,
         "cpu_us_per_volume": statistics.median(r["cpu_us_per_volume"] for r in runs),
         "cpu_us_per_volume_min": min(r["cpu_us_per_volume"] for r in runs),
         "runs": runs,
@@ -572,13 +561,6 @@ def main() -> None:
         choices=["grpc", "none"],
         default=os.environ.get(TRANSPORT_ENV, "grpc"),
         help="none: answer CreateVolume/DeleteVolume in the controller, without driver or gRPC",
-    )
-    p.add_argument(
-        "--grpc-client",
-        choices=["lean", "grpclib"],
-        default=os.environ.get(GRPC_CLIENT_ENV, "lean"),
-        help="the CSI connection's client for unary calls: pyprovlib's lean HTTP/2 client "
-        "(default) or grpclib's channel (ConnectionOptions.grpc_client)",
     )
     p.add_argument(
         "--provisioning-finalizer",
@@ -615,13 +597,11 @@ def main() -> None:
         calls_file = Path(tmp) / "calls.json"
         os.environ[CALLS_FILE_ENV] = str(calls_file)
         os.environ[TRANSPORT_ENV] = args.transport
-        os.environ[GRPC_CLIENT_ENV] = args.grpc_client
         os.environ[FINALIZER_ENV] = str(args.provisioning_finalizer).lower()
         result = asyncio.run(provision.drive(args))
         figures = json.loads(calls_file.read_text()) if calls_file.exists() else {}
     result["bench"] = "csi_provision"
     result["transport"] = args.transport
-    result["grpc_client"] = args.grpc_client
     result["provisioning_finalizer"] = args.provisioning_finalizer
     calls = figures.get("driver_calls", {})
     result["csi_calls_per_volume"] = {k: round(v / args.volumes, 3) for k, v in calls.items()}

@@ -29,7 +29,7 @@ from pyprovlib.csi.provisioner import (
     PROVISIONER_ID_KEY,
     CSIProvisionerOptions,
 )
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES
+from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUMES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.cluster import TestCluster
 
@@ -212,9 +212,52 @@ async def test_final_error_is_an_event_and_retried(
         claim = await create_claim(env, class_name)
         name = claim["metadata"]["name"]
         event = await wait_event(env, name, "ProvisioningFailed", "pool offline")
-        assert "FailedPrecondition" in event["message"]
+        assert "rpc error: code = FailedPrecondition desc = pool offline" in event["message"]
         await wait_bound(env, name)
         assert env.provisioner.in_flight == frozenset()
+
+
+async def test_csi_errors_read_as_upstream_with_secrets_scrubbed(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path
+) -> None:
+    # Issue 18: grpc-go's status error text, as upstream's events carry it (alerts grep it);
+    # a driver echoing a secret of the request still does not leak it.
+    async with csi_env(kube_cluster, sock_dir) as env:
+        ns = kube_cluster.namespace
+        await create_secret(env, "creds", {"password": "hunter2-secret"})
+        class_name = await create_class(env, parameters=secret_params("provisioner", "creds", ns))
+        env.driver.fail(
+            "CreateVolume",
+            Fault(status=Status.RESOURCE_EXHAUSTED, message="pool full for hunter2-secret"),
+        )
+        claim = await create_claim(env, class_name)
+        name = claim["metadata"]["name"]
+        event = await wait_event(env, name, "ProvisioningFailed", "pool full")
+        assert event["message"] == (
+            f'failed to provision volume with StorageClass "{class_name}": '
+            "rpc error: code = ResourceExhausted desc = pool full for ***stripped***"
+        )
+        await wait_bound(env, name)
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        env.driver.fail(
+            "DeleteVolume",
+            Fault(status=Status.UNAVAILABLE, message="array hunter2-secret offline"),
+        )
+        await delete_claim(env, name)
+
+        async def failed_delete() -> list[str]:
+            # A PersistentVolume's events are in the default namespace.
+            events = await ResourceClient(kube_cluster.api_client, EVENTS).list("default")
+            return [
+                e["message"]
+                for e in events["items"]
+                if e.get("reason") == "VolumeFailedDelete"
+                and (e.get("involvedObject") or {}).get("name") == pv_name
+            ]
+
+        messages = await kube_cluster.wait_for(failed_delete, message="VolumeFailedDelete event")
+        assert messages == ["rpc error: code = Unavailable desc = array ***stripped*** offline"]
+        await wait_volume_gone(env, pv_name)
 
 
 async def test_invalid_argument_is_retried_slowly(
@@ -230,7 +273,7 @@ async def test_invalid_argument_is_retried_slowly(
         claim = await create_claim(env, class_name)
         name = claim["metadata"]["name"]
         event = await wait_event(env, name, "ProvisioningFailed", "infeasible")
-        assert "InvalidArgument: unsupported type" in event["message"]
+        assert "rpc error: code = InvalidArgument desc = unsupported type" in event["message"]
         assert len(env.driver.requests("CreateVolume")) == 1
         await wait_bound(env, name)
         assert len(env.driver.requests("CreateVolume")) == 2

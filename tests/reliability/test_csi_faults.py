@@ -396,7 +396,6 @@ async def csi_stack(
                         timeout=call_timeout,
                         backoff_start=0.01,
                         backoff_max=0.1,
-                        monitor_interval=0.05,
                         exit_on_connection_loss=exit_on_connection_loss,
                     ),
                     CSIMetrics(registry),

@@ -14,10 +14,8 @@ from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
 from pyprovlib.csi.connection import (
-    GRPC_CLIENT_HELP,
     ConnectionOptions,
     CSIConnection,
-    grpc_client_choice,
 )
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
 from pyprovlib.kube.informer import SharedInformerFactory
@@ -95,15 +93,6 @@ def build_parser() -> RuntimeArgumentParser:
         "--timeout",
         default=10.0,
         help="timeout of every call to the CSI driver",
-        group=group,
-    )
-    add_flag(
-        parser,
-        "--grpc-client",
-        default="lean",
-        type=grpc_client_choice,
-        help=GRPC_CLIENT_HELP,
-        metavar="lean|grpclib",
         group=group,
     )
     add_duration_flag(
@@ -276,7 +265,6 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
         ConnectionOptions(
             timeout=args.timeout,
             exit_on_connection_loss=args.exit_on_connection_loss,
-            grpc_client=args.grpc_client,
         ),
     )
     try:

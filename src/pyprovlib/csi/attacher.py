@@ -36,13 +36,11 @@ from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
 from pyprovlib.csi.connection import (
     GO_STATUS_NAMES,
-    GRPC_CLIENT_HELP,
     ConnectionOptions,
     CSICallError,
     CSIConnection,
     CSIMetrics,
     default_csi_metrics,
-    grpc_client_choice,
 )
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import (
@@ -281,15 +279,6 @@ def parser() -> RuntimeArgumentParser:
         help="timeout for waiting for attaching or detaching the volume",
         group=group,
     )
-    add_flag(
-        p,
-        "--grpc-client",
-        default="lean",
-        type=grpc_client_choice,
-        help=GRPC_CLIENT_HELP,
-        metavar="lean|grpclib",
-        group=group,
-    )
     add_duration_flag(
         p,
         "--retry-interval-start",
@@ -401,7 +390,7 @@ async def build(ctx: RuntimeContext) -> AttacherSidecar:
     check_csi_address(args.csi_address)
     connection = await CSIConnection.open(
         args.csi_address,
-        ConnectionOptions(timeout=args.timeout, grpc_client=args.grpc_client),
+        ConnectionOptions(timeout=args.timeout),
         metrics=metrics,
     )
     try:

@@ -398,11 +398,6 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         timeout=primary.timeout,
         exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
     )
-    if hasattr(primary, "grpc_client"):
-        # The sidecars' --grpc-client, while they have it (issue 19 removes the flag and the
-        # option together; then this branch is never taken).
-        extra: dict[str, Any] = {"grpc_client": primary.grpc_client}
-        connection_options = dataclasses.replace(connection_options, **extra)
     check_csi_address(primary.csi_address)
     connection = await CSIConnection.open(
         primary.csi_address,

@@ -1,10 +1,9 @@
 """A connection to a CSI driver: connect, probe until ready, identify, call with metrics.
 
 Port of csi-lib-utils' ``connection`` (Connect, OnConnectionLoss, the ``csi_sidecar``
-operations histogram) and ``rpc`` (ProbeForever, GetDriverName, capabilities). Unary calls go
-through :class:`~pyprovlib.csi.grpc_client.GrpcClient` (a lean HTTP/2 client, a fraction of
-grpclib's CPU per call) unless ``ConnectionOptions.grpc_client`` is ``"grpclib"``; streaming
-methods always use grpclib's channel.
+operations histogram) and ``rpc`` (ProbeForever, GetDriverName, capabilities), on grpclib's
+``Channel``: each unary method's :class:`grpclib.client.UnaryUnaryMethod` is made once per
+channel, so a call does no per-call set-up beyond grpclib's own.
 Endpoints are ``unix:///path``, ``unix:/path``, ``/path`` or ``host:port``. Every call has a
 timeout, is timed into ``csi_sidecar_operations_seconds{driver_name,method_name,
 grpc_status_code}``, is logged with its secrets stripped, and fails with a
@@ -13,32 +12,24 @@ grpc_status_code}``, is logged with its secrets stripped, and fails with a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
-import functools
 import pathlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 import betterproto2
 import grpclib.exceptions
-from betterproto2.casing import snake_case
-from grpclib.client import Channel
+from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Cardinality, Status
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 
 from pyprovlib._logging import get_logger, log_quietly
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.grpc_client import GrpcClient
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
 from pyprovlib.kube.clock import Clock, RealClock
 
 __all__ = [
     "GO_STATUS_NAMES",
-    "GRPC_CLIENTS",
-    "GRPC_CLIENT_HELP",
     "OPERATIONS_BUCKETS",
     "UNARY_METHODS",
     "CSICallError",
@@ -50,7 +41,6 @@ __all__ = [
     "Endpoint",
     "PluginCapabilities",
     "default_csi_metrics",
-    "grpc_client_choice",
     "parse_endpoint",
 ]
 
@@ -129,12 +119,14 @@ def default_csi_metrics() -> CSIMetrics:
 class CSICallError(Exception):
     """A CSI call failed: ``status`` is the gRPC code, ``message`` has no secrets in it.
 
+    Its text is grpc-go's status error, as upstream's sidecars put it in events and logs:
+    ``rpc error: code = ResourceExhausted desc = pool full`` (``method`` names the call).
     ``transport`` is True when the call never got an answer from the driver (socket missing,
     connection refused or lost); such errors carry ``Status.UNAVAILABLE``.
     """
 
     def __init__(self, method: str, status: Status, message: str, *, transport: bool = False):
-        super().__init__(f"{method}: {GO_STATUS_NAMES[status]}: {message}")
+        super().__init__(f"rpc error: code = {GO_STATUS_NAMES[status]} desc = {message}")
         self.method = method
         self.status = status
         self.message = message
@@ -215,43 +207,6 @@ class ConnectionOptions:
     """True: a lost connection makes :meth:`CSIConnection.monitor` raise
     :class:`CSIConnectionLost` so the process exits and is restarted, like upstream. False:
     the loss is logged, and the connection re-established once the driver is ready again."""
-    monitor_interval: float = 1.0
-    """How often :meth:`CSIConnection.monitor` probes an idle connection."""
-    grpc_client: Literal["lean", "grpclib"] = "lean"
-    """``lean``: unary calls through :class:`~pyprovlib.csi.grpc_client.GrpcClient`;
-    ``grpclib``: every call through grpclib's ``Channel`` (the fallback). Streaming methods
-    use grpclib either way."""
-
-
-GRPC_CLIENTS: Final = ("lean", "grpclib")
-"""The values of :attr:`ConnectionOptions.grpc_client` (the sidecars' ``--grpc-client``)."""
-
-GRPC_CLIENT_HELP: Final = (
-    "gRPC client of the unary CSI calls: lean (pyprovlib.csi.grpc_client, a fraction of the "
-    "CPU) or grpclib (the fallback, should a driver's gRPC server disagree with the lean one)"
-)
-"""The sidecars' ``--grpc-client`` help text."""
-
-
-def grpc_client_choice(text: str) -> Literal["lean", "grpclib"]:
-    """Parse a ``--grpc-client`` value (an :class:`argparse.ArgumentTypeError`, which argparse
-    reports against the flag, names the choices)."""
-    if text == "lean":
-        return "lean"
-    if text == "grpclib":
-        return "grpclib"
-    raise argparse.ArgumentTypeError(
-        f"invalid gRPC client {text!r}: expected {' or '.join(GRPC_CLIENTS)}"
-    )
-
-
-_STUBS: Final[dict[str, Callable[[Channel], Any]]] = {
-    "csi.v1.Identity": v1.IdentityStub,
-    "csi.v1.Controller": v1.ControllerStub,
-    "csi.v1.Node": v1.NodeStub,
-    "csi.v1.GroupController": v1.GroupControllerStub,
-    "csi.v1.SnapshotMetadata": v1.SnapshotMetadataStub,
-}
 
 
 def _unary_methods() -> dict[str, tuple[type[betterproto2.Message], type[betterproto2.Message]]]:
@@ -305,11 +260,9 @@ class CSIConnection:
         self.driver_name = ""
         self.plugin_capabilities = PluginCapabilities()
         self.controller_capabilities: frozenset[v1.ControllerServiceCapabilityRpcType] = frozenset()
-        self._connected = False
-        self._client: GrpcClient | None = None
         self._channel: Channel | None = None
-        # Bound stub methods by full method name, for the current channel.
-        self._methods: dict[str, Callable[..., Awaitable[Any]]] = {}
+        # grpclib's method objects by full method name, made once per channel.
+        self._methods: dict[str, UnaryUnaryMethod[Any, Any]] = {}
         self._lost = asyncio.Event()
         # Bumped whenever the driver is (again) known to answer: a call begun before that and
         # failing afterwards reports an outage already over, not a new one.
@@ -356,26 +309,21 @@ class CSIConnection:
         return conn
 
     async def connect(self) -> None:
-        """Wait for the unix socket to appear (see ``connect_timeout``), then set up the
-        client (it connects on the first call, and again after a loss)."""
+        """Wait for the unix socket to appear (see ``connect_timeout``), then set up grpclib's
+        channel (it connects on the first call, and again on the first call after a loss)."""
         if self.endpoint.path is not None:
             await self._wait_for_socket(self.endpoint.path)
         self.close()
-        if self.options.grpc_client == "lean":
-            if self.endpoint.path is not None:
-                self._client = GrpcClient(path=str(self.endpoint.path))
-            else:
-                self._client = GrpcClient(host=self.endpoint.host, port=self.endpoint.port)
-        self._connected = True
+        if self.endpoint.path is not None:
+            self._channel = Channel(path=str(self.endpoint.path))
+        else:
+            self._channel = Channel(self.endpoint.host, self.endpoint.port)
 
-    def _grpclib_channel(self) -> Channel:
-        """grpclib's channel, opened on first use: every call with ``grpc_client="grpclib"``,
-        streaming calls otherwise."""
-        if self._channel is None:
-            if self.endpoint.path is not None:
-                self._channel = Channel(path=str(self.endpoint.path))
-            else:
-                self._channel = Channel(self.endpoint.host, self.endpoint.port)
+    @property
+    def channel(self) -> Channel | None:
+        """grpclib's channel to the driver (None before :meth:`connect` and after
+        :meth:`close`), e.g. for a streaming method's stub; unary calls go through
+        :meth:`call`, which times, logs and maps their errors."""
         return self._channel
 
     async def _wait_for_socket(self, path: pathlib.Path) -> None:
@@ -402,13 +350,9 @@ class CSIConnection:
             delay = min(delay * 2, self.options.backoff_max)
 
     def close(self) -> None:
-        """Close the client and the channel."""
-        self._connected = False
-        client, self._client = self._client, None
+        """Close the channel."""
         channel, self._channel = self._channel, None
         self._methods.clear()
-        if client is not None:
-            client.close()
         if channel is not None:
             channel.close()
 
@@ -484,23 +428,21 @@ class CSIConnection:
             vendor_version=info.vendor_version,
             plugin_capabilities=sorted(s.name for s in services),
             controller_capabilities=sorted(c.name for c in self.controller_capabilities),
-            grpc_client=self.options.grpc_client,
         )
 
     async def monitor(self) -> None:
-        """Watch the connection until cancelled: probe when idle, react when a call saw it lost.
+        """Watch the connection until cancelled: react when a call found it lost.
 
-        With ``exit_on_connection_loss`` a loss raises :class:`CSIConnectionLost`; otherwise it
-        is logged and the driver probed (with backoff) until it answers again.
+        As upstream, an idle connection is not probed: after start-up (:meth:`open` probes
+        until ready, csi-lib-utils' ProbeForever) a lost connection is found by the calls,
+        which fail with ``Status.UNAVAILABLE`` and ``transport=True``. With
+        ``exit_on_connection_loss`` the loss then raises :class:`CSIConnectionLost` (upstream
+        exits); otherwise it is logged and the driver probed (with backoff) until it answers
+        again. A driver that restarted while the connection was idle is reconnected to by the
+        next call (grpclib reconnects a channel whose connection closed), with no loss seen.
         """
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lost.wait(), self.options.monitor_interval)
-            if not self._lost.is_set():
-                with contextlib.suppress(CSICallError):
-                    await self.probe()
-            if not self._lost.is_set():
-                continue
+            await self._lost.wait()
             self._log.error("lost connection to the CSI driver")
             if self.options.exit_on_connection_loss:
                 raise CSIConnectionLost(f"lost connection to the CSI driver at {self.endpoint}")
@@ -534,11 +476,11 @@ class CSIConnection:
     async def _invoke(
         self, method: str, request: betterproto2.Message, call_timeout: float | None
     ) -> Any:
-        if not self._connected:
-            raise CSICallError(method, Status.UNAVAILABLE, "not connected", transport=True)
         stub_method = self._methods.get(method)
         if stub_method is None:
-            stub_method = self._methods[method] = self._method(method)
+            if self._channel is None:
+                raise CSICallError(method, Status.UNAVAILABLE, "not connected", transport=True)
+            stub_method = self._methods[method] = self._method(self._channel, method)
         limit = self.options.timeout if call_timeout is None else call_timeout
         epoch = self._epoch
         started = self.clock.monotonic()
@@ -584,23 +526,17 @@ class CSIConnection:
         )
         return response
 
-    def _method(self, method: str) -> Callable[..., Awaitable[Any]]:
-        """What calls ``method``: the lean client for a unary method (unless the options
-        choose grpclib), else grpclib's stub."""
-        types = UNARY_METHODS.get(method)
-        if self._client is not None and types is not None:
-            return functools.partial(self._client.unary, method, response_type=types[1])
-        return self._stub_method(self._grpclib_channel(), method)
-
     @staticmethod
-    def _stub_method(channel: Channel, method: str) -> Callable[..., Awaitable[Any]]:
-        service, name = method.strip("/").split("/")
+    def _method(channel: Channel, method: str) -> UnaryUnaryMethod[Any, Any]:
+        """grpclib's callable for the unary ``method`` on ``channel``."""
         try:
-            stub_cls = _STUBS[service]
+            request_type, reply_type = UNARY_METHODS[method]
         except KeyError:
-            raise ValueError(f"unknown CSI service in method {method!r}") from None
-        bound: Callable[..., Awaitable[Any]] = getattr(stub_cls(channel), snake_case(name))
-        return bound
+            raise ValueError(
+                f"{method!r} is not a unary CSI method: use connection.channel with the "
+                "generated stub for streaming methods"
+            ) from None
+        return UnaryUnaryMethod(channel, method, request_type, reply_type)
 
     async def probe(self) -> v1.ProbeResponse:
         """Identity.Probe."""

@@ -941,11 +941,13 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
             state = check_error(err, may_reschedule)
             if state is not ProvisioningState.IN_BACKGROUND:
                 await self._finish(uid)
+            # A CSICallError reads as grpc-go's status error, as upstream's events do.
+            text = str(err) if isinstance(err, CSICallError) else f"{type(err).__name__}: {err}"
             if isinstance(err, CSICallError) and err.status is Status.INVALID_ARGUMENT:
                 # The driver refuses the request as it stands: the controller retries it only
                 # after retry_interval_max, or at once when the class is replaced.
-                raise InfeasibleError(f"rpc error: {err}") from None
-            raise ProvisioningError(f"rpc error: {err}", state) from None
+                raise InfeasibleError(text) from None
+            raise ProvisioningError(text, state) from None
         volume = response.volume
         if volume is None or not volume.volume_id:
             await self._finish(uid)

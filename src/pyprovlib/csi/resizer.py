@@ -42,13 +42,11 @@ from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_addre
 from pyprovlib.csi.attacher import UnsupportedAccessModeError, csi_access_mode
 from pyprovlib.csi.connection import (
     GO_STATUS_NAMES,
-    GRPC_CLIENT_HELP,
     ConnectionOptions,
     CSICallError,
     CSIConnection,
     CSIMetrics,
     default_csi_metrics,
-    grpc_client_choice,
 )
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.kube.errors import ApiException
@@ -327,15 +325,6 @@ def parser() -> RuntimeArgumentParser:
         help="timeout of every call to the CSI driver",
         group=group,
     )
-    add_flag(
-        p,
-        "--grpc-client",
-        default="lean",
-        type=grpc_client_choice,
-        help=GRPC_CLIENT_HELP,
-        metavar="lean|grpclib",
-        group=group,
-    )
     add_duration_flag(
         p,
         "--retry-interval-start",
@@ -447,7 +436,7 @@ async def build(ctx: RuntimeContext) -> ResizerSidecar:
     check_csi_address(args.csi_address)
     connection = await CSIConnection.open(
         args.csi_address,
-        ConnectionOptions(timeout=args.timeout, grpc_client=args.grpc_client),
+        ConnectionOptions(timeout=args.timeout),
         metrics=metrics,
     )
     try:

@@ -61,7 +61,7 @@ __all__ = [
     "stop_shared_control_plane",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENV_KUBE_ASSETS = "PYPROVLIB_KUBE_ASSETS"
 """Names an assets directory: the fixtures then run on a real control plane started from it."""
@@ -567,7 +567,8 @@ class ControlPlane:
             await self._wait_log_line(component, b"running against")
 
     async def _prepare_cluster(self) -> None:
-        from pyprovlib.testing.binder import _Http
+        from pyprovlib._logging import get_logger
+from pyprovlib.testing.binder import _Http
 
         async with self.api_client() as api:
             http = _Http(api)

@@ -384,7 +384,7 @@ class ApiServer:
         self._storage.drop_watches()
         if self._http is not None:
             http_server, self._http = self._http, None
-            await http_server.close(timeout=0.5)
+            await http_server.close()
 
     async def stop(self) -> None:
         """Stop the binder, end every watch, close every connection."""
