@@ -29,6 +29,7 @@ Usage::
 Prints human-readable lines, then exactly one line of JSON.
 """
 
+# ruff: noqa: E402 - the lazy-import opt-in must run before kubernetes_asyncio is imported
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,12 @@ from typing import Any
 
 import structlog
 
-# pyprovlib first, as in a controller process (`python -m ...`): it makes kubernetes-asyncio's
-# generated modules load on first use, which the RSS figure depends on.
-import pyprovlib  # noqa: F401
+# The opt-in a controller process makes (pyprovlib's `python -m` entry points make it for
+# themselves): kubernetes-asyncio's generated modules load on first use, which the RSS figure
+# depends on. It must come before anything imports kubernetes_asyncio.
+import pyprovlib
+
+pyprovlib.enable_lazy_kubernetes_imports()
 
 # isort: split
 from kubernetes_asyncio.client import (

@@ -585,6 +585,10 @@ class ProvisionController(ControllerLifecycle):
         self._cleaned_up: OrderedDict[str, None] = OrderedDict()
         # UIDs of PVs whose asset is deleted while the PV object still exists.
         self._assets_deleted: set[str] = set()
+        # The model of each StorageClass version handed to the provisioner: converted once per
+        # version, not once per claim (like Go, every claim of a class sees the one cached
+        # object; user code must not modify it).
+        self._class_models: dict[str, tuple[str, V1StorageClass]] = {}
         self.volume_store: VolumeStore
         if self.options.create_provisioned_pv_limiter is not None:
             self._log.debug("saving PVs to the API server in the background")
@@ -801,6 +805,17 @@ class ProvisionController(ControllerLifecycle):
     def _storage_class(self, name: str) -> Obj | None:
         return self.class_informer.store.get_by_key(name)
 
+    def _class_model(self, storage_class: Obj) -> V1StorageClass:
+        """``storage_class`` as a model, converted once per name and resourceVersion."""
+        name = name_of(storage_class)
+        version = meta(storage_class).get("resourceVersion") or ""
+        cached = self._class_models.get(name)
+        if cached is not None and version and cached[0] == version:
+            return cached[1]
+        model = to_model(storage_class, V1StorageClass)
+        self._class_models[name] = (version, model)
+        return model
+
     def _delay_if_recently_infeasible(self, claim: Obj) -> None:
         key = uid_of(claim)
         recorded = self.slow_set.class_uid(key)
@@ -946,7 +961,7 @@ class ProvisionController(ControllerLifecycle):
             return ProvisioningState.FINISHED, ProvisioningError(message)
 
         try:
-            class_model = to_model(storage_class, V1StorageClass)
+            class_model = self._class_model(storage_class)
         except ConversionError as err:
             message = f'StorageClass "{class_name}" is malformed: {err}'
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
