@@ -6,11 +6,12 @@ kubernetes-asyncio's own ``ApiClient.request`` (its aiohttp session)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
-from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, KubeConfigMerger
 
 from pyprovlib._version import __version__
 from pyprovlib.kube.clock import Clock
@@ -134,7 +135,39 @@ async def _load_kubeconfig(paths: str, context: str | None) -> Configuration:
     )
     configuration: Configuration = type.__call__(Configuration)
     await loader.load_and_set(configuration)
+    if isinstance(merger.config.value, dict) and _uses_exec_plugin(loader, merger.config.value):
+        configuration.refresh_api_key_hook = _exec_token_refresher(loader)
     return configuration
+
+
+def _uses_exec_plugin(loader: KubeConfigLoader, kubeconfig: dict[str, Any]) -> bool:
+    """Whether the kubeconfig's current user gets its token from an exec plugin."""
+    context = loader.current_context or {}
+    user_name = (context.get("context") or {}).get("user")
+    for node in kubeconfig.get("users") or () if user_name else ():
+        entry = node.value if isinstance(node, ConfigNode) else node  # the merger's wrapping
+        if isinstance(entry, dict) and entry.get("name") == user_name:
+            return "exec" in (entry.get("user") or {})
+    return False
+
+
+def _exec_token_refresher(loader: KubeConfigLoader) -> Callable[[Configuration], Awaitable[None]]:
+    """A ``Configuration.refresh_api_key_hook`` (kubernetes-asyncio calls it before reading
+    the token for a request, as it does for the in-cluster token file) that runs the exec
+    plugin again once its token has expired, through kubernetes-asyncio's own
+    ``KubeConfigLoader.load_from_exec_plugin`` (which checks the expiry, with its 5-minute
+    margin). A token the plugin gave no expiry is kept, as client-go keeps it. Concurrent
+    requests wait for one run of the plugin."""
+    lock = asyncio.Lock()
+
+    async def refresh(configuration: Configuration) -> None:
+        if getattr(loader, "exec_plugin_expiry", None) is None:
+            return
+        async with lock:
+            await loader.load_from_exec_plugin()
+        configuration.api_key["BearerToken"] = loader.token
+
+    return refresh
 
 
 def _load_in_cluster(environ: Mapping[str, str], service_account_dir: Path) -> Configuration:
