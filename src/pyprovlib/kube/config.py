@@ -358,8 +358,8 @@ def use_resolved_proxy(api_client: ApiClient, *, environ: Mapping[str, str] | No
     Proxies from the environment keep working: the proxy is resolved here, with client-go's
     rules, and handed to kubernetes-asyncio's ``rest_client.proxy``, which passes it with every
     request. The session is replaced, through aiohttp's public API, by one on the same connector
-    (kubernetes-asyncio's TLS set-up) that does not read the environment. (``.netrc``
-    credentials are dropped; client-go never reads them either.)
+    (kubernetes-asyncio's TLS set-up) that does not read the environment and keeps no cookies.
+    (``.netrc`` credentials and ``Set-Cookie`` answers are ignored; client-go ignores them too.)
     """
     configuration = api_client.configuration
     rest = api_client.rest_client
@@ -370,7 +370,12 @@ def use_resolved_proxy(api_client: ApiClient, *, environ: Mapping[str, str] | No
         connector = session.connector
         session.detach()  # the connector now belongs to the new session alone
         rest.pool_manager = aiohttp.ClientSession(
-            connector=connector, trust_env=False, read_bufsize=_READ_BUFSIZE
+            connector=connector,
+            trust_env=False,
+            read_bufsize=_READ_BUFSIZE,
+            # No cookie store, as client-go has none: nothing to file or filter per request.
+            # (A kubeconfig's cookie still goes out: ApiClient.cookie is a plain header.)
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
 
 
