@@ -29,6 +29,7 @@ Usage::
 Prints human-readable lines, then exactly one line of JSON.
 """
 
+# ruff: noqa: E402 - the lazy-import opt-in must run before kubernetes_asyncio is imported
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,12 @@ from typing import Any
 
 import structlog
 
-# pyprovlib first, as in a controller process (`python -m ...`): it makes kubernetes-asyncio's
-# generated modules load on first use, which the RSS figure depends on.
-import pyprovlib  # noqa: F401
+# The opt-in a controller process makes (pyprovlib's `python -m` entry points make it for
+# themselves): kubernetes-asyncio's generated modules load on first use, which the RSS figure
+# depends on. It must come before anything imports kubernetes_asyncio.
+import pyprovlib
+
+pyprovlib.enable_lazy_kubernetes_imports()
 
 # isort: split
 from kubernetes_asyncio.client import (
@@ -76,26 +80,26 @@ HERE = Path(__file__).resolve()
 # --------------------------------------------------------------------------------------------
 
 
-def counting_client(configuration: Configuration, *, lean_transport: bool = True) -> Any:
+def counting_client(configuration: Configuration) -> Any:
     """The controller's client as ``new_client`` builds it (a LimitedApiClient, here
-    unthrottled like the Go reference), counting the raw requests it sends by (verb,
-    resource). Counting overrides ``send``, the raw path every controller request takes
-    (overriding ``request`` instead would move them off the lean transport)."""
+    unthrottled like the Go reference), counting the requests it sends by (verb, resource).
+    Counting overrides ``request``, kubernetes-asyncio's public method every request of the
+    controller (typed or raw JSON) goes through."""
     from pyprovlib.kube.config import LimitedApiClient
     from pyprovlib.kube.ratelimit import TokenBucket
 
+    host = configuration.host
+
     class CountingApiClient(LimitedApiClient):
         def __init__(self) -> None:
-            super().__init__(
-                configuration, limiter=TokenBucket(0, 0), lean_transport=lean_transport
-            )
+            super().__init__(configuration, limiter=TokenBucket(0, 0))
             self.counts: Counter[tuple[str, str]] = Counter()
 
-        async def send(
-            self, method: str, path: str, *, query: list[tuple[str, str]], **kwargs: Any
-        ) -> Any:
-            self.counts[_classify(method, path, query)] += 1
-            return await super().send(method, path, query=query, **kwargs)
+        async def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            query = kwargs.get("query_params") or (args[0] if args else None) or []
+            path = url[len(host) :] if url.startswith(host) else url
+            self.counts[_classify(method, path, list(query))] += 1
+            return await super().request(method, url, *args, **kwargs)
 
     return CountingApiClient()
 
@@ -176,15 +180,23 @@ def _events_dropped() -> dict[str, int]:
 
 
 def make_client(configuration: Configuration, args: argparse.Namespace) -> Any:
-    """The controller's counting client; ``--client-transport aiohttp`` keeps its raw
-    requests on aiohttp, ``--aiohttp-trust-env`` as kubernetes-asyncio opens its session."""
-    api = counting_client(configuration, lean_transport=args.client_transport == "lean")
+    """The controller's counting client; ``--aiohttp-trust-env`` as kubernetes-asyncio opens
+    its session."""
+    api = counting_client(configuration)
     if args.aiohttp_trust_env:
         # kubernetes-asyncio's own session: trust_env=True makes aiohttp look up ~/.netrc
         # and the proxy environment in the default thread pool on every request (two
-        # executor round trips). LimitedApiClient resolves the proxy once instead (and so
-        # may use the lean transport); this undoes that, for comparison.
-        api.rest_client.pool_manager._trust_env = True
+        # executor round trips). LimitedApiClient resolves the proxy once instead; this
+        # undoes that, for comparison (aiohttp's public API: the same connector, a new
+        # session).
+        import aiohttp
+
+        session = api.rest_client.pool_manager
+        connector = session.connector
+        session.detach()
+        api.rest_client.pool_manager = aiohttp.ClientSession(
+            connector=connector, trust_env=True, read_bufsize=2**21
+        )
     return api
 
 
@@ -513,8 +525,6 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 provisioner,
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--aiohttp-trust-env"] if args.aiohttp_trust_env else []),
-                "--client-transport",
-                args.client_transport,
                 stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -669,7 +679,6 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "threadiness": args.threadiness,
         "target": "real" if args.kubeconfig else "in-memory",
         "aiohttp_trust_env": args.aiohttp_trust_env,
-        "client_transport": "aiohttp" if args.aiohttp_trust_env else args.client_transport,
         "create_rate": args.create_rate or None,
         "binder_process": args.binder_process,
         "create_s": round(t_created - t0, 3),
@@ -770,14 +779,7 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
         "--aiohttp-trust-env",
         action="store_true",
         help="keep kubernetes-asyncio's trust_env=True session (netrc/proxy lookups per request) "
-        "instead of pyprovlib.kube.config.use_resolved_proxy (implies aiohttp)",
-    )
-    p.add_argument(
-        "--client-transport",
-        choices=["lean", "aiohttp"],
-        default="lean",
-        help="the controller's raw requests over pyprovlib.kube.transport (default, what "
-        "new_client() gives) or over kubernetes-asyncio's aiohttp session",
+        "instead of pyprovlib.kube.config.use_resolved_proxy",
     )
 
 

@@ -8,37 +8,49 @@ See the documentation for the tour: the user contracts live in :mod:`pyprovlib.p
 and :mod:`pyprovlib.attacher`, the controllers in :mod:`pyprovlib.controller`, client-go's
 machinery in :mod:`pyprovlib.kube`, process wiring in :mod:`pyprovlib.runtime` and the
 in-memory API server for tests in :mod:`pyprovlib.testing`.
+
+``import pyprovlib`` changes nothing in the interpreter and imports nothing heavy: each name
+below is imported from its module the first time it is used (PEP 562), so an application can
+call :func:`enable_lazy_kubernetes_imports` (the one opt-in that does change how
+kubernetes-asyncio imports) right after ``import pyprovlib``. pyprovlib's own ``python -m``
+entry points turn it on for themselves.
 """
 
-# First, before anything imports kubernetes_asyncio.client: makes its ~830 generated
-# API/model modules load on first use (see pyprovlib._lazy_kubernetes).
-import pyprovlib._lazy_kubernetes  # noqa: F401
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from pyprovlib import _lazy_kubernetes
+from pyprovlib._lazy_kubernetes import enable as enable_lazy_kubernetes_imports
 from pyprovlib._version import __version__
-from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions
-from pyprovlib.controller.options import (
-    Backoff,
-    InvalidOptionsError,
-    ProvisionControllerOptions,
-)
-from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import ResizeControllerOptions
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.provisioner import (
-    BlockProvisioner,
-    DeletionGuard,
-    IgnoredError,
-    InfeasibleError,
-    MountOptionsProvisioner,
-    Provisioner,
-    ProvisioningError,
-    ProvisioningState,
-    ProvisionOptions,
-    Qualifier,
-)
-from pyprovlib.resizer import ExpansionResult, NotExpandable, ResizeError, Resizer
+
+if TYPE_CHECKING:
+    from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
+    from pyprovlib.controller.attach import AttachController
+    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.options import (
+        Backoff,
+        InvalidOptionsError,
+        ProvisionControllerOptions,
+    )
+    from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
+    from pyprovlib.controller.resize import ResizeController
+    from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.errors import PyprovlibError
+    from pyprovlib.provisioner import (
+        BlockProvisioner,
+        DeletionGuard,
+        IgnoredError,
+        InfeasibleError,
+        MountOptionsProvisioner,
+        Provisioner,
+        ProvisioningError,
+        ProvisioningState,
+        ProvisionOptions,
+        Qualifier,
+    )
+    from pyprovlib.resizer import ExpansionResult, NotExpandable, ResizeError, Resizer
 
 __all__ = [
     "AttachController",
@@ -70,4 +82,60 @@ __all__ = [
     "ResizeError",
     "Resizer",
     "__version__",
+    "enable_lazy_kubernetes_imports",
 ]
+
+# Where each re-exported name lives.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ("Attacher", "AttachError", "AttachNode", "AttachVolume"), "pyprovlib.attacher"
+    ),
+    "AttachController": "pyprovlib.controller.attach",
+    "AttachControllerOptions": "pyprovlib.controller.attach_options",
+    **dict.fromkeys(
+        ("Backoff", "InvalidOptionsError", "ProvisionControllerOptions"),
+        "pyprovlib.controller.options",
+    ),
+    **dict.fromkeys(
+        ("LeaderElectionLostError", "ProvisionController"), "pyprovlib.controller.provision"
+    ),
+    "ResizeController": "pyprovlib.controller.resize",
+    "ResizeControllerOptions": "pyprovlib.controller.resize_options",
+    "PyprovlibError": "pyprovlib.errors",
+    **dict.fromkeys(
+        (
+            "BlockProvisioner",
+            "DeletionGuard",
+            "IgnoredError",
+            "InfeasibleError",
+            "MountOptionsProvisioner",
+            "Provisioner",
+            "ProvisioningError",
+            "ProvisioningState",
+            "ProvisionOptions",
+            "Qualifier",
+        ),
+        "pyprovlib.provisioner",
+    ),
+    **dict.fromkeys(
+        ("ExpansionResult", "NotExpandable", "ResizeError", "Resizer"), "pyprovlib.resizer"
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: a re-export is imported on first use
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyprovlib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# Only when this process is `python -m pyprovlib.<entry point>` (a no-op in every other
+# process): before the entry point's own imports pull kubernetes_asyncio in.
+_lazy_kubernetes.enable_for_entry_point()

@@ -1,23 +1,25 @@
-"""Import kubernetes-asyncio's generated API and model packages on first use.
+"""Import kubernetes-asyncio's generated API and model packages on first use — only when asked.
 
 ``kubernetes_asyncio.client`` (and its ``api`` and ``models`` subpackages) import every one of
 the ~830 generated API and model modules up front: 38 MB of RSS and ~0.4 s of CPU in every
-process that touches the client, although a storage controller uses a few dozen of them. That
-import alone put a controller above the 75 MB the provisioner benchmark allows (issue #4).
+process that touches the client, although a storage controller uses a few dozen of them.
 
 Those three ``__init__`` files are pure re-export lists (``from <submodule> import Name``, plus
-``__all__`` and a version string). :func:`install` puts a finder first on ``sys.meta_path`` that
-loads exactly those three packages with a loader that reads the re-export list instead of
-running it, and gives each package a module ``__getattr__`` (PEP 562) that imports a name's
-submodule the first time the name is asked for. Everything else is unchanged: the names resolve
-to the very same classes, ``__all__`` and ``from ... import *`` work (a star import loads all),
-``ApiClient``'s ``getattr(kubernetes_asyncio.client.models, klass)`` deserialisation works, and
-any other statement in one of those files (a future release changing their shape) makes the
-loader run the file as usual.
+``__all__`` and a version string). :func:`enable` loads exactly those three packages with a
+loader that reads the re-export list instead of running it, and gives each package a module
+``__getattr__`` (PEP 562) that imports a name's submodule the first time the name is asked for.
+Everything else is unchanged: the names resolve to the very same classes, ``__all__`` and
+``from ... import *`` work (a star import loads all), ``ApiClient``'s
+``getattr(kubernetes_asyncio.client.models, klass)`` deserialisation works, and any other
+statement in one of those files (a future release changing their shape) makes the loader run
+the file as usual.
 
-It does nothing when ``kubernetes_asyncio.client`` is already imported, and is skipped when the
-environment sets ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` to a non-empty value.
-``import pyprovlib`` installs it, before anything imports the client.
+Importing this module (or ``pyprovlib``) changes nothing. :func:`enable` is the one switch:
+pyprovlib's own ``python -m`` entry points call it (see :func:`enable_for_entry_point`), and an
+application opts in with ``pyprovlib.enable_lazy_kubernetes_imports()`` before anything
+imports ``kubernetes_asyncio``. The finder it needs is on ``sys.meta_path`` only while
+:func:`enable` imports the three packages; it is gone when the call returns. The environment
+variable ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` (any non-empty value) turns it into a no-op.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["LAZY_PACKAGES", "install", "installed", "uninstall"]
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "enable", "enable_for_entry_point", "enabled"]
 
 #: The packages whose ``__init__`` is read as a list of lazy re-exports.
 LAZY_PACKAGES = frozenset(
@@ -118,6 +120,7 @@ class _LazyPackageLoader(importlib.abc.Loader):
 
         namespace["__getattr__"] = __getattr__
         namespace["__dir__"] = __dir__
+        namespace[_MARK] = True
 
 
 class _LazyPackageFinder(importlib.abc.MetaPathFinder):
@@ -132,7 +135,7 @@ class _LazyPackageFinder(importlib.abc.MetaPathFinder):
         if fullname not in LAZY_PACKAGES:
             return None
         for finder in sys.meta_path:
-            if finder is self or isinstance(finder, _LazyPackageFinder):
+            if isinstance(finder, _LazyPackageFinder):
                 continue
             find = getattr(finder, "find_spec", None)
             if find is None:
@@ -149,33 +152,71 @@ class _LazyPackageFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-_FINDER = _LazyPackageFinder()
+_MARK = "__pyprovlib_lazy_reexports__"
+"""Set in a package's namespace by the lazy loader: how :func:`enabled` tells."""
 
 
-def install() -> bool:
-    """Make the kubernetes-asyncio client packages lazy; True when the finder is in place.
+def enabled() -> bool:
+    """Whether ``kubernetes_asyncio.client`` was loaded lazily (by :func:`enable`)."""
+    module = sys.modules.get("kubernetes_asyncio.client")
+    return module is not None and bool(getattr(module, _MARK, False))
 
-    A no-op (False) when ``kubernetes_asyncio.client`` is already imported or the
-    ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` environment variable is set; True when already
-    installed.
+
+def enable() -> bool:
+    """Make kubernetes-asyncio load its ~830 generated API and model modules on first use
+    instead of all at once (about 38 MB of RSS and 0.4 s of start-up saved); True when on.
+
+    Public as ``pyprovlib.enable_lazy_kubernetes_imports()``. Call it first thing in your
+    process, before anything imports ``kubernetes_asyncio`` (``import pyprovlib`` alone does
+    not import it before this call could run; the rest of pyprovlib does): once its client
+    package is imported eagerly, this is a no-op returning False, as it is when the
+    ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` environment variable is set. Calling it again is
+    harmless. The names, classes and (de)serialisation are kubernetes-asyncio's own,
+    unchanged, and ``sys.meta_path`` is the same after the call as before. pyprovlib's own
+    ``python -m`` entry points call it for themselves.
     """
-    if _FINDER in sys.meta_path:
+    if enabled():
         return True
     if os.environ.get(EAGER_ENV) or "kubernetes_asyncio.client" in sys.modules:
         return False
-    sys.meta_path.insert(0, _FINDER)
-    return True
+    finder = _LazyPackageFinder()
+    sys.meta_path.insert(0, finder)
+    try:
+        # The packages themselves load now, under the finder; their submodules on first use.
+        for name in sorted(LAZY_PACKAGES):
+            importlib.import_module(name)
+    finally:
+        sys.meta_path.remove(finder)
+    return enabled()
 
 
-def installed() -> bool:
-    """Whether the lazy finder is on ``sys.meta_path``."""
-    return _FINDER in sys.meta_path
+def _main_module_argument(argv: Sequence[str]) -> str | None:
+    """The module name of ``python [options] -m NAME ...`` in ``argv``, else None."""
+    takes_value = {"-X", "-W", "--check-hash-based-pycs"}
+    args = iter(argv[1:])
+    for arg in args:
+        if arg == "-m":
+            return next(args, None)
+        if arg.startswith("-m"):
+            return arg[2:]
+        if arg in takes_value:
+            next(args, None)
+        elif arg in {"-c", "-"} or not arg.startswith("-"):
+            return None  # a command or a script: not -m
+    return None
 
 
-def uninstall() -> None:
-    """Remove the finder (packages already imported lazily stay lazy)."""
-    if _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
+def enable_for_entry_point() -> bool:
+    """Call :func:`enable` when this process is ``python -m pyprovlib.<something>`` and
+    ``pyprovlib`` is being imported while Python locates that module; otherwise do nothing.
 
-
-install()
+    During that search ``sys.argv[0]`` is ``"-m"`` (documented for ``-m``), and the module
+    named on the command line is in ``sys.orig_argv``: so a user's process, or one started as
+    ``python -m theirpackage`` whose import pulls pyprovlib in, is left alone.
+    """
+    if sys.argv[:1] != ["-m"]:
+        return False
+    target = _main_module_argument(getattr(sys, "orig_argv", ()))
+    if target is None or not (target == "pyprovlib" or target.startswith("pyprovlib.")):
+        return False
+    return enable()

@@ -481,3 +481,32 @@ async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) 
         for claim in claims:
             await wait_bound(kube_cluster, claim["metadata"]["name"])
         assert sorted(provisioner.assets) == sorted(f"pvc-{c['metadata']['uid']}" for c in claims)
+
+
+async def test_the_class_model_is_converted_once_per_class_version(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = MemoryProvisioner()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        for _ in range(2):
+            claim = await create_claim(kube_cluster, class_name)
+            await wait_bound(kube_cluster, claim["metadata"]["name"])
+        first, second = provisioner.calls
+        assert first.storage_class is second.storage_class  # one model for one version
+        changed = await ResourceClient(kube_cluster.api_client, STORAGE_CLASSES).patch(
+            class_name, {"metadata": {"annotations": {"example.com/tier": "gold"}}}
+        )
+        version = changed["metadata"]["resourceVersion"]
+        async with asyncio.timeout(30):
+            while (controller.class_informer.store.get_by_key(class_name) or {}).get(
+                "metadata", {}
+            ).get("resourceVersion") != version:
+                await asyncio.sleep(0.01)
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        third = provisioner.calls[2]
+        assert third.storage_class is not first.storage_class
+        assert third.storage_class.metadata.annotations == {"example.com/tier": "gold"}

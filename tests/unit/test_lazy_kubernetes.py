@@ -1,4 +1,6 @@
-"""pyprovlib._lazy_kubernetes: the kubernetes-asyncio client packages load their modules on use.
+"""pyprovlib._lazy_kubernetes: on request (``pyprovlib.enable_lazy_kubernetes_imports()``, or
+a ``python -m pyprovlib...`` entry point), the kubernetes-asyncio client packages load their
+modules on use; ``import pyprovlib`` alone changes nothing.
 
 Each import check runs in a fresh interpreter, since this one imported the client long ago.
 """
@@ -18,14 +20,17 @@ import pytest
 
 from pyprovlib import _lazy_kubernetes
 
+_OPT_IN = "import pyprovlib\npyprovlib.enable_lazy_kubernetes_imports()\n"
 
-def _run(code: str, *, eager: bool = False) -> Any:
-    """Run ``code`` in a fresh interpreter; it prints one JSON value, returned here."""
+
+def _run(code: str, *, lazy: bool = True, eager_env: bool = False) -> Any:
+    """Run ``code`` in a fresh interpreter, after the opt-in call when ``lazy``; it prints
+    one JSON value, returned here."""
     env = {k: v for k, v in os.environ.items() if k != _lazy_kubernetes.EAGER_ENV}
-    if eager:
+    if eager_env:
         env[_lazy_kubernetes.EAGER_ENV] = "1"
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", (_OPT_IN if lazy else "") + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=env,
@@ -38,21 +43,92 @@ def _run(code: str, *, eager: bool = False) -> Any:
 _COUNT_MODULES = """
     import json, sys
     import pyprovlib
-    from pyprovlib import _lazy_kubernetes
+    from pyprovlib import ProvisionController, _lazy_kubernetes
     from kubernetes_asyncio.client import V1PersistentVolumeClaim
     loaded = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.")]
-    print(json.dumps({"installed": _lazy_kubernetes.installed(), "loaded": len(loaded)}))
+    print(json.dumps({"enabled": _lazy_kubernetes.enabled(), "loaded": len(loaded)}))
 """
 
 
-def test_importing_pyprovlib_loads_a_fraction_of_the_generated_modules() -> None:
+def test_the_opt_in_loads_a_fraction_of_the_generated_modules() -> None:
     lazy = _run(_COUNT_MODULES)
-    eager = _run(_COUNT_MODULES, eager=True)
-    assert lazy["installed"] is True
-    assert eager["installed"] is False
+    eager = _run(_COUNT_MODULES, lazy=False)
+    env_off = _run(_COUNT_MODULES, eager_env=True)
+    assert lazy["enabled"] is True
+    assert eager["enabled"] is False
+    assert env_off["enabled"] is False
     # The eager client imports every API and model module (~830); pyprovlib needs a few dozen.
     assert eager["loaded"] > 800
+    assert env_off["loaded"] > 800
     assert lazy["loaded"] < 150
+
+
+def test_importing_pyprovlib_changes_nothing_in_the_interpreter() -> None:
+    code = """
+        import json, sys
+        meta_path = list(sys.meta_path)
+        modules = set(sys.modules)
+        import pyprovlib
+        new = sorted(m for m in set(sys.modules) - modules if not m.startswith("pyprovlib"))
+        print(json.dumps({
+            "meta_path_unchanged": sys.meta_path == meta_path,
+            "kubernetes": [m for m in new if m.startswith("kubernetes_asyncio")],
+        }))
+    """
+    assert _run(code, lazy=False) == {"meta_path_unchanged": True, "kubernetes": []}
+
+
+def test_the_opt_in_leaves_no_finder_behind() -> None:
+    code = """
+        import json, sys
+        ours = [type(f).__module__ for f in sys.meta_path]
+        print(json.dumps({
+            "ours": [m for m in ours if "pyprovlib" in m],
+            "again": pyprovlib.enable_lazy_kubernetes_imports(),
+        }))
+    """
+    assert _run(code) == {"ours": [], "again": True}
+
+
+def test_too_late_an_opt_in_is_a_no_op() -> None:
+    code = """
+        import json, sys
+        import kubernetes_asyncio.client
+        import pyprovlib
+        print(json.dumps(pyprovlib.enable_lazy_kubernetes_imports()))
+    """
+    assert _run(code, lazy=False) is False
+
+
+@pytest.mark.parametrize(
+    "module", ["pyprovlib.testing", "pyprovlib.examples.hostpath", "pyprovlib.csi.provisioner"]
+)
+def test_python_m_entry_points_turn_it_on(module: str) -> None:
+    # -X importtime lists every module the process imported: a lazy client loads no
+    # generated model for --help, the eager one all of them.
+    env = {k: v for k, v in os.environ.items() if k != _lazy_kubernetes.EAGER_ENV}
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    models = [
+        line for line in out.stderr.splitlines() if "kubernetes_asyncio.client.models.v1" in line
+    ]
+    assert "kubernetes_asyncio.client" in out.stderr
+    assert len(models) < 50
+
+
+def test_only_pyprovlib_modules_count_as_entry_points() -> None:
+    argument = _lazy_kubernetes._main_module_argument
+    assert argument(["python", "-m", "pyprovlib.testing", "--port", "0"]) == "pyprovlib.testing"
+    assert argument(["python", "-X", "dev", "-mpyprovlib.x"]) == "pyprovlib.x"
+    assert argument(["python", "-c", "code", "-m", "pyprovlib.x"]) is None
+    assert argument(["python", "script.py", "-m", "pyprovlib.x"]) is None
+    assert argument(["python"]) is None
 
 
 def test_every_exported_name_resolves_to_the_same_object_as_an_eager_import() -> None:
@@ -70,22 +146,37 @@ def test_every_exported_name_resolves_to_the_same_object_as_an_eager_import() ->
         out["version"] = c.__version__
         print(json.dumps(out))
     """
-    lazy, eager = _run(code), _run(code, eager=True)
+    lazy, eager = _run(code), _run(code, lazy=False)
     assert len(lazy) > 1600
     assert lazy == eager
 
 
 def test_lazy_names_are_the_submodules_classes_and_are_cached() -> None:
-    import kubernetes_asyncio.client as client
-    import kubernetes_asyncio.client.models as models
-    from kubernetes_asyncio.client.models.v1_volume_attachment import V1VolumeAttachment
-
-    assert client.V1VolumeAttachment is V1VolumeAttachment
-    assert models.V1VolumeAttachment is V1VolumeAttachment
-    assert "V1VolumeAttachment" in vars(models)  # resolved once, then a plain attribute
-    assert "V1CSIDriver" in dir(models)
-    with pytest.raises(AttributeError, match="has no attribute 'NoSuchModel'"):
-        _ = models.NoSuchModel
+    code = """
+        import json
+        import kubernetes_asyncio.client as client
+        import kubernetes_asyncio.client.models as models
+        from kubernetes_asyncio.client.models.v1_volume_attachment import V1VolumeAttachment
+        out = {
+            "same": client.V1VolumeAttachment is V1VolumeAttachment
+            and models.V1VolumeAttachment is V1VolumeAttachment,
+            "cached": "V1VolumeAttachment" in vars(models),
+            "dir": "V1CSIDriver" in dir(models),
+            "lazy": "V1CSIDriver" not in vars(models),
+        }
+        try:
+            models.NoSuchModel
+        except AttributeError as err:
+            out["error"] = str(err)
+        print(json.dumps(out))
+    """
+    assert _run(code) == {
+        "same": True,
+        "cached": True,
+        "dir": True,
+        "lazy": True,
+        "error": "module 'kubernetes_asyncio.client.models' has no attribute 'NoSuchModel'",
+    }
 
 
 def test_star_import_and_api_client_deserialisation_work() -> None:
@@ -175,16 +266,3 @@ def test_an_init_with_other_statements_runs_as_usual(tmp_path: Path) -> None:
         sys.path.remove(str(tmp_path))
         for name in ("lazy_pkg_b", "lazy_pkg_b.thing"):
             sys.modules.pop(name, None)
-
-
-def test_install_is_idempotent_and_reversible() -> None:
-    assert _lazy_kubernetes.installed()
-    assert _lazy_kubernetes.install() is True
-    assert sys.meta_path.count(_lazy_kubernetes._FINDER) == 1
-    _lazy_kubernetes.uninstall()
-    try:
-        assert not _lazy_kubernetes.installed()
-        # The client is imported in this process by now: installing again is a no-op.
-        assert _lazy_kubernetes.install() is False
-    finally:
-        sys.meta_path.insert(0, _lazy_kubernetes._FINDER)

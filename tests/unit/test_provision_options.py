@@ -235,7 +235,7 @@ async def test_conversion_matches_kubernetes_asyncio(obj: dict[str, object], mod
         assert from_model(ours) == api.sanitize_for_serialization(theirs)
 
 
-def test_conversion_round_trip() -> None:
+async def test_conversion_round_trip() -> None:
     model = to_model(CLAIM, V1PersistentVolumeClaim)
     assert model.metadata.annotations == {"a": "b"}
     assert model.spec.resources.requests == {"storage": "1Gi"}
@@ -260,7 +260,7 @@ def test_conversion_round_trip() -> None:
     assert copied["a"] is not source["a"]
 
 
-def test_conversion_errors_are_typed() -> None:
+async def test_conversion_errors_are_typed() -> None:
     # V1StorageClass requires a provisioner: the model's validation refuses this one.
     with pytest.raises(ConversionError, match="V1StorageClass"):
         to_model({"metadata": {"name": "x"}}, V1StorageClass)
@@ -273,7 +273,7 @@ def test_conversion_errors_are_typed() -> None:
         to_model({"spec": {"resources": {"requests": 5}}}, V1PersistentVolumeClaim)
     with pytest.raises(ConversionError, match="expected an object"):
         from_model(["not", "a", "model"])
-    with pytest.raises(ConversionError, match="not a kubernetes-asyncio model"):
+    with pytest.raises(ConversionError, match="neither JSON nor a kubernetes-asyncio model"):
         from_model({"x": object()})
 
 

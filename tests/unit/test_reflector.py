@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.client_reqrep import ConnectionKey
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.kube.backoff import Backoff, BackoffTimer
@@ -468,9 +468,17 @@ async def test_unknown_fields_and_bad_events_do_not_kill_the_reflector(
     assert rec.events[-1] == ("add", "ns/b", "12")
 
 
-def refused() -> aiohttp.ClientConnectorError:
-    key = ConnectionKey("127.0.0.1", 1, False, True, None, None, None)
-    return aiohttp.ClientConnectorError(key, ConnectionRefusedError(111, "Connection refused"))
+async def refused() -> aiohttp.ClientConnectorError:
+    """The error aiohttp raises for a port nothing listens on (a real one, not built by hand)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        try:
+            await session.get(f"http://127.0.0.1:{port}/")
+        except aiohttp.ClientConnectorError as err:
+            return err
+    raise AssertionError(f"port {port} answered")
 
 
 async def test_refused_connection_backs_off_and_resumes_the_watch(
@@ -487,7 +495,7 @@ async def test_refused_connection_backs_off_and_resumes_the_watch(
         {"type": "MODIFIED", "object": obj("a", "11")},
         aiohttp.ClientPayloadError("Response payload is not completed"),
     )
-    lw.watches.put_nowait(refused())
+    lw.watches.put_nowait(await refused())
     await until(lambda: len(lw.watch_calls) == 2 and clock.waiters == 1, "backoff after refusal")
     assert lw.watch_calls[1]["resource_version"] == "11"
     lw.watches.put_nowait(FakeWatch())

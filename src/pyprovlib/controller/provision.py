@@ -57,7 +57,7 @@ from pyprovlib.controller.claim_protection import (
 )
 from pyprovlib.controller.expectations import VolumeExpectations
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
-from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.options import ProvisionControllerOptions, provisioned_volume_name
 from pyprovlib.controller.volume_store import (
     DEFAULT_STORE_THREADINESS,
     BackoffStore,
@@ -468,6 +468,14 @@ def _claim_target(claim: Obj) -> Obj:
     return event_target(claim, "PersistentVolumeClaim")
 
 
+def _default_volume_name(claim: Obj) -> str:
+    """:func:`~pyprovlib.controller.options.provisioned_volume_name` on the claim's dict."""
+    uid = uid_of(claim)
+    if not uid:
+        raise ValueError("the claim has no metadata.uid; a PV name cannot be derived from it")
+    return f"pvc-{uid}"
+
+
 def _claim_key(claim: Mapping[str, Any]) -> str:
     return f"{namespace_of(claim)}/{name_of(claim)}"
 
@@ -578,6 +586,10 @@ class ProvisionController(ControllerLifecycle):
         # What this process wrote that its caches may not show yet: one object per concern.
         self._volume_expectations = VolumeExpectations()
         self._protection = ClaimProtection()
+        # The model of each StorageClass version handed to the provisioner: converted once per
+        # version, not once per claim (like Go, every claim of a class sees the one cached
+        # object; user code must not modify it).
+        self._class_models: dict[str, tuple[str, V1StorageClass]] = {}
         self.volume_store: VolumeStore
         if self.options.create_provisioned_pv_limiter is not None:
             self._log.debug("saving PVs to the API server in the background")
@@ -801,6 +813,30 @@ class ProvisionController(ControllerLifecycle):
     def _storage_class(self, name: str) -> Obj | None:
         return self.class_informer.store.get_by_key(name)
 
+    def _unpreparable(
+        self, claim: Obj, err: Exception, logger: Any
+    ) -> tuple[ProvisioningState, Exception]:
+        """Report a claim that cannot be provisioned as it is (malformed, or a broken volume
+        name hook): an event and an error log, never a crash."""
+        message = f"cannot provision claim {_claim_key(claim)}: {_describe(err)}"
+        if is_user_bug(err):
+            log_user_bug(logger, "cannot prepare provisioning", err)
+        else:
+            logger.error("cannot prepare provisioning", error=_describe(err))
+        self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
+        return ProvisioningState.FINISHED, err
+
+    def _class_model(self, storage_class: Obj) -> V1StorageClass:
+        """``storage_class`` as a model, converted once per name and resourceVersion."""
+        name = name_of(storage_class)
+        version = meta(storage_class).get("resourceVersion") or ""
+        cached = self._class_models.get(name)
+        if cached is not None and version and cached[0] == version:
+            return cached[1]
+        model = to_model(storage_class, V1StorageClass)
+        self._class_models[name] = (version, model)
+        return model
+
     def _delay_if_recently_infeasible(self, claim: Obj) -> None:
         key = uid_of(claim)
         recorded = self.slow_set.class_uid(key)
@@ -896,19 +932,19 @@ class ProvisionController(ControllerLifecycle):
         claim_key = _claim_key(claim)
         logger = self._log.bind(claim=claim_key, **{"class": class_name})
 
+        claim_model: V1PersistentVolumeClaim | None = None
         try:
-            claim_model = to_model(claim, V1PersistentVolumeClaim)
-            pv_name = self.options.volume_name_hook(claim_model)
+            if self.options.volume_name_hook is provisioned_volume_name:
+                # The default hook reads only the uid: no model for it; the claim is converted
+                # once, below, after the provisioning finalizer may have changed it.
+                pv_name = _default_volume_name(claim)
+            else:
+                claim_model = to_model(claim, V1PersistentVolumeClaim)
+                pv_name = self.options.volume_name_hook(claim_model)
             if not isinstance(pv_name, str) or not pv_name:
                 raise ValueError(f"the volume name hook returned {pv_name!r}")
         except Exception as err:  # malformed claim or broken hook: report, never crash
-            message = f"cannot provision claim {claim_key}: {_describe(err)}"
-            if is_user_bug(err):
-                log_user_bug(logger, "cannot prepare provisioning", err)
-            else:
-                logger.error("cannot prepare provisioning", error=_describe(err))
-            self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
-            return ProvisioningState.FINISHED, err
+            return self._unpreparable(claim, err, logger)
         logger = logger.bind(pv=pv_name)
 
         # A previous attempt may have finished meanwhile: the PV name is deterministic.
@@ -953,7 +989,7 @@ class ProvisionController(ControllerLifecycle):
             return ProvisioningState.FINISHED, ProvisioningError(message)
 
         try:
-            class_model = to_model(storage_class, V1StorageClass)
+            class_model = self._class_model(storage_class)
         except ConversionError as err:
             message = f'StorageClass "{class_name}" is malformed: {err}'
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
@@ -970,7 +1006,12 @@ class ProvisionController(ControllerLifecycle):
             if isinstance(protected, Exception):
                 return ProvisioningState.FINISHED, protected
             claim = protected
-            claim_model = to_model(claim, V1PersistentVolumeClaim)
+            claim_model = None  # the patched claim is the one to hand over
+        if claim_model is None:
+            try:
+                claim_model = to_model(claim, V1PersistentVolumeClaim)
+            except ConversionError as err:
+                return self._unpreparable(claim, err, logger)
 
         annotations = annotations_of(claim)
         selected = annotations.get(ANN_SELECTED_NODE) or annotations.get(ANN_ALPHA_SELECTED_NODE)

@@ -1,20 +1,21 @@
 """Build the kubernetes-asyncio ``ApiClient`` every entry point uses: find the cluster
 configuration (kubeconfig or in-cluster service account), set the user agent, resolve the
 HTTP(S) proxy once like client-go, and put a client-side QPS/burst limiter in front of every
-request. :func:`send_request` is the raw-JSON request path of every pyprovlib client; on a
-:class:`LimitedApiClient` it runs over the lean :mod:`pyprovlib.kube.transport`."""
+request. :func:`send_request` is the raw-JSON request path of every pyprovlib client, on
+kubernetes-asyncio's own ``ApiClient.request`` (its aiohttp session)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 import yaml
@@ -22,13 +23,12 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 from kubernetes_asyncio.config.incluster_config import InClusterConfigLoader
-from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, KubeConfigMerger
 
 from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.transport import HttpTransport, RawResponse
 
 __all__ = [
     "DEFAULT_USER_AGENT",
@@ -37,7 +37,7 @@ __all__ = [
     "ClientSettings",
     "ConfigError",
     "LimitedApiClient",
-    "RawResponse",
+    "describe_transport_error",
     "load_configuration",
     "new_client",
     "request_json",
@@ -135,7 +135,39 @@ async def _load_kubeconfig(paths: str, context: str | None) -> Configuration:
     )
     configuration: Configuration = type.__call__(Configuration)
     await loader.load_and_set(configuration)
+    if isinstance(merger.config.value, dict) and _uses_exec_plugin(loader, merger.config.value):
+        configuration.refresh_api_key_hook = _exec_token_refresher(loader)
     return configuration
+
+
+def _uses_exec_plugin(loader: KubeConfigLoader, kubeconfig: dict[str, Any]) -> bool:
+    """Whether the kubeconfig's current user gets its token from an exec plugin."""
+    context = loader.current_context or {}
+    user_name = (context.get("context") or {}).get("user")
+    for node in kubeconfig.get("users") or () if user_name else ():
+        entry = node.value if isinstance(node, ConfigNode) else node  # the merger's wrapping
+        if isinstance(entry, dict) and entry.get("name") == user_name:
+            return "exec" in (entry.get("user") or {})
+    return False
+
+
+def _exec_token_refresher(loader: KubeConfigLoader) -> Callable[[Configuration], Awaitable[None]]:
+    """A ``Configuration.refresh_api_key_hook`` (kubernetes-asyncio calls it before reading
+    the token for a request, as it does for the in-cluster token file) that runs the exec
+    plugin again once its token has expired, through kubernetes-asyncio's own
+    ``KubeConfigLoader.load_from_exec_plugin`` (which checks the expiry, with its 5-minute
+    margin). A token the plugin gave no expiry is kept, as client-go keeps it. Concurrent
+    requests wait for one run of the plugin."""
+    lock = asyncio.Lock()
+
+    async def refresh(configuration: Configuration) -> None:
+        if getattr(loader, "exec_plugin_expiry", None) is None:
+            return
+        async with lock:
+            await loader.load_from_exec_plugin()
+        configuration.api_key["BearerToken"] = loader.token
+
+    return refresh
 
 
 def _load_in_cluster(environ: Mapping[str, str], service_account_dir: Path) -> Configuration:
@@ -311,6 +343,11 @@ def resolve_proxy(
     return proxy
 
 
+# kubernetes-asyncio's session reads at most this much of a response at once (watch events
+# of large objects: etcd's 1.5 MiB request limit); the session replacing it keeps the figure.
+_READ_BUFSIZE = 2**21
+
+
 def use_resolved_proxy(api_client: ApiClient, *, environ: Mapping[str, str] | None = None) -> None:
     """Resolve ``api_client``'s proxy once (:func:`resolve_proxy`) and stop aiohttp's
     per-request environment lookups.
@@ -319,18 +356,27 @@ def use_resolved_proxy(api_client: ApiClient, *, environ: Mapping[str, str] | No
     reads ``~/.netrc`` and the proxy variables in the default thread pool — two executor round
     trips per request, about a third of a controller's CPU time in ``bench/provision.py``.
     Proxies from the environment keep working: the proxy is resolved here, with client-go's
-    rules, and passed explicitly with each request. (``.netrc`` credentials are dropped;
-    client-go never reads them either.)
+    rules, and handed to kubernetes-asyncio's ``rest_client.proxy``, which passes it with every
+    request. The session is replaced, through aiohttp's public API, by one on the same connector
+    (kubernetes-asyncio's TLS set-up) that does not read the environment and keeps no cookies.
+    (``.netrc`` credentials and ``Set-Cookie`` answers are ignored; client-go ignores them too.)
     """
     configuration = api_client.configuration
     rest = api_client.rest_client
     proxy = resolve_proxy(configuration.host or "", proxy_url=configuration.proxy, environ=environ)
     rest.proxy = proxy or ""  # falsy: no proxy argument, a direct connection
-    session = rest.pool_manager
-    # aiohttp has no public setter; "_trust_env" is one of ClientSession's declared ATTRS.
-    if not hasattr(session, "_trust_env"):
-        raise RuntimeError("aiohttp.ClientSession has no _trust_env: update use_resolved_proxy")
-    session._trust_env = False
+    session: aiohttp.ClientSession = rest.pool_manager
+    if session.trust_env and not session.closed:
+        connector = session.connector
+        session.detach()  # the connector now belongs to the new session alone
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=connector,
+            trust_env=False,
+            read_bufsize=_READ_BUFSIZE,
+            # No cookie store, as client-go has none: nothing to file or filter per request.
+            # (A kubeconfig's cookie still goes out: ApiClient.cookie is a plain header.)
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
 
 
 _limiters: dict[ClientSettings, TokenBucket] = {}
@@ -353,14 +399,10 @@ class LimitedApiClient(ApiClient):
     for a token from ``limiter``, and whose non-watch requests get a default timeout.
 
     Its proxy is resolved once from the configuration (kubeconfig ``proxy-url``) or from
-    ``environ`` (default ``os.environ``), see :func:`use_resolved_proxy`.
-
-    :func:`send_request` (the raw-JSON path of ResourceClient, informers, events and
-    leases) goes through :meth:`send`, which talks to a directly reachable API server over
-    a lean :class:`~pyprovlib.kube.transport.HttpTransport` (a fraction of aiohttp's CPU
-    per request) and through a proxy over aiohttp, as the typed API calls always do;
-    ``lean_transport=False`` keeps it on aiohttp too. Close the client (``async with``) to
-    close both."""
+    ``environ`` (default ``os.environ``), see :func:`use_resolved_proxy`. Typed API calls and
+    :func:`send_request` (the raw-JSON path of ResourceClient, informers, events and leases)
+    all go through :meth:`request`, that is kubernetes-asyncio's aiohttp session.
+    Close the client (``async with``) to close the session."""
 
     def __init__(
         self,
@@ -370,88 +412,12 @@ class LimitedApiClient(ApiClient):
         user_agent: str = DEFAULT_USER_AGENT,
         request_timeout: float | None = None,
         environ: Mapping[str, str] | None = None,
-        lean_transport: bool = True,
     ) -> None:
         super().__init__(configuration=configuration)
         use_resolved_proxy(self, environ=environ)
         self.limiter = limiter
         self.request_timeout = request_timeout
         self.user_agent = user_agent
-        self.lean_transport = lean_transport
-        """False: :meth:`send` uses aiohttp too (the lean transport's escape hatch)."""
-        self._http: HttpTransport | None = None
-
-    @property
-    def http_transport(self) -> HttpTransport | None:
-        """The lean transport :meth:`send` uses (None until its first request)."""
-        return self._http
-
-    async def close(self) -> None:
-        """Close the lean transport's connections and aiohttp's session."""
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()
-        await super().close()
-
-    def _direct(self) -> bool:
-        # A subclass overriding request() (to count or trace requests) must see every
-        # request; a proxy (resolved once, see use_resolved_proxy) or aiohttp's per-request
-        # environment lookups (trust_env) stay aiohttp's business.
-        rest = self.rest_client
-        session = rest.pool_manager
-        return (
-            self.lean_transport
-            and type(self).request is LimitedApiClient.request
-            and not rest.proxy
-            and not rest.proxy_headers
-            and not session.trust_env
-            and not session.closed
-        )
-
-    async def send(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: list[tuple[str, str]],
-        headers: dict[str, str],
-        body: Any = None,
-        request_timeout: Any = None,
-    ) -> RawResponse:
-        """Send one raw request (``headers`` complete, auth included) and return the open
-        response, whatever its status: what :func:`send_request` does on this client.
-
-        Waits for the limiter; a non-watch request without ``request_timeout`` gets the
-        client's. ``body`` is JSON-encoded when the Content-Type is JSON (or
-        ``application/apply-patch+yaml``), sent as is when it is ``bytes``, as
-        kubernetes-asyncio does. Override it to observe every raw request."""
-        if not self._direct():
-            response: RawResponse = await self.request(
-                method,
-                f"{self.configuration.host}{path}",
-                query_params=query,
-                headers=headers,
-                body=body,
-                _preload_content=False,
-                _request_timeout=request_timeout,
-            )
-            return response
-        await self.limiter.wait()
-        if request_timeout is None and self.request_timeout is not None and not _is_watch(query):
-            request_timeout = self.request_timeout
-        http = self._http
-        if http is None or http.closed:
-            http = self._http = HttpTransport(
-                self.configuration, limit=self.configuration.connection_pool_maxsize
-            )
-        return await http.request(
-            method,
-            path,
-            query=urlencode(query) if query else "",
-            headers=headers,
-            body=_encode_body(method, headers.get("Content-Type", ""), body),
-            client_timeout=_client_timeout(request_timeout),
-        )
 
     async def request(  # noqa: PLR0917 - mirrors ApiClient.request
         self,
@@ -482,38 +448,6 @@ class LimitedApiClient(ApiClient):
             _preload_content=_preload_content,
             _request_timeout=_request_timeout,
         )
-
-
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "OPTIONS", "DELETE"})
-# Compact separators: the same JSON, fewer bytes to write and for the server to read. One
-# encoder for all: json.dumps with any option builds a new one per call.
-_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
-
-
-def _encode_body(method: str, content_type: str, body: Any) -> bytes | None:
-    """The request body as kubernetes-asyncio's ``RESTClientObject.request`` sends it."""
-    if method not in _BODY_METHODS or body is None:
-        return None
-    if "json" in content_type.lower() or content_type == "application/apply-patch+yaml":
-        return _COMPACT_JSON.encode(body).encode("utf-8")
-    if isinstance(body, bytes):
-        return body
-    raise ApiException(
-        status=0,
-        reason=f"cannot send a {type(body).__name__} body as {content_type or 'no content type'}",
-    )
-
-
-def _client_timeout(value: Any) -> aiohttp.ClientTimeout:
-    """kubernetes-asyncio's ``_request_timeout`` forms: seconds (total), a (connect, read)
-    pair, an ``aiohttp.ClientTimeout``; anything else means no timeout."""
-    if isinstance(value, aiohttp.ClientTimeout):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool) and value:
-        return aiohttp.ClientTimeout(total=value)
-    if isinstance(value, tuple) and len(value) == 2:
-        return aiohttp.ClientTimeout(connect=value[0], sock_connect=value[0], sock_read=value[1])
-    return aiohttp.ClientTimeout()
 
 
 def _is_watch(query_params: Any) -> bool:
@@ -570,22 +504,20 @@ async def send_request(
     content_type: str = "application/json",
     query: list[tuple[str, str]] | None = None,
     request_timeout: Any = None,
-) -> RawResponse:
-    """Send one request through ``api_client`` and return the open response, whatever its
-    status; the caller reads and releases it.
+) -> aiohttp.ClientResponse:
+    """Send one request through ``api_client`` and return the open aiohttp response, whatever
+    its status; the caller reads and releases it.
 
     What ``ApiClient.call_api`` does for a raw request, minus its recursive
     ``sanitize_for_serialization`` of the body: headers (the client's default headers, such as
-    the user agent, win), cookie, bearer-token auth (with the configuration's refresh hook),
-    then :meth:`LimitedApiClient.send` (limiter, lean transport) or, on any other client,
-    ``api_client.request`` — so a subclass's ``request`` still applies. ``body`` must already
-    be JSON-serialisable (dicts and lists of plain values, as the raw-JSON clients hold).
-    Without a ``request_timeout`` (here or on the client), a response silent for
-    :data:`READ_IDLE_TIMEOUT` seconds fails the request instead of hanging on a dead connection.
-    The response is an ``aiohttp.ClientResponse`` or a
-    :class:`~pyprovlib.kube.transport.HttpResponse`: read it through ``status``,
-    ``reason``, ``headers``, ``content.read()``/``content.readline()``, ``release()`` and
-    ``close()``.
+    the user agent, win), cookie, bearer-token auth (``update_params_for_auth``: the
+    configuration's refresh hook, so exec plugins and rotated tokens apply), then
+    ``api_client.request`` with ``_preload_content=False`` — the limiter of a
+    :class:`LimitedApiClient`, a subclass's own ``request``, kubernetes-asyncio's session.
+    ``body`` must already be JSON-serialisable (dicts and lists of plain values, as the
+    raw-JSON clients hold). Without a ``request_timeout`` (here or on the client), a response
+    silent for :data:`READ_IDLE_TIMEOUT` seconds fails the request instead of hanging on a
+    dead connection.
     """
     if request_timeout is None and getattr(api_client, "request_timeout", None) is None:
         request_timeout = _default_timeout(READ_IDLE_TIMEOUT)
@@ -595,11 +527,7 @@ async def send_request(
         headers["Cookie"] = api_client.cookie
     params = list(query or [])
     await api_client.update_params_for_auth(headers, params, _AUTH_SETTINGS)
-    if isinstance(api_client, LimitedApiClient):
-        return await api_client.send(
-            method, path, query=params, headers=headers, body=body, request_timeout=request_timeout
-        )
-    response: RawResponse = await api_client.request(
+    response: aiohttp.ClientResponse = await api_client.request(
         method,
         f"{api_client.configuration.host}{path}",
         query_params=params,
@@ -609,6 +537,19 @@ async def send_request(
         _request_timeout=request_timeout,
     )
     return response
+
+
+def describe_transport_error(err: BaseException) -> str:
+    """One line for a request that got no HTTP answer, fit for a log: ``host:port`` and the
+    cause when the connection could not be made (``cannot connect to 10.0.0.1:6443:
+    Connection refused``), aiohttp's own message otherwise — never a ``repr()`` of its
+    connection internals."""
+    if isinstance(err, aiohttp.ClientConnectorError):
+        cause = err.os_error
+        reason = (cause.strerror if isinstance(cause, OSError) else None) or str(cause)
+        return f"cannot connect to {err.host}:{err.port}: {reason or type(cause).__name__}"
+    text = str(err)
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 async def request_json(

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
 from pyprovlib.kube.clock import Clock, RealClock
-from pyprovlib.kube.config import request_json
+from pyprovlib.kube.config import describe_transport_error, request_json
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.kube.resources import EVENTS, RESOURCES
@@ -710,7 +710,11 @@ class EventRecorder:
                 log.debug("event rejected by the API server", status=err.status, event_name=name)
             return "rejected"
         except _TRANSPORT_ERRORS as err:
-            log.debug("event write failed; will retry", error=type(err).__name__, event_name=name)
+            log.debug(
+                "event write failed; will retry",
+                error=describe_transport_error(err),
+                event_name=name,
+            )
             return "retry"
         self.correlator.update_state(written)
         return "ok"

@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pyprovlib._logging import get_logger
 from pyprovlib.kube.backoff import REFLECTOR_BACKOFF, BackoffTimer
 from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.config import describe_transport_error
 from pyprovlib.kube.errors import (
     is_gone,
     is_too_many_requests,
@@ -213,7 +214,7 @@ class Reflector:
                     message=_status_message(err),
                 )
             except _TRANSPORT_ERRORS as err:
-                self._log.warning("list/watch failed", error=repr(err))
+                self._log.warning("list/watch failed", error=describe_transport_error(err))
             except _VeryShortWatchError as err:
                 self._log.warning("watch closed unexpectedly", error=str(err))
             except Exception:
@@ -322,12 +323,14 @@ class Reflector:
             except aiohttp.ClientConnectorError as err:
                 # The server is not listening (restarting?): wait and resume the watch.
                 delay = self._backoff.next()
-                self._log.info("watch could not connect; backing off", error=str(err))
+                self._log.info(
+                    "watch could not connect; backing off", error=describe_transport_error(err)
+                )
                 await self._clock.sleep(delay)
                 continue
             except _TRANSPORT_ERRORS as err:
                 # A dropped stream ends the watch like a server-side close; resume below.
-                self._log.debug("watch stream broke", error=repr(err))
+                self._log.debug("watch stream broke", error=describe_transport_error(err))
             if events == 0 and self._clock.monotonic() - started < _SHORT_WATCH:
                 raise _VeryShortWatchError(
                     f"watch of {self.name or 'objects'} lasted less than a second and "

@@ -9,7 +9,6 @@ as kubernetes-asyncio's ``ApiException`` so :mod:`pyprovlib.kube.errors` classif
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -22,7 +21,6 @@ from pyprovlib._logging import get_logger
 from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
-from pyprovlib.kube.transport import HttpResponse, RawResponse
 
 __all__ = [
     "PATCH_CONTENT_TYPES",
@@ -101,11 +99,8 @@ class WatchStream:
         self._path = path
         self._query = query
         self._timeout = timeout
-        self._response: RawResponse | None = None
+        self._response: aiohttp.ClientResponse | None = None
         self._closed = False
-        # Lines read but not yet handed out: the lean transport gives every complete line
-        # one network read brought (a burst of events costs one wakeup, not one per event).
-        self._lines: deque[bytes] = deque()
 
     async def __aenter__(self) -> Self:
         await self._open()
@@ -122,7 +117,7 @@ class WatchStream:
     def __aiter__(self) -> Self:
         return self
 
-    async def _open(self) -> RawResponse:
+    async def _open(self) -> aiohttp.ClientResponse:
         if self._closed:
             raise RuntimeError("watch stream already closed")
         if self._response is None:
@@ -138,24 +133,13 @@ class WatchStream:
             )
         return self._response
 
-    async def _next_line(self, response: RawResponse) -> bytes:
-        lines = self._lines
-        if not lines:
-            if isinstance(response, HttpResponse):
-                lines.extend(await response.read_lines())
-                if not lines:
-                    return b""
-            else:
-                return await response.content.readline()
-        return lines.popleft()
-
     async def __anext__(self) -> Obj:
         response = self._response
         if response is None:
             response = await self._open()
         try:
             while True:
-                line = await self._next_line(response)
+                line = await response.content.readline()
                 if not line:
                     raise StopAsyncIteration
                 if line.isspace():
@@ -214,7 +198,7 @@ class ResourceClient:
         *,
         content_type: str = "application/json",
         client_timeout: aiohttp.ClientTimeout | None = None,
-    ) -> RawResponse:
+    ) -> aiohttp.ClientResponse:
         """Send a request; return the open response on 2xx, raise ``ApiException`` otherwise."""
         response = await send_request(
             self.api_client,

@@ -44,10 +44,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
-import structlog
 import yaml
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from pyprovlib._logging import get_logger
 
 __all__ = [
     "ENV_KUBEBUILDER_ASSETS",
@@ -567,8 +568,7 @@ class ControlPlane:
             await self._wait_log_line(component, b"running against")
 
     async def _prepare_cluster(self) -> None:
-        from pyprovlib._logging import get_logger
-from pyprovlib.testing.binder import _Http
+        from pyprovlib.testing.binder import _Http
 
         async with self.api_client() as api:
             http = _Http(api)
