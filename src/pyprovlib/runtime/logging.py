@@ -15,6 +15,7 @@ should still avoid logging secrets, but a secret that slips through does not rea
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import re
@@ -258,6 +259,18 @@ def _drop_formatter_attributes(
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The root handler this module installs, recognisable so a reconfiguration replaces it."""
 
+    def handleError(self, record: logging.LogRecord) -> None:
+        # stdlib's version prints the record and the whole exception chain it was logged
+        # during (a user's exception text included) unscrubbed: one scrubbed line instead.
+        if not logging.raiseExceptions:
+            return
+        err = sys.exc_info()[1]
+        with contextlib.suppress(Exception):
+            sys.__stderr__.write(  # type: ignore[union-attr]
+                f"--- Logging error --- record of {record.name} not written: "
+                f"{type(err).__name__}: {scrub_text(str(err))}\n"
+            )
+
 
 _installed: _Handler | None = None
 
@@ -342,6 +355,9 @@ def configure_logging(
             structlog.stdlib.filter_by_level,
             *shared,
             structlog.stdlib.PositionalArgumentsFormatter(),
+            # Before the record exists: any handler, and stdlib's own "Logging error" dump of
+            # a record it could not write, only ever sees the masked event.
+            redact,
             structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),

@@ -55,6 +55,7 @@ def _bytes(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``--help`` lists the flags)."""
     parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="python -m pyprovlib.examples.csi_hostpath",
         description="A hostpath CSI driver (Identity, Controller, Node) on pyprovlib.csi.server.",
     )
