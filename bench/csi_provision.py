@@ -440,9 +440,9 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
         V1StorageClass,
     )
 
-    from pyprovlib.controller._convert import to_model
     from pyprovlib.csi.connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
+    from pyprovlib.kube.convert import to_model
     from pyprovlib.provisioner import ProvisionOptions
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

@@ -26,6 +26,8 @@ import structlog
 import structlog.testing
 from structlog.typing import EventDict
 
+from pyprovlib.redaction import redact
+
 __all__ = ["get_logger"]
 
 _LEVEL_OF = {
@@ -45,9 +47,6 @@ _render = structlog.processors.KeyValueRenderer(key_order=["event"], drop_missin
 def _default_chain(logger: logging.Logger, method: str, event_dict: EventDict) -> Any:
     """The records of an application that did not configure structlog: one plain line for
     stdlib, secrets masked, exceptions passed on as ``exc_info``."""
-    # Imported here: runtime.logging imports this module.
-    from pyprovlib.runtime.logging import redact
-
     event_dict = structlog.contextvars.merge_contextvars(logger, method, event_dict)
     exc_info = event_dict.pop("exc_info", None)
     if exc_info is True:

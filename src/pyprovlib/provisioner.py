@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, cast
 
 from kubernetes_asyncio.client import (
     V1PersistentVolume,
@@ -22,6 +25,7 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.convert import from_model, to_model
 
 __all__ = [
     "BlockProvisioner",
@@ -91,23 +95,132 @@ class IgnoredError(PyprovlibError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
 class ProvisionOptions:
-    """Everything a provisioner needs to create one volume."""
+    """Everything a provisioner needs to create one volume.
 
-    storage_class: V1StorageClass
-    """The claim's StorageClass (parameters, reclaim policy, mount options, topologies)."""
+    The claim and its StorageClass are kubernetes-asyncio models (:attr:`pvc`,
+    :attr:`storage_class`), converted from the controller's cache once, on first access, by
+    kubernetes-asyncio's own deserialiser. Their JSON form is there too
+    (:attr:`claim_object`, :attr:`storage_class_object`), read-only: a backend that works on
+    JSON (the built-in CSI provisioner) reads those and no conversion happens at all.
 
-    pv_name: str
-    """The name the PersistentVolume must have (deterministic, so a retry after a crash finds
-    the asset it already created)."""
+    Construct it with either form (tests of a provisioner usually pass models)::
 
-    pvc: V1PersistentVolumeClaim
-    """The claim being provisioned."""
+        ProvisionOptions(storage_class=V1StorageClass(...), pv_name="pvc-1", pvc=claim)
 
-    selected_node_name: str | None = None
-    """The node the scheduler picked (``volume.kubernetes.io/selected-node``) for
-    WaitForFirstConsumer classes; None for Immediate binding."""
+    Converting a malformed object raises
+    :class:`~pyprovlib.kube.convert.ConversionError`; raised from ``provision`` it becomes a
+    ``ProvisioningFailed`` event naming the object, and the claim is not retried until it or
+    its class changes.
+    """
+
+    __slots__ = (
+        "_claim",
+        "_claim_object",
+        "_class",
+        "_class_object",
+        "pv_name",
+        "selected_node_name",
+    )
+
+    def __init__(
+        self,
+        storage_class: V1StorageClass | Mapping[str, Any],
+        pv_name: str,
+        pvc: V1PersistentVolumeClaim | Mapping[str, Any],
+        selected_node_name: str | None = None,
+    ) -> None:
+        self.pv_name = pv_name
+        """The name the PersistentVolume must have (deterministic, so a retry after a crash
+        finds the asset it already created)."""
+        self.selected_node_name = selected_node_name
+        """The node the scheduler picked (``volume.kubernetes.io/selected-node``) for
+        WaitForFirstConsumer classes; None for Immediate binding."""
+        self._class, self._class_object = _split(storage_class)
+        self._claim, self._claim_object = _split(pvc)
+
+    @property
+    def storage_class(self) -> V1StorageClass:
+        """The claim's StorageClass (parameters, reclaim policy, mount options, topologies)."""
+        if self._class is None:
+            self._class = _class_model(self.storage_class_object)
+        return cast(V1StorageClass, self._class)
+
+    @property
+    def pvc(self) -> V1PersistentVolumeClaim:
+        """The claim being provisioned."""
+        if self._claim is None:
+            model: V1PersistentVolumeClaim = to_model(self.claim_object, V1PersistentVolumeClaim)
+            self._claim = model
+        return cast(V1PersistentVolumeClaim, self._claim)
+
+    @property
+    def storage_class_object(self) -> Mapping[str, Any]:
+        """The StorageClass as JSON (the API's field names). Do not modify it: it may be the
+        controller's cached object."""
+        if self._class_object is None:
+            self._class_object = MappingProxyType(from_model(self._class))
+        return self._class_object
+
+    @property
+    def claim_object(self) -> Mapping[str, Any]:
+        """The claim as JSON (the API's field names). Do not modify it: it may be the
+        controller's cached object."""
+        if self._claim_object is None:
+            self._claim_object = MappingProxyType(from_model(self._claim))
+        return self._claim_object
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProvisionOptions):
+            return NotImplemented
+        return (
+            self.pv_name == other.pv_name
+            and self.selected_node_name == other.selected_node_name
+            and dict(self.claim_object) == dict(other.claim_object)
+            and dict(self.storage_class_object) == dict(other.storage_class_object)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        claim_meta = self.claim_object.get("metadata") or {}
+        class_meta = self.storage_class_object.get("metadata") or {}
+        return (
+            f"ProvisionOptions(pv_name={self.pv_name!r}, "
+            f"claim={claim_meta.get('namespace')!r}/{claim_meta.get('name')!r}, "
+            f"storage_class={class_meta.get('name')!r}, "
+            f"selected_node_name={self.selected_node_name!r})"
+        )
+
+
+_CLASS_MODELS: OrderedDict[tuple[str, str, str], V1StorageClass] = OrderedDict()
+_CLASS_MODELS_MAX = 128
+
+
+def _class_model(storage_class: Mapping[str, Any]) -> V1StorageClass:
+    """The class as a model, converted once per class version: every claim of a class shares
+    one (a process has few classes; the oldest versions are dropped beyond 128)."""
+    metadata = storage_class.get("metadata") or {}
+    version = metadata.get("resourceVersion")
+    if not version:
+        fresh: V1StorageClass = to_model(storage_class, V1StorageClass)
+        return fresh
+    key = (str(metadata.get("name")), str(metadata.get("uid")), str(version))
+    cached = _CLASS_MODELS.get(key)
+    if cached is not None:
+        return cached
+    model: V1StorageClass = to_model(storage_class, V1StorageClass)
+    _CLASS_MODELS[key] = model
+    while len(_CLASS_MODELS) > _CLASS_MODELS_MAX:
+        _CLASS_MODELS.popitem(last=False)
+    return model
+
+
+def _split(value: Any) -> tuple[Any, Mapping[str, Any] | None]:
+    """(model, None) for a model, (None, read-only mapping) for a JSON mapping."""
+    if isinstance(value, Mapping):
+        return None, value if isinstance(value, MappingProxyType) else MappingProxyType(value)
+    return value, None
 
 
 class Provisioner(abc.ABC):
@@ -118,8 +231,10 @@ class Provisioner(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
-        """Create the asset and return the PersistentVolume that describes it.
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume | Mapping[str, Any]:
+        """Create the asset and return the PersistentVolume that describes it: a
+        ``V1PersistentVolume``, or its JSON form as a mapping (what a backend working on
+        :attr:`ProvisionOptions.claim_object` returns, to skip a conversion).
 
         Return a PV named ``options.pv_name`` with its volume source, capacity and access
         modes; the controller fills in claimRef, storageClassName, reclaim policy, mount

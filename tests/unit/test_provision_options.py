@@ -17,7 +17,6 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pyprovlib.controller._convert import ConversionError, from_model, to_model
 from pyprovlib.controller.metrics import GO_DEFAULT_BUCKETS, ProvisionMetrics
 from pyprovlib.controller.options import (
     Backoff,
@@ -28,6 +27,7 @@ from pyprovlib.controller.options import (
 )
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.clock import FakeClock
+from pyprovlib.kube.convert import ConversionError, from_model, to_model
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
 

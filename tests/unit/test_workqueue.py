@@ -716,7 +716,7 @@ def test_metric_help_strings_are_component_bases() -> None:
 async def test_idle_until_nothing_is_queued_or_processing_and_waiting_is_counted() -> None:
     clock = FakeClock()
     q: RateLimitingQueue[str] = RateLimitingQueue(
-        ItemExponentialFailureRateLimiter(1.0, 10.0), clock=clock
+        rate_limiter=ItemExponentialFailureRateLimiter(1.0, 10.0), clock=clock
     )
     async with q:
         assert q.idle()
@@ -733,3 +733,9 @@ async def test_idle_until_nothing_is_queued_or_processing_and_waiting_is_counted
         q.done("a")
         assert q.idle()
         assert q.waiting() == 0
+
+
+def test_a_queue_name_that_is_not_a_string_is_refused() -> None:
+    # A rate limiter passed positionally as the name once broke the metrics registry's collect().
+    with pytest.raises(TypeError, match="queue name must be a str"):
+        RateLimitingQueue(ItemExponentialFailureRateLimiter(1.0, 10.0))  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ from typing import Any
 
 from pyprovlib.attacher import AttachError
 from pyprovlib.provisioner import IgnoredError, ProvisioningError
+from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ResizeError
-from pyprovlib.runtime.logging import scrub_text
 
 __all__ = ["describe_user_error", "is_user_bug", "log_user_bug"]
 

@@ -56,7 +56,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
-from pyprovlib.runtime.logging import scrub_text
+from pyprovlib.redaction import scrub_text
 
 __all__ = [
     "NODE_ID_ANNOTATION",

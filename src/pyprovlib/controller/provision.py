@@ -40,11 +40,9 @@ from kubernetes_asyncio.client import (
     ApiClient,
     V1PersistentVolume,
     V1PersistentVolumeClaim,
-    V1StorageClass,
 )
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller._convert import ConversionError, from_model, to_model
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller.claim_protection import (
@@ -67,6 +65,7 @@ from pyprovlib.controller.volume_store import (
 )
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.convert import ConversionError, from_model, to_model
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
@@ -106,7 +105,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
-from pyprovlib.runtime.logging import scrub_text
+from pyprovlib.redaction import scrub_text
 
 __all__ = [
     "ANN_ALPHA_SELECTED_NODE",
@@ -589,7 +588,6 @@ class ProvisionController(ControllerLifecycle):
         # The model of each StorageClass version handed to the provisioner: converted once per
         # version, not once per claim (like Go, every claim of a class sees the one cached
         # object; user code must not modify it).
-        self._class_models: dict[str, tuple[str, V1StorageClass]] = {}
         self.volume_store: VolumeStore
         if self.options.create_provisioned_pv_limiter is not None:
             self._log.debug("saving PVs to the API server in the background")
@@ -826,17 +824,6 @@ class ProvisionController(ControllerLifecycle):
         self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
         return ProvisioningState.FINISHED, err
 
-    def _class_model(self, storage_class: Obj) -> V1StorageClass:
-        """``storage_class`` as a model, converted once per name and resourceVersion."""
-        name = name_of(storage_class)
-        version = meta(storage_class).get("resourceVersion") or ""
-        cached = self._class_models.get(name)
-        if cached is not None and version and cached[0] == version:
-            return cached[1]
-        model = to_model(storage_class, V1StorageClass)
-        self._class_models[name] = (version, model)
-        return model
-
     def _delay_if_recently_infeasible(self, claim: Obj) -> None:
         key = uid_of(claim)
         recorded = self.slow_set.class_uid(key)
@@ -932,15 +919,11 @@ class ProvisionController(ControllerLifecycle):
         claim_key = _claim_key(claim)
         logger = self._log.bind(claim=claim_key, **{"class": class_name})
 
-        claim_model: V1PersistentVolumeClaim | None = None
         try:
             if self.options.volume_name_hook is provisioned_volume_name:
-                # The default hook reads only the uid: no model for it; the claim is converted
-                # once, below, after the provisioning finalizer may have changed it.
-                pv_name = _default_volume_name(claim)
+                pv_name = _default_volume_name(claim)  # reads only the uid: no model needed
             else:
-                claim_model = to_model(claim, V1PersistentVolumeClaim)
-                pv_name = self.options.volume_name_hook(claim_model)
+                pv_name = self.options.volume_name_hook(to_model(claim, V1PersistentVolumeClaim))
             if not isinstance(pv_name, str) or not pv_name:
                 raise ValueError(f"the volume name hook returned {pv_name!r}")
         except Exception as err:  # malformed claim or broken hook: report, never crash
@@ -988,13 +971,6 @@ class ProvisionController(ControllerLifecycle):
             self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
             return ProvisioningState.FINISHED, ProvisioningError(message)
 
-        try:
-            class_model = self._class_model(storage_class)
-        except ConversionError as err:
-            message = f'StorageClass "{class_name}" is malformed: {err}'
-            self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
-            return ProvisioningState.FINISHED, err
-
         if (
             self.options.provisioning_finalizer
             and not undo
@@ -1006,19 +982,14 @@ class ProvisionController(ControllerLifecycle):
             if isinstance(protected, Exception):
                 return ProvisioningState.FINISHED, protected
             claim = protected
-            claim_model = None  # the patched claim is the one to hand over
-        if claim_model is None:
-            try:
-                claim_model = to_model(claim, V1PersistentVolumeClaim)
-            except ConversionError as err:
-                return self._unpreparable(claim, err, logger)
 
         annotations = annotations_of(claim)
         selected = annotations.get(ANN_SELECTED_NODE) or annotations.get(ANN_ALPHA_SELECTED_NODE)
+        # The cached dicts: the options convert them to models only if the provisioner asks.
         options = ProvisionOptions(
-            storage_class=class_model,
+            storage_class=storage_class,
             pv_name=pv_name,
-            pvc=claim_model,
+            pvc=claim,
             selected_node_name=selected or None,
         )
 
@@ -1037,6 +1008,13 @@ class ProvisionController(ControllerLifecycle):
         except IgnoredError as err:
             logger.info("volume provision ignored", reason=err.reason)
             return ProvisioningState.FINISHED, _STOP
+        except ConversionError as err:
+            # The claim or its class could not be read as a model: nothing was created with
+            # it, and only a change to the object can fix that.
+            message = f'claim "{claim_key}" or its StorageClass "{class_name}" is malformed: {err}'
+            logger.error("cannot provision volume", error=message)
+            self.recorder.event(_claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
+            return ProvisioningState.FINISHED, err
         except ProvisioningError as err:
             if is_infeasible_error(err):
                 return self._infeasible(claim, storage_class, err, logger)
@@ -1059,11 +1037,15 @@ class ProvisionController(ControllerLifecycle):
             )
 
         try:
-            if not isinstance(result, V1PersistentVolume):
+            if isinstance(result, Mapping):
+                volume = copy.deepcopy(dict(result))
+            elif isinstance(result, V1PersistentVolume):
+                volume = from_model(result)
+            else:
                 raise ConversionError(
-                    f"the provisioner returned {type(result).__name__}, not a V1PersistentVolume"
+                    f"the provisioner returned {type(result).__name__}, not a "
+                    "V1PersistentVolume or its JSON mapping"
                 )
-            volume = from_model(result)
         except ConversionError as err:
             # The asset may exist: keep retrying so a fixed provisioner finishes it.
             return await self._provision_error(

@@ -53,8 +53,8 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
+from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
-from pyprovlib.runtime.logging import scrub_text
 
 __all__ = [
     "ANN_NODE_EXPANSION_NOT_REQUIRED",

@@ -24,10 +24,10 @@ import structlog
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller._convert import ConversionError, to_model
 from pyprovlib.controller.options import Backoff
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException, is_already_exists
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.objects import Obj, name_of, namespace_of

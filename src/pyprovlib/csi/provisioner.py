@@ -39,9 +39,9 @@ from grpclib.const import Status
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller._convert import from_model, to_model
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
+from pyprovlib.kube.convert import from_model, to_model
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.informer import SharedInformerFactory

@@ -53,6 +53,7 @@ from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
 from pyprovlib.runtime import (
     RuntimeArgumentParser,
@@ -63,7 +64,6 @@ from pyprovlib.runtime import (
     common_parser,
     run,
 )
-from pyprovlib.runtime.logging import scrub_text
 
 __all__ = [
     "DEFAULT_CSI_ADDRESS",

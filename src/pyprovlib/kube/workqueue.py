@@ -224,6 +224,11 @@ class WorkQueue(Generic[T]):
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"the queue name must be a str, not {type(name).__name__}; pass a rate limiter "
+                "as rate_limiter=…"
+            )
         self.name = name
         self._clock: Clock = clock or RealClock()
         self._queue: deque[T] = deque()

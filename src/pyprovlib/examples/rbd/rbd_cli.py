@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
-from pyprovlib.runtime.logging import REDACTED, scrub_text
+from pyprovlib.redaction import REDACTED, scrub_text
 
 __all__ = [
     "DEFAULT_BINARY",

@@ -9,11 +9,13 @@ calls it too) and ``ApiClient.sanitize_for_serialization``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.objects import Obj
 
 __all__ = ["ConversionError", "from_model", "to_model"]
@@ -23,7 +25,7 @@ M = TypeVar("M")
 _serialiser: ApiClient | None = None
 
 
-class ConversionError(ValueError):
+class ConversionError(PyprovlibError, ValueError):
     """An object could not be converted to or from its kubernetes-asyncio model (the model's
     client-side validation refused it, or the value is not the model expected)."""
 
@@ -40,13 +42,15 @@ def _api_client() -> ApiClient:
     return _serialiser
 
 
-def to_model(obj: Obj, model: type[M]) -> M:
+def to_model(obj: Mapping[str, Any], model: type[M]) -> M:
     """``obj`` as an instance of the kubernetes-asyncio ``model`` class (``V1PersistentVolume``).
 
     Raises :class:`ConversionError` naming the model when it refuses the data.
     """
     try:
-        response: Any = SimpleNamespace(data=json.dumps(obj))
+        response: Any = SimpleNamespace(
+            data=json.dumps(obj if isinstance(obj, dict) else dict(obj))
+        )
         result: Any = _api_client().deserialize(response, model.__name__)
     except Exception as err:
         # Models raise ValueError from their validation, and anything else on data of the
