@@ -398,8 +398,9 @@ async def running_controller(
 
 @pytest.mark.e2e
 async def test_helper_pod_mode_end_to_end(kube_cluster: TestCluster, tmp_path: Path) -> None:
+    # The test plays the kubelet for the helper pods (FakeKubelet), on the in-memory server
+    # and on a kubelet-less real control plane alike.
     c = kube_cluster
-    c.require_in_memory("the test plays the kubelet for the helper pods")
     client = c.api_client
     core = CoreV1Api(client)
     base = tmp_path / "node-disk"
@@ -454,7 +455,10 @@ async def test_helper_pod_mode_end_to_end(kube_cluster: TestCluster, tmp_path: P
 
         for pod in (await core.list_namespaced_pod(c.namespace)).items:
             if pod.metadata.name.startswith("consumer"):
-                await core.delete_namespaced_pod(pod.metadata.name, c.namespace)
+                # No kubelet confirms a graceful delete on a kubelet-less control plane.
+                await core.delete_namespaced_pod(
+                    pod.metadata.name, c.namespace, grace_period_seconds=0
+                )
         await core.delete_namespaced_persistent_volume_claim("data", c.namespace)
 
         async def pv_gone() -> bool:
