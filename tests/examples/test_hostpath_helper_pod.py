@@ -104,8 +104,9 @@ class FakeKubelet:
         else:
             proc = await asyncio.create_subprocess_exec(*argv)
             code = await proc.wait()
-        body = self.api_client.sanitize_for_serialization(pod)
-        body["status"] = {
+        # A patch, not a replace with the listed resourceVersion: on a real control plane
+        # other components touch the pod meanwhile (409 Conflict).
+        status = {
             "phase": "Succeeded" if code == 0 else "Failed",
             "containerStatuses": [
                 {
@@ -123,7 +124,9 @@ class FakeKubelet:
                 }
             ],
         }
-        await self.core.replace_namespaced_pod_status(pod.metadata.name, self.namespace, body)
+        await self.core.patch_namespaced_pod_status(
+            pod.metadata.name, self.namespace, {"status": status}
+        )
 
 
 def _inside(path: Path, root: Path) -> bool:
