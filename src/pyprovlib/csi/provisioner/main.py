@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
@@ -22,6 +22,9 @@ from pyprovlib.csi.provisioner.options import (
 )
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import RuntimeContext, run
+
+if TYPE_CHECKING:
+    from pyprovlib.controller.provision import ProvisionController
 
 __all__ = [
     "CSIProvisionerController",
@@ -36,7 +39,7 @@ class DriverUnsupportedError(RuntimeError):
     """The driver cannot provision: no Controller service or no CREATE_DELETE_VOLUME."""
 
 
-class CSIProvisionerController(SidecarController[ProvisionController]):
+class CSIProvisionerController(SidecarController["ProvisionController"]):
     """Runs a ProvisionController, the informers it shares with the provisioner, the sweep of
     stale cloning- and snapshot-source protection finalizers, and watches the CSI connection;
     the runtime's Controller.
@@ -86,6 +89,10 @@ def build_controller(
             f"CSI driver {connection.driver_name} does not support dynamic provisioning: "
             "it reports no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME capability"
         )
+    # Imported here: the resizer imports this package for its secret helpers, and must not
+    # load the provisioning controller with it.
+    from pyprovlib.controller.provision import ProvisionController
+
     options = controller_options(ctx)
     factory = informer_factory or SharedInformerFactory(
         ctx.api_client, resync_period=options.resync_period
