@@ -32,11 +32,11 @@ from csi_e2e import (
 )
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar import build_parser
 from pyprovlib.csi.provisioner import (
     ANN_ALLOW_VOLUME_MODE_CHANGE,
     SNAPSHOT_FINALIZER,
     CSIProvisionerOptions,
+    build_parser,
 )
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
