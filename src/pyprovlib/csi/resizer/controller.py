@@ -1,87 +1,41 @@
-"""The CSI resizer and the external-resizer sidecar (``python -m pyprovlib.csi.resizer``).
-
-:class:`CSIResizer` is a :class:`~pyprovlib.resizer.Resizer` over a CSI driver's
-ControllerExpandVolume (kubernetes-csi/external-resizer's ``pkg/resizer/csi_resizer.go``):
-it sends the volume handle, the requested bytes, the volume capability and the
-controller-expand secrets (the PV's ``csi.controllerExpandSecretRef``, else the class's
-``csi.storage.k8s.io/controller-expand-secret-name``/``-namespace`` parameters).
-:class:`TrivialResizer` serves drivers that expand on the node only. The sidecar connects to
-the driver, picks one of the two from its capabilities (refusing to start when the driver can
-expand neither way) and runs a :class:`~pyprovlib.controller.resize.ResizeController`.
+"""The CSI resizers (kubernetes-csi/external-resizer's ``pkg/resizer``): :class:`CSIResizer`
+expands through a driver's ControllerExpandVolume (``csi_resizer.go``), sending the volume
+handle, the requested bytes, the volume capability and the controller-expand secrets (the PV's
+``csi.controllerExpandSecretRef``, else the class's
+``csi.storage.k8s.io/controller-expand-secret-name``/``-namespace`` parameters);
+:class:`TrivialResizer` serves drivers that expand on the node only; :func:`choose_resizer`
+picks one of the two from the driver's capabilities.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import binascii
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
-from prometheus_client import REGISTRY
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RESYNC,
-    DEFAULT_RETRY_INTERVAL_MAX,
-    DEFAULT_RETRY_INTERVAL_START,
-    DEFAULT_RETRY_PERIOD,
-    DEFAULT_TIMEOUT,
-    DEFAULT_WORKERS,
-    ResizeControllerOptions,
-    lease_name,
-)
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
-from pyprovlib.csi.attacher import UnsupportedAccessModeError, csi_access_mode
-from pyprovlib.csi.connection import (
-    GO_STATUS_NAMES,
-    ConnectionOptions,
-    CSICallError,
-    CSIConnection,
-    CSIMetrics,
-    default_csi_metrics,
-)
+from pyprovlib.csi.attacher.controller import UnsupportedAccessModeError, csi_access_mode
+from pyprovlib.csi.connection import GO_STATUS_NAMES, CSICallError, CSIConnection
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.kube.errors import ApiException
-from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
-from pyprovlib.runtime import (
-    RuntimeArgumentParser,
-    RuntimeContext,
-    add_bool_flag,
-    add_duration_flag,
-    add_flag,
-    common_parser,
-    run,
-)
 
 __all__ = [
-    "DEFAULT_CSI_ADDRESS",
     "CSIResizer",
     "DriverCannotExpandError",
-    "ResizerSidecar",
     "TrivialResizer",
-    "build",
-    "build_controller",
     "choose_resizer",
-    "main",
-    "parser",
 ]
 
 log = get_logger(__name__)
-
-DEFAULT_CSI_ADDRESS = "/run/csi/socket"
-"""external-resizer's ``--csi-address`` default."""
 
 _Caps = v1.ControllerServiceCapabilityRpcType
 _MASK = "***"
@@ -286,94 +240,6 @@ class CSIResizer(Resizer):
             raise ResizeError(str(err), final=False) from None
 
 
-# -- the sidecar ---------------------------------------------------------------------------------
-
-
-def parser() -> RuntimeArgumentParser:
-    """The sidecar's flags: the common ones plus external-resizer's, with its defaults."""
-    p = common_parser(
-        "csi-resizer",
-        "Expands CSI volumes: watches PersistentVolumeClaims whose storage request grew and "
-        "calls the driver's ControllerExpandVolume (external-resizer).",
-        defaults={
-            "worker_threads": DEFAULT_WORKERS,
-            "leader_election_lease_duration": DEFAULT_LEASE_DURATION,
-            "leader_election_renew_deadline": DEFAULT_RENEW_DEADLINE,
-            "leader_election_retry_period": DEFAULT_RETRY_PERIOD,
-        },
-    )
-    group = p.add_argument_group("resizer")
-    add_flag(
-        p,
-        "--csi-address",
-        default=DEFAULT_CSI_ADDRESS,
-        help="address of the CSI driver socket",
-        metavar="ADDRESS",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--resync-period",
-        default=DEFAULT_RESYNC,
-        help="resync period for cache",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--timeout",
-        default=DEFAULT_TIMEOUT,
-        help="timeout of every call to the CSI driver",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--retry-interval-start",
-        default=DEFAULT_RETRY_INTERVAL_START,
-        help="initial retry interval of failed volume resize; it doubles with each failure, "
-        "up to --retry-interval-max",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--retry-interval-max",
-        default=DEFAULT_RETRY_INTERVAL_MAX,
-        help="maximum retry interval of failed volume resize",
-        group=group,
-    )
-    add_bool_flag(
-        p,
-        "--handle-volume-inuse-error",
-        default=True,
-        help="after the driver refused to expand a volume in use, wait until no pod uses it",
-        group=group,
-    )
-    group.add_argument(
-        "--workers",
-        dest="worker_threads",
-        type=_positive,
-        default=argparse.SUPPRESS,
-        metavar="N",
-        help="external-resizer's name of --worker-threads: concurrency to process multiple "
-        "resize requests",
-    )
-    return p
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-class ResizerSidecar(SidecarController[ResizeController]):
-    """The external-resizer sidecar's controller: a :class:`ResizeController` run beside the CSI
-    connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
-
-
 def choose_resizer(connection: CSIConnection, api_client: ApiClient) -> Resizer:
     """external-resizer's ``NewResizerFromClient``: the CSI resizer for a driver with
     EXPAND_VOLUME, the trivial one for a driver that expands on the node only; raises
@@ -392,71 +258,3 @@ def choose_resizer(connection: CSIConnection, api_client: ApiClient) -> Resizer:
         f"CSI driver {driver} neither supports controller resize (EXPAND_VOLUME) nor node "
         "resize (the VolumeExpansion plugin capability)"
     )
-
-
-def build_controller(
-    ctx: RuntimeContext,
-    connection: CSIConnection,
-    informer_factory: SharedInformerFactory | None = None,
-) -> ResizeController:
-    """The ResizeController from the parsed flags, on an open ``connection``
-    (:func:`choose_resizer` picks the resizer). Informers come from ``informer_factory`` when
-    given (the caller starts it). Shared by this sidecar and ``python -m pyprovlib.csi``."""
-    args = ctx.args
-    resizer = choose_resizer(connection, ctx.api_client)
-    if isinstance(resizer, CSIResizer):
-        # --timeout per call: the connection may be shared with controllers whose differs.
-        resizer.timeout = args.timeout
-    options = ctx.options
-    return ResizeController(
-        ctx.api_client,
-        resizer,
-        ResizeControllerOptions(
-            resync_period=args.resync_period,
-            timeout=args.timeout,
-            workers=options.worker_threads,
-            retry_interval_start=args.retry_interval_start,
-            retry_interval_max=args.retry_interval_max,
-            handle_volume_in_use_error=args.handle_volume_inuse_error,
-            lease=lease_name(resizer.name),
-            **options.leader_election_fields(),
-            registry=ctx.registry,
-        ),
-        informer_factory=informer_factory,
-    )
-
-
-async def build(ctx: RuntimeContext) -> ResizerSidecar:
-    """Connect to the driver and build the sidecar from the parsed flags (external-resizer's
-    ``main``)."""
-    args = ctx.args
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-    )
-    check_csi_address(args.csi_address)
-    connection = await CSIConnection.open(
-        args.csi_address,
-        ConnectionOptions(timeout=args.timeout),
-        metrics=metrics,
-    )
-    try:
-        controller = build_controller(ctx, connection)
-    except BaseException:
-        connection.close()
-        raise
-    ctx.log.info(
-        "CSI resizer",
-        driver=connection.driver_name,
-        resizer=type(controller.resizer).__name__,
-        csi_address=args.csi_address,
-    )
-    return ResizerSidecar(connection, controller)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pyprovlib.csi.resizer``: the external-resizer sidecar."""
-    return run(build, argv=argv, parser=parser())
-
-
-if __name__ == "__main__":
-    sys.exit(main())
