@@ -26,7 +26,6 @@ makes every write (finalizers, status, errors) and remembers them;
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any, Final
@@ -412,7 +411,7 @@ class AttachController(ControllerLifecycle):
         volume = self._resolver.volume(va, resolved, {})
         attacher.check(volume)
         secrets = await self._resolver.controller_publish_secrets(resolved.csi)
-        volume = dataclasses.replace(volume, secrets=secrets)
+        volume = volume.with_secrets(secrets)
         readonly = resolved.csi.get("readOnly") is True
         node_name = str(spec_of(va).get("nodeName") or "")
         node_id = self._resolver.node_id(va, False)

@@ -213,7 +213,7 @@ class VolumeResolver:
             access_modes=tuple(str(m) for m in spec.get("accessModes") or ()),
             mount_options=tuple(str(m) for m in spec.get("mountOptions") or ()),
             secrets=secrets,
-            spec=spec,
+            spec_object=spec,
         )
 
     async def controller_publish_secrets(self, csi: Mapping[str, Any]) -> dict[str, str]:

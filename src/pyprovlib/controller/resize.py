@@ -35,7 +35,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
@@ -79,6 +79,7 @@ from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
 from pyprovlib.controller.resize_status import ResizeStatusWriter
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
@@ -337,9 +338,10 @@ class ResizeController(ControllerLifecycle):
             return
         if not self.claim_needs_resize(pvc):
             return
-        if not self._may_expand(pvc, pv):
+        volume = self._may_expand(pvc, pv)
+        if volume is None:
             return
-        await self.expand_and_recover(pvc, pv)
+        await self.expand_and_recover(pvc, pv, volume)
 
     @staticmethod
     def claim_needs_resize(pvc: Mapping[str, Any]) -> bool:
@@ -349,14 +351,33 @@ class ResizeController(ControllerLifecycle):
             return False
         return cmp_quantities(request_of(pvc), claim_capacity(pvc)) > 0
 
-    def _may_expand(self, pvc: Obj, pv: Obj) -> bool:
-        """Whether this resizer should expand ``pv`` for ``pvc``; refusals the user should know
-        about are reported as events."""
+    def _may_expand(self, pvc: Obj, pv: Obj) -> V1PersistentVolume | None:
+        """The volume ``pv`` as the model the resizer receives when this resizer should
+        expand it for ``pvc``, else None; refusals the user should know about are reported as
+        events.
+
+        The conversion happens here, once per look at a claim that wants to grow, and its
+        model is shared by every call into the resizer that follows (one conversion per call
+        into user code, as ``ProvisionOptions``)."""
         key = claim_key(pvc)
         class_name = str(spec_of(pvc).get("storageClassName") or "")
         storage_class = self.class_informer.store.get_by_key(class_name) if class_name else None
         ours = storage_class is not None and storage_class.get("provisioner") == self.name
-        if not self.resizer.can_support(pv):
+        try:
+            volume = to_model(pv, V1PersistentVolume)
+        except ConversionError as err:
+            # Not retried: the same object fails the same way. A change of the claim (or the
+            # resync) looks again.
+            self._log.info("cannot read the volume", claim=key, pv=name_of(pv), error=str(err))
+            if ours:
+                self._writes.event(
+                    pvc,
+                    EVENT_TYPE_WARNING,
+                    REASON_VOLUME_RESIZE_FAILED,
+                    f'resizer "{self.name}" cannot expand volume {name_of(pv)}: {err}',
+                )
+            return None
+        if not self.resizer.can_support(volume):
             self._log.debug("resizer does not support the volume", claim=key, pv=name_of(pv))
             if ours:
                 self._writes.event(
@@ -364,13 +385,13 @@ class ResizeController(ControllerLifecycle):
                     EVENT_TYPE_WARNING,
                     REASON_VOLUME_RESIZE_FAILED,
                     f'resizer "{self.name}" cannot expand volume {name_of(pv)}: '
-                    f"{self.resizer.unsupported_reason(pv)}",
+                    f"{self.resizer.unsupported_reason(volume)}",
                 )
-            return False
+            return None
         claim_ref = dict_of(spec_of(pv).get("claimRef"))
         if claim_ref.get("namespace") != namespace_of(pvc) or claim_ref.get("uid") != uid_of(pvc):
             self._log.debug("volume is not bound to the claim", claim=key, pv=name_of(pv))
-            return False
+            return None
         if storage_class is None or storage_class.get("allowVolumeExpansion") is not True:
             why = (
                 f'StorageClass "{class_name}" does not set allowVolumeExpansion: true'
@@ -388,12 +409,17 @@ class ResizeController(ControllerLifecycle):
                 REASON_VOLUME_RESIZE_FAILED,
                 f"{NOT_EXPANDABLE_CLASS}: {why}",
             )
-            return False
-        return True
+            return None
+        return volume
 
-    async def expand_and_recover(self, pvc: Obj, pv: Obj) -> None:
+    async def expand_and_recover(
+        self, pvc: Obj, pv: Obj, volume: V1PersistentVolume | None = None
+    ) -> None:
         """Choose the size to expand to from the claim's allocation state, then expand
-        (upstream's ``expandAndRecover``); raises when the claim must be retried."""
+        (upstream's ``expandAndRecover``); raises when the claim must be retried.
+
+        ``pv`` is the cached JSON; ``volume`` its model for the resizer (converted here when
+        not given)."""
         key = claim_key(pvc)
         resize_status = resize_status_of(pvc)
         allocated = allocated_of(pvc)
@@ -445,20 +471,24 @@ class ResizeController(ControllerLifecycle):
         )
         self._in_use_errors.discard(key)
         try:
-            await self._call_resize(pvc, pv, new_size)
+            if volume is None:
+                volume = to_model(pv, V1PersistentVolume)
+            await self._call_resize(pvc, pv, volume, new_size)
         except Exception as err:
             self._writes.event(
                 pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, _error_text(err)
             )
             raise
 
-    async def _call_resize(self, pvc: Obj, pv: Obj, new_size: Quantity) -> None:
+    async def _call_resize(
+        self, pvc: Obj, pv: Obj, volume: V1PersistentVolume, new_size: Quantity
+    ) -> None:
         """Expand through the resizer and record the outcome (upstream's
         ``callResizeOnPlugin``)."""
         key = claim_key(pvc)
         logger = self._log.bind(claim=key, pv=name_of(pv))
         try:
-            result = await self._expand(pv, new_size)
+            result = await self._expand(pv, volume, new_size)
         except Exception as err:
             bug = is_user_bug(err)
             if bug:
@@ -523,10 +553,12 @@ class ResizeController(ControllerLifecycle):
                 f"mark PVC {key} after expansion failed: {_api_error_text(err)}"
             ) from None
 
-    async def _expand(self, pv: Obj, new_size: Quantity) -> ExpansionResult:
+    async def _expand(
+        self, pv: Obj, volume: V1PersistentVolume, new_size: Quantity
+    ) -> ExpansionResult:
         try:
             async with asyncio.timeout(self.options.timeout):
-                result = await self.resizer.expand(pv, new_size.value())
+                result = await self.resizer.expand(volume, new_size.value())
         except TimeoutError:
             raise ResizeError(
                 f"expansion of volume {name_of(pv)} timed out after {self.options.timeout:g}s; "

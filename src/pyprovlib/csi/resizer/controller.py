@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, V1CSIPersistentVolumeSource, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
@@ -51,9 +51,9 @@ def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _csi_source(pv: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    csi = _dict(pv.get("spec")).get("csi")
-    return csi if isinstance(csi, Mapping) else None
+def _csi_source(pv: V1PersistentVolume) -> V1CSIPersistentVolumeSource | None:
+    source: V1CSIPersistentVolumeSource | None = pv.spec.csi if pv.spec else None
+    return source
 
 
 def _mask(text: str, secrets: Mapping[str, str]) -> str:
@@ -74,12 +74,12 @@ class TrivialResizer(Resizer):
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
+    def can_support(self, pv: V1PersistentVolume) -> bool:
         """CSI volumes of this driver."""
         csi = _csi_source(pv)
-        return csi is not None and csi.get("driver") == self.name
+        return csi is not None and csi.driver == self.name
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         """Nothing to do here: the node expands the volume to ``new_size``."""
         return ExpansionResult(new_size, True)
 
@@ -95,7 +95,8 @@ class CSIResizer(Resizer):
     ``connection`` is an open :class:`~pyprovlib.csi.connection.CSIConnection` of a driver
     with EXPAND_VOLUME; ``api_client`` reads the controller-expand Secret (and, for volumes
     without ``controllerExpandSecretRef``, their StorageClass). ``timeout`` bounds each call
-    (default: the connection's).
+    (default: the connection's). It reads the attributes of the ``V1PersistentVolume`` it is
+    given and converts nothing.
     """
 
     def __init__(
@@ -119,18 +120,18 @@ class CSIResizer(Resizer):
         self._secrets = ResourceClient(api_client, SECRETS)
         self._classes = ResourceClient(api_client, STORAGE_CLASSES)
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
+    def can_support(self, pv: V1PersistentVolume) -> bool:
         """CSI volumes of this driver (upstream's ``CanSupport``)."""
         csi = _csi_source(pv)
-        return csi is not None and csi.get("driver") == self.name
+        return csi is not None and csi.driver == self.name
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         """ControllerExpandVolume to ``new_size`` bytes; returns the driver's capacity (the
         requested size when the driver reports none) and its node_expansion_required."""
         csi = _csi_source(pv)
         if csi is None:
             raise ResizeError("not a CSI volume", final=False)
-        volume_id = csi.get("volumeHandle")
+        volume_id = csi.volume_handle
         if not isinstance(volume_id, str) or not volume_id:
             raise ResizeError("empty volume handle", final=False)
         secrets = await self._expand_secrets(pv, csi)
@@ -151,31 +152,33 @@ class CSIResizer(Resizer):
         size = response.capacity_bytes or new_size
         return ExpansionResult(size, response.node_expansion_required)
 
-    def _capability(self, pv: Mapping[str, Any], csi: Mapping[str, Any]) -> v1.VolumeCapability:
+    def _capability(
+        self, pv: V1PersistentVolume, csi: V1CSIPersistentVolumeSource
+    ) -> v1.VolumeCapability:
         """The volume capability of the PV (upstream's ``getVolumeCapabilities``)."""
-        spec = _dict(pv.get("spec"))
+        spec = pv.spec
         try:
             mode = csi_access_mode(
-                [str(m) for m in spec.get("accessModes") or ()],
+                [str(m) for m in spec.access_modes or ()],
                 self.supports_single_node_multi_writer,
             )
         except UnsupportedAccessModeError as err:
             raise ResizeError(err.message, code=GrpcCode.INVALID_ARGUMENT) from None
         access_mode = v1.VolumeCapabilityAccessMode(mode=mode)
-        if spec.get("volumeMode") == "Block":
+        if spec.volume_mode == "Block":
             return v1.VolumeCapability(
                 block=v1.VolumeCapabilityBlockVolume(), access_mode=access_mode
             )
         return v1.VolumeCapability(
             mount=v1.VolumeCapabilityMountVolume(
-                fs_type=str(csi.get("fsType") or ""),
-                mount_flags=[str(f) for f in spec.get("mountOptions") or ()],
+                fs_type=str(csi.fs_type or ""),
+                mount_flags=[str(f) for f in spec.mount_options or ()],
             ),
             access_mode=access_mode,
         )
 
     async def _expand_secrets(
-        self, pv: Mapping[str, Any], csi: Mapping[str, Any]
+        self, pv: V1PersistentVolume, csi: V1CSIPersistentVolumeSource
     ) -> dict[str, str]:
         ref = self._secret_ref(csi)
         if ref is None:
@@ -204,20 +207,20 @@ class CSIResizer(Resizer):
         return result
 
     @staticmethod
-    def _secret_ref(csi: Mapping[str, Any]) -> SecretRef | None:
-        ref = _dict(csi.get("controllerExpandSecretRef"))
-        name, namespace = ref.get("name"), ref.get("namespace")
+    def _secret_ref(csi: V1CSIPersistentVolumeSource) -> SecretRef | None:
+        ref = csi.controller_expand_secret_ref
+        name = ref.name if ref is not None else None
         if not name:
             return None
-        if not namespace:
+        if not ref.namespace:
             raise ResizeError(f'controllerExpandSecretRef "{name}" names no namespace', final=False)
-        return SecretRef(str(name), str(namespace))
+        return SecretRef(str(name), str(ref.namespace))
 
-    async def _class_secret_ref(self, pv: Mapping[str, Any]) -> SecretRef | None:
+    async def _class_secret_ref(self, pv: V1PersistentVolume) -> SecretRef | None:
         """The class's controller-expand secret, for volumes provisioned before their class
         named one (or by a provisioner that did not copy it to the PV)."""
-        spec = _dict(pv.get("spec"))
-        class_name = spec.get("storageClassName")
+        spec = pv.spec
+        class_name = spec.storage_class_name
         if not isinstance(class_name, str) or not class_name:
             return None
         try:
@@ -227,13 +230,13 @@ class CSIResizer(Resizer):
                 f"get StorageClass {class_name} failed: {_api_message(err)}", final=False
             ) from None
         parameters = {str(k): str(v) for k, v in _dict(storage_class.get("parameters")).items()}
-        claim_ref = _dict(spec.get("claimRef"))
+        claim_ref = spec.claim_ref
         claim = (
-            {"metadata": {"name": claim_ref.get("name"), "namespace": claim_ref.get("namespace")}}
-            if claim_ref
+            {"metadata": {"name": claim_ref.name, "namespace": claim_ref.namespace}}
+            if claim_ref is not None
             else None
         )
-        pv_name = str(_dict(pv.get("metadata")).get("name") or "")
+        pv_name = str(pv.metadata.name or "") if pv.metadata else ""
         try:
             return secret_reference(CONTROLLER_EXPAND_SECRET, parameters, pv_name, claim)
         except ValueError as err:
