@@ -49,38 +49,46 @@ _MIN_MASKED_SECRET: Final = 4
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's ``spec`` (empty when missing or not an object)."""
     s = obj.get("spec")
     return s if isinstance(s, Mapping) else {}
 
 
 def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's ``status`` (empty when missing or not an object)."""
     s = obj.get("status")
     return s if isinstance(s, Mapping) else {}
 
 
 def source_of(va: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The VolumeAttachment's ``spec.source``."""
     s = spec_of(va).get("source")
     return s if isinstance(s, Mapping) else {}
 
 
 def attacher_of(va: Mapping[str, Any]) -> str:
+    """The VolumeAttachment's ``spec.attacher``: the driver that must attach it."""
     return str(spec_of(va).get("attacher") or "")
 
 
 def pv_name_of(va: Mapping[str, Any]) -> str | None:
+    """The VolumeAttachment's PersistentVolume name; None for an inline volume."""
     name = source_of(va).get("persistentVolumeName")
     return name if isinstance(name, str) and name else None
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """Whether the object has a deletion timestamp."""
     return bool(meta(obj).get("deletionTimestamp"))
 
 
 def is_attached(va: Mapping[str, Any]) -> bool:
+    """Whether the VolumeAttachment's ``status.attached`` is true."""
     return status_of(va).get("attached") is True
 
 
 def pv_index(va: Obj) -> list[str]:
+    """The VolumeAttachment cache's index function by PersistentVolume name."""
     name = pv_name_of(va)
     return [name] if name else []
 
