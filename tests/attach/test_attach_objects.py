@@ -74,6 +74,7 @@ class SpecReadingAttacher(MemoryAttacher):
         return await super().attach(volume, node, readonly, context)
 
 
+@pytest.mark.e2e
 async def test_a_backend_receives_the_pv_spec_as_a_model(kube_cluster: TestCluster) -> None:
     driver = driver_name(kube_cluster)
     objects = Objects(kube_cluster, driver)
@@ -119,6 +120,7 @@ class RecordingCSIAttacher(CSIAttacher):
         await super().detach(volume, node)
 
 
+@pytest.mark.e2e
 async def test_the_csi_attacher_converts_nothing(kube_cluster: TestCluster) -> None:
     driver = driver_name(kube_cluster)
     objects = Objects(kube_cluster, driver)

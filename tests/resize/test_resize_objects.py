@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import GI, MemoryResizer, Scenario, capacity, controller, running
 
@@ -33,6 +34,7 @@ class RecordingResizer(MemoryResizer):
         return await super().expand(pv, new_size)
 
 
+@pytest.mark.e2e
 async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
     sc = await s.storage_class()
@@ -52,6 +54,7 @@ async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster
     assert all(isinstance(seen, V1PersistentVolume) for seen in resizer.supported)
 
 
+@pytest.mark.e2e
 async def test_a_refusal_explains_with_the_same_model(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
     sc = await s.storage_class()
