@@ -10,6 +10,7 @@ from resize_support import GI, MemoryResizer, Scenario, capacity, controller, ru
 
 from pyprovlib.resizer import ExpansionResult
 from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.support import wait_idle
 
 
 class RecordingResizer(MemoryResizer):
@@ -69,3 +70,28 @@ async def test_a_refusal_explains_with_the_same_model(kube_cluster: TestCluster)
     assert resizer.refused
     assert all(isinstance(seen, V1PersistentVolume) for seen in resizer.refused)
     assert any(seen is resizer.refused[0] for seen in resizer.supported)
+
+
+async def test_a_volume_the_model_refuses_gets_an_event_not_a_retry_loop(
+    kube_cluster: TestCluster,
+) -> None:
+    if kube_cluster.is_real:
+        pytest.skip("a real API server refuses such a PersistentVolume (empty node selector)")
+    s = Scenario(kube_cluster)
+    sc = await s.storage_class()
+    claim, pv_name, _ = await s.bound_claim(sc)
+    # What the model refuses: a required node selector without its required terms.
+    pv = await s.get_pv(pv_name)
+    pv["spec"]["nodeAffinity"] = {"required": {}}
+    await s.pvs.replace(pv)
+    resizer = RecordingResizer(s.driver)
+    ctrl = controller(kube_cluster, resizer)
+    async with running(ctrl):
+        await s.request(claim, "2Gi")
+        event = await s.wait_event(claim, "VolumeResizeFailed")
+        await wait_idle(ctrl, count_delayed=True)
+    assert pv_name in event["message"]
+    assert "V1PersistentVolume" in event["message"]
+    assert resizer.supported == resizer.expanded == []
+    # Looked at once, not retried with backoff: the same object fails the same way.
+    assert ctrl.claim_queue.num_requeues(f"{s.namespace}/{claim}") == 0
