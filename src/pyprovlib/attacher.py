@@ -24,6 +24,12 @@ A minimal backend::
 
 ``attach`` and ``detach`` must be idempotent: the controller calls them again after any error,
 after a timeout, and when the reconciler finds an attachment that drifted.
+
+The volume arrives as an :class:`AttachVolume`: the values a backend usually needs, and the PV
+spec both as a kubernetes-asyncio ``V1PersistentVolumeSpec`` (``volume.spec``, converted on
+first access, once per attach or detach) and as JSON (``volume.spec_object``), the same
+convention as :class:`~pyprovlib.provisioner.ProvisionOptions` and
+:class:`~pyprovlib.resizer.Resizer`.
 """
 
 from __future__ import annotations
