@@ -227,18 +227,31 @@ async def _start_driver(
     return proc, socket
 
 
+def _parse_peer(peer: str) -> tuple[str, list[str], str | None]:
+    """``go``, or ``py[+VARIANT...][@SRC]``: the kind, the variants (bench/variants.py) and
+    another source tree's ``src`` directory to run the Python sidecar from."""
+    spec, _, src = peer.partition("@")
+    kind, *variants = spec.split("+")
+    if kind not in ("go", "py") or (kind == "go" and (variants or src)):
+        raise SystemExit(f"unknown peer {peer!r}: go, or py[+VARIANT...][@SRC]")
+    return kind, variants, src or None
+
+
 async def _start_sidecar(
     peer: str, args: argparse.Namespace, kubeconfig: Path, socket: Path, directory: Path, run: int
 ) -> asyncio.subprocess.Process:
+    kind, variants, src = _parse_peer(peer)
     common = [
         f"--kubeconfig={kubeconfig}",
-        f"--csi-address=unix://{socket}" if peer == "py" else f"--csi-address={socket}",
+        f"--csi-address=unix://{socket}" if kind == "py" else f"--csi-address={socket}",
         f"--worker-threads={args.worker_threads}",
         "--leader-election=false",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
     env["PYTHONUNBUFFERED"] = "1"
-    if peer == "go":
+    if src:
+        env["PYTHONPATH"] = src
+    if kind == "go":
         argv = [
             str(args.assets / "csi-provisioner"),
             *common,
@@ -250,6 +263,8 @@ async def _start_sidecar(
         argv = [sys.executable, str(HERE), "--role", "py-sidecar"]
         if args.stages:
             argv += ["--stages", str(Path(args.stages) / f"run{run}-py.jsonl")]
+        for variant in variants:
+            argv += ["--variant", variant]
         argv += [
             "--",
             *common,
@@ -258,7 +273,7 @@ async def _start_sidecar(
             "--log-format=json",
             "--log-level=warning",
         ]
-    log = (directory / f"{peer}-sidecar.log").open("wb")
+    log = (directory / "sidecar.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env
     )
@@ -309,8 +324,9 @@ async def run_once(
     from pyprovlib.kube.rest import ResourceClient
 
     node = plane.node_names[0]
-    directory = Path(tempfile.mkdtemp(prefix=f"csi-real-{run}-{peer}-", dir=args.workdir))
-    namespace = f"bench-{run}-{peer}"
+    kind = _parse_peer(peer)[0]
+    directory = Path(tempfile.mkdtemp(prefix=f"csi-real-{run}-{kind}-", dir=args.workdir))
+    namespace = f"bench-{run}-{kind}"
     await ResourceClient(api, NAMESPACES).create(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     )
@@ -323,6 +339,23 @@ async def run_once(
         await watch.wait({(namespace, "warmup")}, 120.0, sidecar)
         startup = time.monotonic() - start
         await asyncio.sleep(args.quiet)
+        spy = None
+        if kind == "py" and args.py_spy:
+            spy = await asyncio.create_subprocess_exec(
+                args.py_spy_command,
+                "record",
+                "--pid",
+                str(sidecar.pid),
+                "--rate",
+                str(args.py_spy_rate),
+                "--format",
+                "raw",
+                "--output",
+                f"{args.py_spy}.run{run}",
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+            await asyncio.sleep(1.0)
         cpu0 = _proc_cpu(sidecar.pid) or 0.0
         sent: dict[str, float] = {}
 
@@ -340,6 +373,9 @@ async def run_once(
         cpu1 = _proc_cpu(sidecar.pid) or 0.0
         await asyncio.sleep(args.settle)
         cpu2 = _proc_cpu(sidecar.pid) or 0.0
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await spy.wait()
         hwm = _proc_status_kb(sidecar.pid, "VmHWM") or 0
         latencies = [watch.seen[(namespace, name)] - t for name, t in sent.items()]
         last_claim = max(sent.values())
@@ -349,7 +385,7 @@ async def run_once(
         await _stop(driver)
     await _cleanup(api, namespace)
     stages: dict[str, Any] = {}
-    if peer == "py" and args.stages:
+    if kind == "py" and args.stages:
         trace = Path(args.stages) / f"run{run}-py.jsonl"
         if trace.exists():
             seen = {name: watch.seen[(namespace, name)] for name in sent}
@@ -497,7 +533,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def run_py_sidecar(stages: str | None, argv: list[str]) -> int:
+def run_py_sidecar(stages: str | None, variants: list[str], argv: list[str]) -> int:
+    if variants:
+        import variants as changes  # bench/variants.py
+
+        changes.install(variants)
     if stages:
         import stage_trace  # bench/stage_trace.py
 
@@ -519,18 +559,28 @@ def main() -> None:
     )
     p.add_argument("--volumes", type=int, default=1000)
     p.add_argument("--runs", type=int, default=2, help="runs per peer, interleaved")
-    p.add_argument("--peers", default="go,py", help="comma-separated: go, py")
+    p.add_argument(
+        "--peers",
+        default="go,py",
+        help="comma-separated: go, or py[+VARIANT...][@SRC] (bench/variants.py; SRC: another "
+        "tree's src directory, e.g. a `git worktree` of the commit to compare with)",
+    )
     p.add_argument("--worker-threads", type=int, default=100)
     p.add_argument("--concurrency", type=int, default=64, help="claim POSTs in flight")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quiet", type=float, default=3.0, help="seconds after the warm-up")
     p.add_argument("--settle", type=float, default=3.0, help="seconds after the last PV")
     p.add_argument("--stages", help="py: write per-stage timestamps (JSON lines) into this dir")
+    p.add_argument(
+        "--py-spy", metavar="FILE", help="py: sample the sidecar (raw stacks, FILE.runN)"
+    )
+    p.add_argument("--py-spy-command", default="py-spy")
+    p.add_argument("--py-spy-rate", type=int, default=250)
     p.add_argument("--workdir", help="where the per-run directories (logs, driver state) go")
     p.add_argument("sidecar_args", nargs="*")
     args = p.parse_args()
     if args.role == "py-sidecar":
-        raise SystemExit(run_py_sidecar(args.stages, args.sidecar_args))
+        raise SystemExit(run_py_sidecar(args.stages, args.variant, args.sidecar_args))
     args.peers = [x for x in args.peers.split(",") if x]
     if args.stages:
         Path(args.stages).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,64 @@
+"""Changes to measure before they are made, for ``csi_real.py --peers py+NAME``.
+
+Each variant reproduces, inside the Python sidecar's process, the effect of a change proposed
+for a file this bench does not own, so it can be measured against the unchanged code in the
+same run (interleaved) before the change is made where it belongs.
+
+- ``noconv``: ``CSIProvisioner.provision`` reads the claim and its class as the cached JSON
+  (``options.claim_object`` / ``options.storage_class_object``) instead of converting them to
+  models and back, and returns the PV as its JSON mapping (which ``Provisioner.provision`` may
+  return) instead of a model the controller converts back to JSON: the object convention of
+  issue 20 for the built-in CSI backends ("which then convert nothing").
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+
+class _JsonOptions:
+    """``ProvisionOptions`` whose ``pvc`` / ``storage_class`` are the JSON forms."""
+
+    def __init__(self, options: Any) -> None:
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pvc":
+            return self._options.claim_object
+        if name == "storage_class":
+            return self._options.storage_class_object
+        return getattr(self._options, name)
+
+
+def _noconv() -> None:
+    from kubernetes_asyncio.client import V1PersistentVolume
+
+    import pyprovlib.csi.provisioner as module
+
+    from_model = module.from_model
+    to_model = module.to_model
+    provision = module.CSIProvisioner.provision
+
+    def json_from_model(model: Any) -> Any:
+        return model if isinstance(model, Mapping) else from_model(model)
+
+    def json_to_model(obj: Any, cls: Any) -> Any:
+        return obj if cls is V1PersistentVolume else to_model(obj, cls)
+
+    @functools.wraps(provision)
+    async def json_provision(self: Any, options: Any) -> Any:
+        return await provision(self, _JsonOptions(options))
+
+    module.from_model = json_from_model  # type: ignore[assignment]
+    module.to_model = json_to_model  # type: ignore[assignment]
+    module.CSIProvisioner.provision = json_provision  # type: ignore[method-assign]
+
+
+VARIANTS = {"noconv": _noconv}
+
+
+def install(names: list[str]) -> None:
+    for name in names:
+        VARIANTS[name]()
