@@ -570,6 +570,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quiet", type=float, default=3.0, help="seconds after the warm-up")
     p.add_argument("--settle", type=float, default=3.0, help="seconds after the last PV")
+    p.add_argument("--variant", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--stages", help="py: write per-stage timestamps (JSON lines) into this dir")
     p.add_argument(
         "--py-spy", metavar="FILE", help="py: sample the sidecar (raw stacks, FILE.runN)"
