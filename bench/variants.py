@@ -9,6 +9,10 @@ same run (interleaved) before the change is made where it belongs.
   models and back, and returns the PV as its JSON mapping (which ``Provisioner.provision`` may
   return) instead of a model the controller converts back to JSON: the object convention of
   issue 20 for the built-in CSI backends ("which then convert nothing").
+- ``quietlogs``: a disabled ``debug``/``info`` call on a pyprovlib logger returns before
+  structlog builds the record (``BoundLogger.isEnabledFor``, stdlib's cached level check), as a
+  level-checking wrapper class in ``pyprovlib._logging.get_logger`` would (which would also keep
+  ``structlog.testing.capture_logs`` seeing every record).
 """
 
 from __future__ import annotations
@@ -56,7 +60,32 @@ def _noconv() -> None:
     module.CSIProvisioner.provision = json_provision  # type: ignore[method-assign]
 
 
-VARIANTS = {"noconv": _noconv}
+def _quietlogs() -> None:
+    import logging
+
+    import structlog
+
+    cls = structlog.stdlib.BoundLogger
+    debug = cls.debug
+    info = cls.info
+
+    @functools.wraps(debug)
+    def quiet_debug(self: Any, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.DEBUG):
+            return None
+        return debug(self, event, *args, **kw)
+
+    @functools.wraps(info)
+    def quiet_info(self: Any, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.INFO):
+            return None
+        return info(self, event, *args, **kw)
+
+    cls.debug = quiet_debug  # type: ignore[method-assign]
+    cls.info = quiet_info  # type: ignore[method-assign]
+
+
+VARIANTS = {"noconv": _noconv, "quietlogs": _quietlogs}
 
 
 def install(names: list[str]) -> None:
