@@ -13,6 +13,8 @@ same run (interleaved) before the change is made where it belongs.
   structlog builds the record (``BoundLogger.isEnabledFor``, stdlib's cached level check), as a
   level-checking wrapper class in ``pyprovlib._logging.get_logger`` would (which would also keep
   ``structlog.testing.capture_logs`` seeing every record).
+- ``writers1`` / ``writers4``: the event recorder writes with 1 or 4 writers instead of 16
+  (client-go's recorder writes from one goroutine).
 """
 
 from __future__ import annotations
@@ -85,7 +87,25 @@ def _quietlogs() -> None:
     cls.info = quiet_info  # type: ignore[method-assign]
 
 
-VARIANTS = {"noconv": _noconv, "quietlogs": _quietlogs}
+def _writers(count: int) -> None:
+    from pyprovlib.kube.events import EventRecorder
+
+    init = EventRecorder.__init__
+
+    @functools.wraps(init)
+    def fewer_writers(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["writers"] = count
+        init(self, *args, **kwargs)
+
+    EventRecorder.__init__ = fewer_writers  # type: ignore[method-assign]
+
+
+VARIANTS = {
+    "noconv": _noconv,
+    "quietlogs": _quietlogs,
+    "writers1": functools.partial(_writers, 1),
+    "writers4": functools.partial(_writers, 4),
+}
 
 
 def install(names: list[str]) -> None:
