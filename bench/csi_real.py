@@ -18,10 +18,11 @@ namespace of its own, a warm-up claim whose PV is awaited (so start-up is not me
 pre-annotated with ``volume.kubernetes.io/storage-provisioner`` so kube-controller-manager's
 rate does not gate the start (as ``../shared/kube/README.md`` describes). Claim→PV is from the
 moment this process sends a claim's POST to the moment its PV arrives on this process's PV
-watch. The sidecar's CPU (user + system, /proc) is read when the warm-up is done and when every
-PV has arrived (and again ``--settle`` seconds later, once events are written); peak RSS is its
-``VmHWM``. Afterwards the sidecar and the driver are stopped and the run's claims and PVs
-removed (finalizers stripped), so every run starts from the same cluster state.
+watch. The sidecar's CPU (user + system, /proc) is read when the warm-up is done, when every
+PV has arrived, and once its events are written ("settled": two per claim, or none added for
+``--settle`` seconds); peak RSS is its ``VmHWM``. Afterwards the sidecar and the driver are
+stopped and the run's claims and PVs removed (finalizers stripped), so every run starts from
+the same cluster state.
 
 Usage::
 
@@ -281,6 +282,31 @@ async def _start_sidecar(
     return proc
 
 
+async def _events_settled(
+    api: Any, namespace: str, args: argparse.Namespace, begin: float
+) -> tuple[int, float]:
+    """Wait until the run's events are written: two per claim (Provisioning and
+    ProvisioningSucceeded; repeats are counted by the API server, not created), or no new one
+    for ``--settle`` seconds. Returns their number and when the last count was reached."""
+    from pyprovlib.kube.resources import EVENTS
+    from pyprovlib.kube.rest import ResourceClient
+
+    events = ResourceClient(api, EVENTS)
+    wanted = 2 * (args.volumes + 1)  # the warm-up claim's too
+    count, changed = -1, time.monotonic()
+    while True:
+        listed = await events.list(namespace)
+        now = sum(
+            e.get("reason") in ("Provisioning", "ProvisioningSucceeded")
+            for e in listed.get("items") or []
+        )
+        if now != count:
+            count, changed = now, time.monotonic()
+        if count >= wanted or time.monotonic() - changed >= args.settle:
+            return count, changed - begin
+        await asyncio.sleep(0.5)
+
+
 async def _cleanup(api: Any, namespace: str) -> None:
     """Remove the run's claims and PVs without a provisioner: strip finalizers, delete."""
     from pyprovlib.kube.errors import is_not_found
@@ -371,7 +397,7 @@ async def run_once(
         await watch.wait(keys, args.timeout, sidecar)
         all_pvs = time.monotonic() - begin
         cpu1 = _proc_cpu(sidecar.pid) or 0.0
-        await asyncio.sleep(args.settle)
+        events_written, events_s = await _events_settled(api, namespace, args, begin)
         cpu2 = _proc_cpu(sidecar.pid) or 0.0
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -404,6 +430,8 @@ async def run_once(
         "max_s": round(max(latencies), 3),
         "cpu_s_per_1000": round((cpu1 - cpu0) * per, 3),
         "cpu_settled_s_per_1000": round((cpu2 - cpu0) * per, 3),
+        "events_per_volume": round(events_written / args.volumes, 2),
+        "events_settled_s": round(events_s, 2),
         "peak_rss_mb": round(hwm / 1024, 1),
         "directory": str(directory),
         "stages": stages,
@@ -494,7 +522,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         f"after the first claim ({result['last_pv_after_last_claim_s']:.2f}s after "
                         f"the last; claims created in {result['created_s']:.2f}s), "
                         f"CPU {result['cpu_s_per_1000']:.2f}s per 1000 "
-                        f"({result['cpu_settled_s_per_1000']:.2f}s settled), "
+                        f"({result['cpu_settled_s_per_1000']:.2f}s settled, "
+                        f"{result['events_per_volume']:.2f} events per volume by "
+                        f"{result['events_settled_s']:.1f}s), "
                         f"peak RSS {result['peak_rss_mb']:.1f} MB",
                         flush=True,
                     )
@@ -515,6 +545,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "last_pv_after_last_claim_s",
                 "cpu_s_per_1000",
                 "cpu_settled_s_per_1000",
+                "events_per_volume",
                 "peak_rss_mb",
             )
         }
@@ -569,7 +600,12 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=64, help="claim POSTs in flight")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quiet", type=float, default=3.0, help="seconds after the warm-up")
-    p.add_argument("--settle", type=float, default=3.0, help="seconds after the last PV")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=5.0,
+        help="after the last PV, wait for the run's events until none was added for this long",
+    )
     p.add_argument("--variant", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--stages", help="py: write per-stage timestamps (JSON lines) into this dir")
     p.add_argument(
