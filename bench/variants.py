@@ -15,6 +15,8 @@ same run (interleaved) before the change is made where it belongs.
   ``structlog.testing.capture_logs`` seeing every record).
 - ``writers1`` / ``writers4``: the event recorder writes with 1 or 4 writers instead of 16
   (client-go's recorder writes from one goroutine).
+- ``pool16`` / ``pool32``: kubernetes-asyncio's ``Configuration.connection_pool_maxsize`` (the
+  aiohttp connector's limit, 100 by default) at 16 or 32: fewer TLS connections to open.
 """
 
 from __future__ import annotations
@@ -100,7 +102,22 @@ def _writers(count: int) -> None:
     EventRecorder.__init__ = fewer_writers  # type: ignore[method-assign]
 
 
+def _pool(size: int) -> None:
+    from kubernetes_asyncio.client import Configuration
+
+    init = Configuration.__init__
+
+    @functools.wraps(init)
+    def smaller_pool(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.connection_pool_maxsize = size
+
+    Configuration.__init__ = smaller_pool  # type: ignore[method-assign]
+
+
 VARIANTS = {
+    "pool16": functools.partial(_pool, 16),
+    "pool32": functools.partial(_pool, 32),
     "noconv": _noconv,
     "quietlogs": _quietlogs,
     "writers1": functools.partial(_writers, 1),
