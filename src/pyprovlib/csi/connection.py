@@ -21,10 +21,10 @@ from typing import Any, Final, TypeVar
 import betterproto2
 import grpclib.exceptions
 import structlog
-from structlog.testing import LogCapture
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Cardinality, Status
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+from structlog.testing import LogCapture
 
 from pyprovlib._logging import get_logger, log_quietly
 from pyprovlib.csi._proto.csi import v1
