@@ -1,0 +1,130 @@
+"""Changes to measure before they are made, for ``csi_real.py --peers py+NAME``.
+
+Each variant reproduces, inside the Python sidecar's process, the effect of a change proposed
+for a file this bench does not own, so it can be measured against the unchanged code in the
+same run (interleaved) before the change is made where it belongs.
+
+- ``noconv``: ``CSIProvisioner.provision`` reads the claim and its class as the cached JSON
+  (``options.claim_object`` / ``options.storage_class_object``) instead of converting them to
+  models and back, and returns the PV as its JSON mapping (which ``Provisioner.provision`` may
+  return) instead of a model the controller converts back to JSON: the object convention of
+  issue 20 for the built-in CSI backends ("which then convert nothing").
+- ``quietlogs``: a disabled ``debug``/``info`` call on a pyprovlib logger returns before
+  structlog builds the record (``BoundLogger.isEnabledFor``, stdlib's cached level check), as a
+  level-checking wrapper class in ``pyprovlib._logging.get_logger`` would (which would also keep
+  ``structlog.testing.capture_logs`` seeing every record).
+- ``writers1`` / ``writers4``: the event recorder writes with 1 or 4 writers instead of 16
+  (client-go's recorder writes from one goroutine).
+- ``pool16`` / ``pool32``: kubernetes-asyncio's ``Configuration.connection_pool_maxsize`` (the
+  aiohttp connector's limit, 100 by default) at 16 or 32: fewer TLS connections to open.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+
+class _JsonOptions:
+    """``ProvisionOptions`` whose ``pvc`` / ``storage_class`` are the JSON forms."""
+
+    def __init__(self, options: Any) -> None:
+        self._options = options
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pvc":
+            return self._options.claim_object
+        if name == "storage_class":
+            return self._options.storage_class_object
+        return getattr(self._options, name)
+
+
+def _noconv() -> None:
+    from kubernetes_asyncio.client import V1PersistentVolume
+
+    import pyprovlib.csi.provisioner as module
+
+    from_model = module.from_model
+    to_model = module.to_model
+    provision = module.CSIProvisioner.provision
+
+    def json_from_model(model: Any) -> Any:
+        return model if isinstance(model, Mapping) else from_model(model)
+
+    def json_to_model(obj: Any, cls: Any) -> Any:
+        return obj if cls is V1PersistentVolume else to_model(obj, cls)
+
+    @functools.wraps(provision)
+    async def json_provision(self: Any, options: Any) -> Any:
+        return await provision(self, _JsonOptions(options))
+
+    module.from_model = json_from_model  # type: ignore[assignment]
+    module.to_model = json_to_model  # type: ignore[assignment]
+    module.CSIProvisioner.provision = json_provision  # type: ignore[method-assign]
+
+
+def _quietlogs() -> None:
+    import logging
+
+    import structlog
+
+    cls = structlog.stdlib.BoundLogger
+    debug = cls.debug
+    info = cls.info
+
+    @functools.wraps(debug)
+    def quiet_debug(self: Any, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.DEBUG):
+            return None
+        return debug(self, event, *args, **kw)
+
+    @functools.wraps(info)
+    def quiet_info(self: Any, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.INFO):
+            return None
+        return info(self, event, *args, **kw)
+
+    cls.debug = quiet_debug  # type: ignore[method-assign]
+    cls.info = quiet_info  # type: ignore[method-assign]
+
+
+def _writers(count: int) -> None:
+    from pyprovlib.kube.events import EventRecorder
+
+    init = EventRecorder.__init__
+
+    @functools.wraps(init)
+    def fewer_writers(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["writers"] = count
+        init(self, *args, **kwargs)
+
+    EventRecorder.__init__ = fewer_writers  # type: ignore[method-assign]
+
+
+def _pool(size: int) -> None:
+    from kubernetes_asyncio.client import Configuration
+
+    init = Configuration.__init__
+
+    @functools.wraps(init)
+    def smaller_pool(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.connection_pool_maxsize = size
+
+    Configuration.__init__ = smaller_pool  # type: ignore[method-assign]
+
+
+VARIANTS = {
+    "pool16": functools.partial(_pool, 16),
+    "pool32": functools.partial(_pool, 32),
+    "noconv": _noconv,
+    "quietlogs": _quietlogs,
+    "writers1": functools.partial(_writers, 1),
+    "writers4": functools.partial(_writers, 4),
+}
+
+
+def install(names: list[str]) -> None:
+    for name in names:
+        VARIANTS[name]()
