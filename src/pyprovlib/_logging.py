@@ -77,6 +77,29 @@ def _dispatch(logger: logging.Logger, method: str, event_dict: EventDict) -> Any
         return f"{event} (log record not renderable: {type(exc).__name__})"
 
 
+def _capturing() -> bool:
+    """Whether ``structlog.testing.capture_logs`` is active (it sees every level)."""
+    return structlog.is_configured() and any(
+        isinstance(p, structlog.testing.LogCapture) for p in structlog.get_config()["processors"]
+    )
+
+
+class _LevelCheckingLogger(structlog.stdlib.BoundLogger):
+    """A stdlib-backed BoundLogger whose ``debug`` and ``info`` return before building the
+    event when stdlib's level drops them: a dropped line then costs a level check, not a
+    structlog record (issue 19 measured ~10–20 µs each, three per CSI call)."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.DEBUG) and not _capturing():
+            return None
+        return super().debug(event, *args, **kw)
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if not self.isEnabledFor(logging.INFO) and not _capturing():
+            return None
+        return super().info(event, *args, **kw)
+
+
 def get_logger(name: str | None = None, **initial: Any) -> Any:
     """A structlog logger on the stdlib logger ``name`` (the root logger when None), with
     ``initial`` context bound. Its methods are those of ``structlog.stdlib.BoundLogger``
@@ -84,7 +107,7 @@ def get_logger(name: str | None = None, **initial: Any) -> Any:
     logger: Any = structlog.wrap_logger(
         logging.getLogger(name),
         processors=[_dispatch],
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=_LevelCheckingLogger,
         **initial,
     )
     return logger
