@@ -151,6 +151,16 @@ async def test_controller_serves_its_metrics(kube_cluster: TestCluster) -> None:
 
         await kube_cluster.wait_for(scraped, message="metrics served")
 
+        # The same server as the runtime's: health and readiness beside the metrics.
+        async with aiohttp.ClientSession() as session:
+            for path in ("/healthz", "/healthz/leader-election", "/readyz"):
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    assert (path, response.status, await response.text()) == (path, 200, "ok")
+    # Served while the controller runs, not after.
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get(f"http://127.0.0.1:{port}/healthz")
+
 
 async def test_a_follower_stops_without_ever_leading(kube_cluster: TestCluster) -> None:
     name = provisioner_name(kube_cluster)
