@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
+from kubernetes_asyncio.client import V1PersistentVolumeClaim
 
+from pyprovlib.controller._deleting import LazyVolume, deleter
 from pyprovlib.controller._errors import is_user_bug, log_user_bug
 from pyprovlib.controller.options import provisioned_volume_name
 from pyprovlib.controller.provision.context import ProvisionContext
@@ -244,17 +245,19 @@ class ProtectedClaimSync:
         """Delete the volume just provisioned for a deleted claim (``provisioner.delete`` on the
         PV that would have been saved)."""
         pv_name = name_of(volume)
+        provisioner = self._ctx.provisioner
+        lazy = LazyVolume(volume)
         try:
-            model = to_model(volume, V1PersistentVolume)
-            if isinstance(self._ctx.provisioner, DeletionGuard) and not (
-                await self._ctx.provisioner.should_delete(model)
+            if isinstance(provisioner, DeletionGuard) and not (
+                await provisioner.should_delete(lazy.model())
             ):
                 raise ProvisioningError(
                     f"the provisioner's should_delete refuses volume {pv_name}",
                     ProvisioningState.IN_BACKGROUND,
                 )
+            delete = deleter(provisioner, lazy)
             async with asyncio.timeout_at(deadline):
-                await self._ctx.provisioner.delete(model)
+                await delete()
         except IgnoredError as err:
             logger.info("the provisioner leaves the volume of the deleted claim", reason=err.reason)
             return ProvisioningState.FINISHED, STOP

@@ -6,15 +6,15 @@ UID precondition, then the finalizer.
 
 The PV reaches user code as one ``V1PersistentVolume`` per sync, converted only when the
 provisioner is asked about it (``should_delete``, ``delete``) and shared by those calls, as
-upstream hands both the same object.
+upstream hands both the same object; an :class:`~pyprovlib.provisioner.ObjectDeleter` gets
+the cached JSON for ``delete_object`` instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from kubernetes_asyncio.client import V1PersistentVolume
-
+from pyprovlib.controller._deleting import LazyVolume, deleter
 from pyprovlib.controller._errors import is_user_bug, log_user_bug
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.decisions import (
@@ -29,29 +29,12 @@ from pyprovlib.controller.provision.decisions import (
 from pyprovlib.controller.provision.errors import describe
 from pyprovlib.controller.provision.expectations import VolumeExpectations
 from pyprovlib.controller.volume_store import event_target
-from pyprovlib.kube.convert import to_model
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of, uid_of
 from pyprovlib.kube.workqueue import RateLimitingQueue
 from pyprovlib.provisioner import DeletionGuard, IgnoredError
 
 __all__ = ["VolumeSync"]
-
-
-class _VolumeModel:
-    """The PV as a ``V1PersistentVolume``, converted on first use and shared by the calls into
-    user code of one sync (one version of the PV, one conversion)."""
-
-    __slots__ = ("_model", "obj")
-
-    def __init__(self, obj: Obj) -> None:
-        self.obj = obj
-        self._model: V1PersistentVolume | None = None
-
-    def get(self) -> V1PersistentVolume:
-        if self._model is None:
-            self._model = to_model(self.obj, V1PersistentVolume)
-        return self._model
 
 
 class VolumeSync:
@@ -108,7 +91,7 @@ class VolumeSync:
         if not is_provisioner_for_volume(volume, ctx.names):
             return
         volume = await self._handle_protection_finalizer(volume)
-        model = _VolumeModel(volume)
+        model = LazyVolume(volume)
         if await self._should_delete(model):
             start = ctx.clock.monotonic()
             class_name = str(spec_of(volume).get("storageClassName") or "")
@@ -144,15 +127,15 @@ class VolumeSync:
 
     async def should_delete(self, volume: Obj) -> bool:
         """Whether the volume's asset should be deleted now (``shouldDelete``)."""
-        return await self._should_delete(_VolumeModel(volume))
+        return await self._should_delete(LazyVolume(volume))
 
-    async def _should_delete(self, volume: _VolumeModel) -> bool:
+    async def _should_delete(self, volume: LazyVolume) -> bool:
         ctx = self._ctx
         if not volume_should_delete(volume.obj, ctx.options.add_finalizer):
             return False
         if isinstance(ctx.provisioner, DeletionGuard):
             try:
-                return await ctx.provisioner.should_delete(volume.get())
+                return await ctx.provisioner.should_delete(volume.model())
             except Exception as err:
                 if is_user_bug(err):
                     log_user_bug(
@@ -166,18 +149,18 @@ class VolumeSync:
     async def delete_volume_operation(self, volume: Obj, deadline: float | None = None) -> None:
         """Delete the asset, then the PV, then our finalizer (``deleteVolumeOperation``).
         Raises when it must be retried."""
-        await self._delete_volume_operation(_VolumeModel(volume), deadline)
+        await self._delete_volume_operation(LazyVolume(volume), deadline)
 
-    async def _delete_volume_operation(self, model: _VolumeModel, deadline: float | None) -> None:
+    async def _delete_volume_operation(self, model: LazyVolume, deadline: float | None) -> None:
         ctx = self._ctx
         volume = model.obj
         name = name_of(volume)
         logger = ctx.log.bind(pv=name)
         if not self._expectations.is_asset_deleted(volume):
-            pv = model.get()  # a malformed PV raises here: retried, no event about a delete
+            delete = deleter(ctx.provisioner, model)  # a malformed PV raises: retried, no event
             try:
                 async with asyncio.timeout_at(deadline):
-                    await ctx.provisioner.delete(pv)
+                    await delete()
             except IgnoredError as err:
                 logger.info("volume deletion ignored", reason=err.reason)
                 return
