@@ -69,7 +69,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.config import load_kube_config
 
-from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING
+from pyprovlib.controller.provision import FINALIZER_PROVISIONING
 
 PROVISIONER = "bench.pyprovlib.io/memory"
 HERE = Path(__file__).resolve()

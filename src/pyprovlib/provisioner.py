@@ -6,7 +6,11 @@ and ``BlockProvisioner`` interfaces (v13). Go returns ``(pv, state, err)``; here
 :class:`ProvisioningError`, which carries the :class:`ProvisioningState`.
 
 Objects crossing this boundary are kubernetes-asyncio models (``V1PersistentVolumeClaim``,
-``V1StorageClass``, ``V1PersistentVolume``) so backends work with the types they know.
+``V1StorageClass``, ``V1PersistentVolume``) so backends work with the types they know; each is
+converted from the controller's cached JSON once per call, and only for a call that is made.
+Backends that work on JSON get the JSON form instead and nothing is converted:
+:attr:`ProvisionOptions.claim_object` and :attr:`ProvisionOptions.storage_class_object` for
+provisioning, :class:`ObjectDeleter` for deletion.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "IgnoredError",
     "InfeasibleError",
     "MountOptionsProvisioner",
+    "ObjectDeleter",
     "ProvisionOptions",
     "Provisioner",
     "ProvisioningError",
@@ -291,3 +296,19 @@ class MountOptionsProvisioner(abc.ABC):
     @abc.abstractmethod
     def supports_mount_options(self) -> bool:
         """True when PVs of this provisioner may carry mount options."""
+
+
+class ObjectDeleter(abc.ABC):
+    """Lets a provisioner that works on JSON (as the built-in CSI provisioner does) delete from
+    the PV's JSON form: the controller then calls :meth:`delete_object` instead of
+    :meth:`Provisioner.delete`, and converts nothing.
+
+    Implement :meth:`Provisioner.delete` too (for callers holding a model), usually as
+    ``await self.delete_object(from_model(volume))``.
+    """
+
+    @abc.abstractmethod
+    async def delete_object(self, volume: Mapping[str, Any]) -> None:
+        """Remove the asset behind the PV ``volume`` (its JSON, the API's field names), with
+        the semantics of :meth:`Provisioner.delete`. Do not modify ``volume``: it may be the
+        controller's cached object (it is passed read-only)."""

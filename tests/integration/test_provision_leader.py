@@ -151,6 +151,35 @@ async def test_controller_serves_its_metrics(kube_cluster: TestCluster) -> None:
 
         await kube_cluster.wait_for(scraped, message="metrics served")
 
+        # The same server as the runtime's: health and readiness beside the metrics.
+        async with aiohttp.ClientSession() as session:
+            for path in ("/healthz", "/healthz/leader-election", "/readyz"):
+                async with session.get(f"http://127.0.0.1:{port}{path}") as response:
+                    assert (path, response.status, await response.text()) == (path, 200, "ok")
+    # Served while the controller runs, not after.
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.get(f"http://127.0.0.1:{port}/healthz")
+
+
+async def test_an_unusable_metrics_address_fails_run_plainly(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        controller = ProvisionController(
+            kube_cluster.api_client,
+            name,
+            MemoryProvisioner(),
+            fast_options(metrics_port=port, metrics_address="127.0.0.1"),
+        )
+        # The OSError itself, not an ExceptionGroup around it, and before any work is taken.
+        with pytest.raises(OSError, match=r"(?i)address already in use"):
+            async with asyncio.timeout(10):
+                await controller.run()
+    assert not controller.healthy()
+
 
 async def test_a_follower_stops_without_ever_leading(kube_cluster: TestCluster) -> None:
     name = provisioner_name(kube_cluster)

@@ -40,9 +40,9 @@ from test_provision_e2e import (
     wait_event,
 )
 
-from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ANN_STORAGE_PROVISIONER, ProvisionController
+from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,

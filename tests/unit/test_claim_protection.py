@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.claim_protection import FINALIZER_PROVISIONING, only_protection_changed
+from pyprovlib.controller.provision.protection import (
+    FINALIZER_PROVISIONING,
+    only_protection_changed,
+)
 
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 

@@ -21,13 +21,14 @@ import random
 from typing import Protocol
 
 import structlog
-from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
+from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._logging import get_logger
+from pyprovlib.controller._deleting import LazyVolume, deleter
 from pyprovlib.controller.options import Backoff
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
-from pyprovlib.kube.convert import ConversionError, to_model
+from pyprovlib.kube.convert import ConversionError
 from pyprovlib.kube.errors import ApiException, is_already_exists
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
@@ -185,7 +186,7 @@ class BackoffStore:
             f"{_describe(save_error)}. Deleting the volume.",
         )
         try:
-            model = to_model(volume, V1PersistentVolume)
+            delete = deleter(self._provisioner, LazyVolume(volume))
         except ConversionError as err:
             delete_error: BaseException | None = err
         else:
@@ -193,7 +194,7 @@ class BackoffStore:
             delays = self.backoff.delays()
             for attempt in range(self.backoff.steps):
                 try:
-                    await self._provisioner.delete(model)
+                    await delete()
                 except IgnoredError as err:
                     logger.info("provisioner declined to delete the volume", reason=err.reason)
                     delete_error = None

@@ -1,30 +1,30 @@
 """The diagnostics HTTP server of every entry point: Prometheus ``/metrics``, ``/healthz``
 (liveness), ``/healthz/leader-election`` (upstream sidecars' liveness path) and ``/readyz``
-(readiness), on aiohttp.
+(readiness).
 
-Health responses follow the Kubernetes components' convention: ``ok`` when every check
-passes, otherwise one ``[+]name ok`` / ``[-]name failed: reason`` line per check (all lines
-are also shown on success with ``?verbose``).
+The server itself is :class:`pyprovlib.controller.endpoint.EndpointServer`, the one a
+controller used as a library serves too; this module adds what an entry point needs on top:
+the address as the ``--http-endpoint`` flag spells it (``host:port``, ``:port``).
 """
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-from prometheus_client import REGISTRY
-from prometheus_client.exposition import choose_encoder
-
+from pyprovlib.controller.endpoint import (
+    LEADER_ELECTION_CHECK,
+    LEADER_ELECTION_HEALTH_TIMEOUT,
+    LEADER_ELECTION_PATH,
+    Check,
+    EndpointServer,
+    controller_checks,
+)
 from pyprovlib.runtime.flags import HttpAddress, parse_http_address
-from pyprovlib.runtime.logging import get_logger, scrub_text
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
+    from collections.abc import Mapping
 
-    from pyprovlib.runtime.app import Controller
+    from prometheus_client.registry import CollectorRegistry
 
 __all__ = [
     "LEADER_ELECTION_CHECK",
@@ -35,75 +35,16 @@ __all__ = [
     "controller_checks",
 ]
 
-Check = Callable[[], str | None]
-"""A health check: returns ``None`` when passing, else the reason it fails."""
 
-LEADER_ELECTION_PATH = "/healthz/leader-election"
-"""Where csi-lib-utils' leader election serves its health check, the liveness path of the
-upstream sidecars' manifests."""
-LEADER_ELECTION_CHECK = "leader-election"
-"""The name of the leader-election check in ``/healthz`` (and alone at
-:data:`LEADER_ELECTION_PATH`)."""
-LEADER_ELECTION_HEALTH_TIMEOUT = 20.0
-"""How long past the lease duration a leader may go without renewing before the check fails
-(csi-lib-utils' ``DefaultHealthCheckTimeout``)."""
-
-log = get_logger(__name__)
-
-
-def controller_checks(controller: Controller) -> tuple[dict[str, Check], dict[str, Check]]:
-    """The ``/healthz`` and ``/readyz`` checks of a :class:`~pyprovlib.runtime.Controller`.
-
-    ``/healthz``: its ``healthy()``, and the leader-election check (always passing for a
-    controller that is not :class:`~pyprovlib.runtime.LeaderElected`). ``/readyz``: its
-    ``ready()``, or a healthy leader-election standby (``standing_by()``).
-    """
-    from pyprovlib.runtime.app import LeaderElected
-
-    elected = controller if isinstance(controller, LeaderElected) else None
-
-    def healthy() -> str | None:
-        if controller.healthy():
-            return None
-        return "controller reports unhealthy (stopped, or workers stuck)"
-
-    def leader_election() -> str | None:
-        if elected is None:
-            return None
-        return elected.leader_election_check(LEADER_ELECTION_HEALTH_TIMEOUT)
-
-    def ready() -> str | None:
-        if controller.ready():
-            return None
-        if elected is not None and elected.standing_by():
-            return None
-        return "controller not ready (caches not synced, or neither leading nor standing by)"
-
-    return (
-        {"controller": healthy, LEADER_ELECTION_CHECK: leader_election},
-        {"controller": ready},
-    )
-
-
-def _bind(address: HttpAddress) -> socket.socket:
-    # One socket even for ":port" so ":0" yields one port, not one per address family.
-    if address.host is None:
-        if socket.has_dualstack_ipv6():
-            return socket.create_server(
-                ("", address.port), family=socket.AF_INET6, dualstack_ipv6=True
-            )
-        return socket.create_server(("", address.port))
-    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    return socket.create_server((address.host, address.port), family=family)
-
-
-class HttpServer:
-    """Serves metrics, and health checks when given any, on ``address``.
+class HttpServer(EndpointServer):
+    """Serves metrics, and health checks when given any, on ``address`` (an
+    :class:`~pyprovlib.runtime.flags.HttpAddress` or its flag form, ``host:port`` or
+    ``:port``).
 
     ``healthz``/``readyz`` map a check name to a :data:`Check`; when ``None`` the endpoint is
     not served (``--metrics-address`` mode). Use as ``async with HttpServer(...) as server``
     or call :meth:`start` and :meth:`stop`; :attr:`port` is the bound port (useful with
-    port 0).
+    port 0). The checks of a controller come from :func:`controller_checks`.
     """
 
     def __init__(
@@ -116,115 +57,14 @@ class HttpServer:
         readyz: Mapping[str, Check] | None = None,
     ) -> None:
         self.address = parse_http_address(address) if isinstance(address, str) else address
-        self.registry: CollectorRegistry = registry if registry is not None else REGISTRY
-        self.metrics_path = metrics_path
-        self.healthz = dict(healthz) if healthz is not None else None
-        self.readyz = dict(readyz) if readyz is not None else None
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
-
-    @property
-    def port(self) -> int:
-        """The TCP port the server listens on."""
-        if self._port is None:
-            raise RuntimeError("the HTTP server is not started")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        """A URL reaching the server from this host (loopback for an all-interfaces bind)."""
-        host = self.address.host or "127.0.0.1"
-        if host in ("0.0.0.0", "::"):  # noqa: S104 - comparing, not binding
-            host = "127.0.0.1"
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
-
-    def _app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get(self.metrics_path, self._metrics)
-        if self.healthz is not None:
-            app.router.add_get("/healthz", self._make_health("healthz", self.healthz, 500))
-            # As upstream: the leader-election check alone, with an "ok" even when the process
-            # runs without leader election, so an upstream manifest's liveness probe passes.
-            election = {
-                name: check for name, check in self.healthz.items() if name == LEADER_ELECTION_CHECK
-            }
-            app.router.add_get(LEADER_ELECTION_PATH, self._make_health("healthz", election, 500))
-        if self.readyz is not None:
-            app.router.add_get("/readyz", self._make_health("readyz", self.readyz, 503))
-        return app
-
-    async def start(self) -> None:
-        """Bind and start serving. Raises :class:`OSError` when the address is unusable."""
-        if self._runner is not None:
-            raise RuntimeError("the HTTP server is already started")
-        sock = _bind(self.address)
-        # No access log: Prometheus and kubelet probes would drown the controller's own lines.
-        runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.SockSite(runner, sock)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            sock.close()
-            raise
-        self._runner = runner
-        self._port = sock.getsockname()[1]
-        log.info(
-            "HTTP server listening",
-            address=str(self.address),
-            port=self._port,
-            metrics_path=self.metrics_path,
-            health=self.healthz is not None,
+        super().__init__(
+            self.address.host,
+            self.address.port,
+            registry=registry,
+            metrics_path=metrics_path,
+            healthz=healthz,
+            readyz=readyz,
         )
 
-    async def stop(self) -> None:
-        """Stop serving and release the socket; safe to call more than once."""
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
-
-    async def __aenter__(self) -> HttpServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(self.registry)
-        return web.Response(body=body, headers={"Content-Type": content_type})
-
-    def _make_health(
-        self, name: str, checks: Mapping[str, Check], fail_status: int
-    ) -> Callable[[web.Request], Any]:
-        async def handler(request: web.Request) -> web.Response:
-            lines: list[str] = []
-            failed = False
-            for check_name, check in checks.items():
-                try:
-                    reason = check()
-                except Exception as err:
-                    reason = f"check raised {type(err).__name__}: {err}"
-                if reason is None:
-                    lines.append(f"[+]{check_name} ok")
-                else:
-                    failed = True
-                    lines.append(f"[-]{check_name} failed: {scrub_text(reason)}")
-            if failed:
-                lines.append(f"{name} check failed")
-                return web.Response(status=fail_status, text="\n".join(lines) + "\n")
-            if "verbose" in request.query:
-                lines.append(f"{name} check passed")
-                return web.Response(text="\n".join(lines) + "\n")
-            return web.Response(text="ok")
-
-        return handler
+    def _describe_address(self) -> str:
+        return str(self.address)

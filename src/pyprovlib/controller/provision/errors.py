@@ -1,0 +1,80 @@
+"""The provisioning controller's errors and outcome markers: what a failed or refused attempt
+tells the claim worker (retry, wait out an infeasible error, stop), and how an error is
+described in events and logs without leaking what user code put in its message.
+"""
+
+from __future__ import annotations
+
+from pyprovlib.controller._errors import describe_user_error, is_user_bug
+from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.errors import ApiException
+from pyprovlib.provisioner import InfeasibleError
+from pyprovlib.redaction import scrub_text
+
+__all__ = ["ClassNotFoundError", "is_infeasible_error"]
+
+
+class ClassNotFoundError(PyprovlibError, LookupError):
+    """The StorageClass a claim names is not (yet) known."""
+
+    def __init__(self, class_name: str) -> None:
+        super().__init__(
+            f'StorageClass "{class_name}" not found: create it, or correct the claim\'s '
+            "storageClassName"
+        )
+        self.class_name = class_name
+
+
+class DelayRetryError(Exception):
+    """A claim still waits out an infeasible error (upstream's ``DelayRetryError``)."""
+
+    def __init__(self, key: str, remaining: float) -> None:
+        super().__init__(
+            f"skipping volume provisioning for pvc {key}, because provisioning previously "
+            "failed with infeasible error"
+        )
+        self.remaining = remaining
+
+
+class StopProvisionError(Exception):
+    """Provisioning is impossible or done; the claim must not be retried (``errStopProvision``)."""
+
+
+STOP = StopProvisionError("stop provisioning")
+SAVED = StopProvisionError("the volume's PersistentVolume exists")
+"""Like :data:`STOP`, but the claim's PV exists: its provisioning-protection finalizer stays
+until the claim is bound."""
+
+
+def is_infeasible_error(err: BaseException) -> bool:
+    """True for :class:`InfeasibleError` and for a gRPC ``INVALID_ARGUMENT`` status (a CSI
+    driver refusing the request), also when it is the cause or context of the error raised
+    (``raise ProvisioningError(...) from None`` still records the gRPC error as context)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [err]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, InfeasibleError):
+            return True
+        status = getattr(current, "status", None)
+        if type(current).__name__ == "GRPCError" and getattr(status, "name", "") == (
+            "INVALID_ARGUMENT"
+        ):
+            return True
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
+def describe(err: BaseException) -> str:
+    """One line for events and logs: the API status, or the error's text (scrubbed, with its
+    type, when user code raised something unexpected)."""
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}".strip()
+    if is_user_bug(err):
+        # The type says what the bare message does not; the text may quote anything.
+        return scrub_text(describe_user_error(err))
+    text = str(err)
+    return text or type(err).__name__

@@ -1,0 +1,105 @@
+"""What crosses into user code on deletion (issue 20): a DeletionGuard and ``delete`` get one
+``V1PersistentVolume`` per sync, the same object, as upstream hands both the same pointer; an
+ObjectDeleter gets the PV's JSON, read-only, and no model is built for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import V1PersistentVolume
+from test_provision_e2e import (
+    MemoryProvisioner,
+    create_claim,
+    create_class,
+    delete_claim,
+    fast_options,
+    provisioner_name,
+    running,
+    wait_bound,
+    wait_gone,
+)
+
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+class SharingGuard(MemoryProvisioner, DeletionGuard):
+    """Records the model objects its guard and its delete receive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.guarded: list[V1PersistentVolume] = []
+        self.deleted_models: list[V1PersistentVolume] = []
+
+    async def should_delete(self, volume: V1PersistentVolume) -> bool:
+        self.guarded.append(volume)
+        return True
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        self.deleted_models.append(volume)
+        await super().delete(volume)
+
+
+class JSONDeleter(MemoryProvisioner, ObjectDeleter):
+    """Deletes from the PV's JSON; its model entry point must not be used by the controller."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: list[Mapping[str, Any]] = []
+        self.writable: list[bool] = []
+
+    async def delete_object(self, volume: Mapping[str, Any]) -> None:
+        self.objects.append(volume)
+        try:
+            volume["spec"] = {}  # type: ignore[index]
+        except TypeError:
+            self.writable.append(False)
+        else:
+            self.writable.append(True)
+        name = volume["metadata"]["name"]
+        self.deleted.append(name)
+        self.assets.pop(name, None)
+
+    async def delete(self, volume: V1PersistentVolume) -> None:
+        raise AssertionError("the controller called delete(model) on an ObjectDeleter")
+
+
+async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = SharingGuard()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        await delete_claim(kube_cluster, claim["metadata"]["name"])
+        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+    (deleted,) = provisioner.deleted_models
+    assert deleted.metadata.name == pv_name
+    # The guard was asked about that very object (it may also have been asked on other syncs).
+    assert any(guarded is deleted for guarded in provisioner.guarded)
+
+
+async def test_an_object_deleter_gets_the_pv_json_read_only(kube_cluster: TestCluster) -> None:
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    provisioner = JSONDeleter()
+    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    async with running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        pv_name = f"pvc-{claim['metadata']['uid']}"
+        await delete_claim(kube_cluster, claim["metadata"]["name"])
+        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        assert controller.healthy()
+    assert provisioner.deleted == [pv_name]
+    assert provisioner.writable == [False]
+    (volume,) = provisioner.objects
+    assert volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+    assert pv_name not in provisioner.assets
