@@ -87,7 +87,7 @@ def _capturing() -> bool:
 class _LevelCheckingLogger(structlog.stdlib.BoundLogger):
     """A stdlib-backed BoundLogger whose ``debug`` and ``info`` return before building the
     event when stdlib's level drops them: a dropped line then costs a level check, not a
-    structlog record (issue 19 measured ~10–20 µs each, three per CSI call)."""
+    structlog record (issue 19 measured ~10-20 µs each, three per CSI call)."""
 
     def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
         if not self.isEnabledFor(logging.DEBUG) and not _capturing():

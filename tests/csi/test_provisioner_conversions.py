@@ -8,7 +8,15 @@ import sys
 from typing import Any
 
 import pytest
-from csi_e2e import create_claim, create_class, create_secret, csi_env, wait_bound
+from csi_e2e import (
+    create_claim,
+    create_class,
+    create_secret,
+    csi_env,
+    delete_claim,
+    wait_bound,
+    wait_volume_gone,
+)
 
 from pyprovlib.csi.provisioner import PROVISIONER_SECRET, CSIProvisionerOptions
 from pyprovlib.kube import convert
@@ -65,3 +73,19 @@ async def test_provisioning_converts_no_model(
         options_of_claim = ProvisionOptions({"metadata": {"name": class_name}}, "pv-1", bound)
         assert options_of_claim.pvc.metadata.name == claim["metadata"]["name"]
         assert calls == ["to_model(V1PersistentVolumeClaim)"]
+
+
+async def test_deleting_converts_no_model(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CSIProvisioner is an ObjectDeleter: the controller hands it the PV's JSON, and the
+    DeleteVolume path converts nothing either."""
+    async with csi_env(kube_cluster, sock_dir) as env:
+        class_name = await create_class(env)
+        claim = await create_claim(env, class_name)
+        bound = await wait_bound(env, claim["metadata"]["name"])
+        calls = count_conversions(monkeypatch)
+        await delete_claim(env, claim["metadata"]["name"])
+        await wait_volume_gone(env, bound["spec"]["volumeName"])
+        assert [r.volume_id for r in env.driver.requests("DeleteVolume")]
+        assert calls == [], f"the delete path converted models: {calls}"

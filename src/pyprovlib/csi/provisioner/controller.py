@@ -79,6 +79,7 @@ from pyprovlib.provisioner import (
     BlockProvisioner,
     IgnoredError,
     InfeasibleError,
+    ObjectDeleter,
     Provisioner,
     ProvisioningError,
     ProvisioningState,
@@ -123,7 +124,7 @@ class _InFlight:
     protected: tuple[SourceGuard, tuple[str, str]] | None
 
 
-class CSIProvisioner(Provisioner, BlockProvisioner):
+class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
     """Provisions and deletes volumes through a CSI driver (external-provisioner's core).
 
     ``client`` is a kubernetes-asyncio ApiClient used for Secrets, Nodes, CSINodes, claims,
@@ -557,7 +558,10 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
 
     async def delete(self, volume: V1PersistentVolume) -> None:
         """DeleteVolume with the PV's volume handle and the provisioner secret."""
-        pv = from_model(volume)
+        await self.delete_object(from_model(volume))
+
+    async def delete_object(self, pv: Mapping[str, Any]) -> None:
+        """:meth:`delete` on the PV's JSON, as the controller hands it over: no conversion."""
         metadata = pv.get("metadata") or {}
         pv_name = metadata.get("name", "")
         csi = (pv.get("spec") or {}).get("csi") or {}
@@ -585,7 +589,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner):
         )
         logger.info("volume deleted")
 
-    async def _deletion_secret(self, pv: Obj) -> SecretRef | None:
+    async def _deletion_secret(self, pv: Mapping[str, Any]) -> SecretRef | None:
         annotations = (pv.get("metadata") or {}).get("annotations") or {}
         name = annotations.get(ANN_DELETION_SECRET_NAME)
         namespace = annotations.get(ANN_DELETION_SECRET_NAMESPACE)
