@@ -35,14 +35,10 @@ from test_provision_e2e import (
     create_claim,
     create_class,
     delete_claim,
-    events_of,
     fast_options,
     get_claim,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
     wait_gone,
     wait_ready,
 )
@@ -65,6 +61,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.testing import events_of, running, wait_bound, wait_event
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -564,7 +561,9 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
             assert pv_name in provisioner.assets
         assert set(provisioner.deleted) == {pv_names[2]}
         reasons = {
-            e["reason"] for n in pv_names[:2] for e in await events_of(kube_cluster, n, "default")
+            e["reason"]
+            for n in pv_names[:2]
+            for e in await events_of(kube_cluster, n, namespace="default")
         }
         assert "VolumeFailedDelete" not in reasons
 

@@ -23,9 +23,6 @@ from test_provision_e2e import (
     fast_options,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
 )
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
@@ -38,6 +35,7 @@ from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTEN
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import Indexer
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing import running, wait_bound, wait_event
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.server import ApiServer
 

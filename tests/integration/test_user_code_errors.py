@@ -19,12 +19,8 @@ from test_provision_e2e import (
     create_claim,
     create_class,
     delete_claim,
-    events_of,
     fast_options,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
     wait_gone,
 )
 
@@ -37,6 +33,7 @@ from pyprovlib.provisioner import (
     Qualifier,
 )
 from pyprovlib.runtime import logging as runtime_logging
+from pyprovlib.testing import events_of, running, wait_bound, wait_event
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,10 @@
-"""Waiting on controllers in tests: the deterministic point for a negative assertion.
+"""Waiting on controllers in tests: run one for a block, wait for a state, and the deterministic
+point for a negative assertion.
+
+Tests wait for states, never for an order or a sleep. :func:`eventually` polls a predicate until
+it holds; :func:`wait_bound` and :func:`wait_event` are the two states almost every storage test
+waits for; :func:`running` runs a controller for the duration of a block and stops it gracefully,
+surfacing the controller's own failure.
 
 "The controller did not do X" can only be asserted once the controller has seen the write that
 would cause X and has finished whatever that write queued; a sleep before the assertion passes
@@ -8,11 +14,32 @@ whenever the controller is merely slow. :func:`wait_idle` waits for exactly that
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import time
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
-__all__ = ["IdleObservable", "wait_idle"]
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube.rest import ResourceClient
+
+__all__ = [
+    "ClusterLike",
+    "IdleObservable",
+    "Runnable",
+    "events_of",
+    "eventually",
+    "running",
+    "wait_bound",
+    "wait_event",
+    "wait_idle",
+]
+
+T = TypeVar("T")
+Obj = dict[str, Any]
 
 
 class IdleObservable(Protocol):
@@ -21,6 +48,167 @@ class IdleObservable(Protocol):
     def idle(self, *, count_delayed: bool = False) -> bool: ...
 
     def caught_up(self, obj: Mapping[str, Any]) -> bool: ...
+
+
+class Runnable(Protocol):
+    """What :func:`running` needs of a controller: ``run()`` until ``stop()``."""
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class ClusterLike(Protocol):
+    """Where :func:`wait_bound` and :func:`wait_event` look: a client and a default namespace
+    (a :class:`~pyprovlib.testing.TestCluster` has both)."""
+
+    @property
+    def api_client(self) -> ApiClient: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+
+R = TypeVar("R", bound=Runnable)
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[T | None]] | Callable[[], T | None],
+    *,
+    timeout: float = 30.0,  # noqa: ASYNC109
+    message: str = "condition",
+    interval: float = 0.01,
+) -> T:
+    """Poll ``predicate`` (plain or async) until it returns something truthy and return that.
+
+    Raises ``AssertionError`` naming ``message`` and the last value seen after ``timeout``
+    seconds. The poll interval grows from ``interval`` to a quarter of a second.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        last = predicate()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return cast("T", last)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}: {last!r}")
+        await asyncio.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+        interval = min(interval * 1.5, 0.25)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    controller: R,
+    *,
+    ready: bool = False,
+    stop_timeout: float = 15.0,
+) -> AsyncIterator[R]:
+    """Run ``controller.run()`` for the duration of the block, then ``stop()`` it and wait for
+    ``run()`` to return.
+
+    With ``ready``, the block starts once ``controller.ready()`` is true. A controller that
+    fails (before it is ready, during the block or on the way out) raises its own exception
+    here; one that does not stop within ``stop_timeout`` seconds is cancelled and the block
+    fails with ``TimeoutError``.
+    """
+    task = asyncio.create_task(controller.run())
+    try:
+        if ready:
+            is_ready: Callable[[], bool] = controller.ready  # type: ignore[attr-defined]
+
+            def started() -> bool:
+                if task.done():
+                    task.result()  # surface the failure
+                    raise AssertionError(f"{controller!r} stopped before it was ready")
+                return is_ready()
+
+            await eventually(started, message=f"{type(controller).__name__} ready")
+        yield controller
+    finally:
+        controller.stop()
+        try:
+            async with asyncio.timeout(stop_timeout):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise
+
+
+async def _get(client: ResourceClient, name: str, namespace: str | None = None) -> Obj | None:
+    try:
+        return await client.get(name, namespace)
+    except Exception as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def wait_bound(
+    cluster: ClusterLike,
+    name: str,
+    *,
+    namespace: str | None = None,
+    timeout: float = 30.0,  # noqa: ASYNC109
+) -> Obj:
+    """Wait until the claim ``name`` (in ``namespace``, by default the cluster's) is ``Bound``
+    and return it as JSON.
+
+    The ``AssertionError`` on timeout carries the last claim seen and the PV it names (or
+    ``pvc-<uid>``, the name a provisioner gives it), which is usually what says why.
+    """
+    namespace = namespace or cluster.namespace
+    claims = ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
+    last: list[Obj | None] = [None]
+
+    async def bound() -> Obj | None:
+        claim = last[0] = await _get(claims, name, namespace)
+        if claim is not None and (claim.get("status") or {}).get("phase") == "Bound":
+            return claim
+        return None
+
+    try:
+        return await eventually(bound, timeout=timeout, message=f"claim {namespace}/{name} Bound")
+    except AssertionError as err:
+        claim = last[0]
+        volume = None
+        if claim is not None:
+            pv_name = (claim.get("spec") or {}).get("volumeName") or (
+                f"pvc-{claim['metadata'].get('uid')}"
+            )
+            volume = await _get(ResourceClient(cluster.api_client, PERSISTENT_VOLUMES), pv_name)
+        raise AssertionError(f"{err}; last claim: {claim}; its PV: {volume}") from None
+
+
+async def events_of(cluster: ClusterLike, name: str, *, namespace: str | None = None) -> list[Obj]:
+    """The events (as JSON) whose involved object is named ``name``, in ``namespace``."""
+    listed = await ResourceClient(cluster.api_client, EVENTS).list(namespace or cluster.namespace)
+    return [e for e in listed["items"] if (e.get("involvedObject") or {}).get("name") == name]
+
+
+async def wait_event(
+    cluster: ClusterLike,
+    name: str,
+    reason: str,
+    contains: str = "",
+    *,
+    namespace: str | None = None,
+    timeout: float = 30.0,  # noqa: ASYNC109
+) -> Obj:
+    """Wait for an event with ``reason`` on the object ``name`` whose message contains
+    ``contains``, and return it as JSON."""
+
+    async def found() -> Obj | None:
+        for event in await events_of(cluster, name, namespace=namespace):
+            if event.get("reason") == reason and contains in (event.get("message") or ""):
+                return event
+        return None
+
+    return await eventually(
+        found, timeout=timeout, message=f"{reason} event on {name} ({contains!r})"
+    )
 
 
 async def wait_idle(
