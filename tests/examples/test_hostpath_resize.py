@@ -24,6 +24,7 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
+from pyprovlib import testing
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.resize import REASON_VOLUME_RESIZE_FAILED
 from pyprovlib.examples.hostpath.cli import build_parser, make_controller
@@ -51,17 +52,8 @@ async def running_cli(c: TestCluster, *argv: str) -> AsyncIterator[Controller]:
         options=options, args=args, api_client=c.api_client, log=structlog.stdlib.get_logger()
     )
     controller = make_controller(ctx)
-    task = asyncio.create_task(controller.run())
-    try:
+    async with testing.running(controller):
         yield controller
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def node_argv(provisioner: str, node: str, *extra: str) -> list[str]:

@@ -13,7 +13,8 @@ The Python counterpart of client-go's fake clientset and envtest::
 directory of binaries, envtest-style. ``TcpProxy`` puts a partitionable TCP hop between one
 client and the server.
 
-``running``, ``eventually``, ``wait_bound``, ``wait_event`` and ``wait_idle`` are the waits
+``running``, ``eventually``, ``wait_bound``, ``wait_deleted``, ``wait_event`` and
+``wait_idle`` are the waits
 tests share: run a controller for a block, wait for a state, and the deterministic point for
 "nothing happened" (see docs/testing.md).
 
@@ -31,6 +32,7 @@ from pyprovlib.testing.support import (
     eventually,
     running,
     wait_bound,
+    wait_deleted,
     wait_event,
     wait_idle,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "running",
     "set_selected_node",
     "wait_bound",
+    "wait_deleted",
     "wait_event",
     "wait_idle",
 ]

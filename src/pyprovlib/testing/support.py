@@ -23,7 +23,12 @@ from typing import Any, Protocol, TypeVar, cast
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube.resources import (
+    EVENTS,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    Resource,
+)
 from pyprovlib.kube.rest import ResourceClient
 
 __all__ = [
@@ -34,6 +39,7 @@ __all__ = [
     "eventually",
     "running",
     "wait_bound",
+    "wait_deleted",
     "wait_event",
     "wait_idle",
 ]
@@ -109,8 +115,8 @@ async def running(
 
     With ``ready``, the block starts once ``controller.ready()`` is true. A controller that
     fails (before it is ready, during the block or on the way out) raises its own exception
-    here; one that does not stop within ``stop_timeout`` seconds is cancelled and the block
-    fails with ``TimeoutError``.
+    here, and one that returns before the block ends fails it; one that does not stop within
+    ``stop_timeout`` seconds is cancelled and the block fails with ``TimeoutError``.
     """
     task = asyncio.create_task(controller.run())
     try:
@@ -125,6 +131,9 @@ async def running(
 
             await eventually(started, message=f"{type(controller).__name__} ready")
         yield controller
+        if task.done():
+            task.result()  # surface the failure
+            raise AssertionError(f"{controller!r} stopped on its own, before stop()")
     finally:
         controller.stop()
         try:
@@ -180,6 +189,28 @@ async def wait_bound(
             )
             volume = await _get(ResourceClient(cluster.api_client, PERSISTENT_VOLUMES), pv_name)
         raise AssertionError(f"{err}; last claim: {claim}; its PV: {volume}") from None
+
+
+async def wait_deleted(
+    cluster: ClusterLike,
+    resource: Resource,
+    name: str,
+    *,
+    namespace: str | None = None,
+    timeout: float = 30.0,  # noqa: ASYNC109
+) -> None:
+    """Wait until the object ``name`` of ``resource`` (in ``namespace``, by default the
+    cluster's, when the resource is namespaced) is gone from the API server."""
+    client = ResourceClient(cluster.api_client, resource)
+    where = (namespace or cluster.namespace) if resource.namespaced else None
+
+    async def gone() -> bool:
+        return await _get(client, name, where) is None
+
+    deleted: bool = await eventually(
+        gone, timeout=timeout, message=f"{resource.plural} {name} deleted"
+    )
+    assert deleted
 
 
 async def events_of(cluster: ClusterLike, name: str, *, namespace: str | None = None) -> list[Obj]:
