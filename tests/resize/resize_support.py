@@ -226,6 +226,17 @@ class Scenario:
         await wait_for(bound, message=f"claim {claim} Bound")
         return claim, pv, handle
 
+    async def settled(self, ctrl: Any, *claims: str) -> None:
+        """Wait until ``ctrl`` has seen ``claims`` as they are now (and their PVs) and has no
+        work left: the point for asserting that it did nothing more."""
+        seen: list[Obj] = []
+        for name in claims:
+            claim = await self.get_claim(name)
+            seen.append(claim)
+            if pv := (claim.get("spec") or {}).get("volumeName"):
+                seen.append(await self.get_pv(pv))
+        await testing.wait_idle(ctrl, *seen)
+
     async def get_claim(self, name: str) -> Obj:
         return await self.pvcs.get(name, self.namespace)
 
