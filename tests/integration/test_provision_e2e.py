@@ -54,7 +54,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
-from pyprovlib.testing import eventually, running, wait_bound, wait_event
+from pyprovlib.testing import eventually, running, wait_bound, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -295,12 +295,12 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
         await wait_ready(kube_cluster, controller)
         # Annotating for us as the PV controller would, before any node is selected: the
         # claim must still wait.
-        await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
+        annotated = await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
             claim_name,
             {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: name}}},
             namespace=kube_cluster.namespace,
         )
-        await asyncio.sleep(0.2)
+        await wait_idle(controller, annotated)
         assert provisioner.calls == []
         await kube_cluster.create_consumer_pod(claim_name)
         bound = await wait_bound(kube_cluster, claim_name, timeout=60)
@@ -324,13 +324,13 @@ async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCl
         assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
         await delete_claim(kube_cluster, claim["metadata"]["name"])
 
-        async def released() -> bool:
+        async def released() -> Obj | None:
             pv = await get_volume(kube_cluster.api_client, pv_name)
-            return pv is not None and pv["status"].get("phase") == "Released"
+            return pv if pv is not None and pv["status"].get("phase") == "Released" else None
 
-        await kube_cluster.wait_for(released, message="PV Released")
-        # Give the controller a chance to (wrongly) act on the Released PV.
-        await asyncio.sleep(0.3)
+        pv = await eventually(released, message="PV Released")
+        # The controller has seen the Released PV and done all it would do about it.
+        await wait_idle(controller, pv)
         assert await get_volume(kube_cluster.api_client, pv_name) is not None
         assert pv_name in provisioner.assets
         assert provisioner.deleted == []
