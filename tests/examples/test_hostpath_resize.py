@@ -35,7 +35,8 @@ from pyprovlib.examples.hostpath.resize import (
     volume_node,
 )
 from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import STORAGE_CLASSES
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import CompositeController, Controller, RuntimeContext, parse_common
 from pyprovlib.testing.cluster import TestCluster
 
@@ -207,7 +208,8 @@ async def test_resize_events_off(kube_cluster: TestCluster, tmp_path: Path) -> N
         assert isinstance(controller, ProvisionController)
         claim, pv = await bound_claim(c, sc, node)
         await grow(c, claim)
-        await asyncio.sleep(1.5)
+        grown = await ResourceClient(c.api_client, PERSISTENT_VOLUME_CLAIMS).get(claim, c.namespace)
+        await testing.wait_idle(controller, grown)
         assert await resize_events(c, claim) == []
         await assert_unchanged(c, claim, pv)
 

@@ -18,7 +18,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -54,6 +54,13 @@ class IdleObservable(Protocol):
     def idle(self, *, count_delayed: bool = False) -> bool: ...
 
     def caught_up(self, obj: Mapping[str, Any]) -> bool: ...
+
+
+@runtime_checkable
+class _Flushable(Protocol):
+    """A controller's event recorder (``controller.recorder``), when it has one."""
+
+    async def flush(self, timeout: float) -> bool: ...  # noqa: ASYNC109
 
 
 class Runnable(Protocol):
@@ -251,7 +258,8 @@ async def wait_idle(
     """Wait until ``controller``'s caches show every object of ``written`` (each as a write or
     read of the API server returned it, with its ``apiVersion``, ``kind`` and
     ``resourceVersion``) and it has no work queued or in progress; keys waiting out a retry
-    delay count as work only with ``count_delayed``.
+    delay count as work only with ``count_delayed``. A controller with an event ``recorder``
+    has also written (or given up) every event it decided on, so "no event" can be asserted.
 
     Raises ``AssertionError`` naming what was not reached after ``timeout`` seconds.
     """
@@ -260,7 +268,13 @@ async def wait_idle(
     while True:
         behind = [obj for obj in written if not controller.caught_up(obj)]
         if not behind and controller.idle(count_delayed=count_delayed):
-            return
+            recorder: _Flushable | None = getattr(controller, "recorder", None)
+            left = max(0.0, deadline - time.monotonic())
+            if recorder is None or not isinstance(recorder, _Flushable):
+                return
+            # The events it decided on are part of what it did: written, or given up.
+            if await recorder.flush(left) and controller.idle(count_delayed=count_delayed):
+                return
         if time.monotonic() >= deadline:
             names = [
                 f"{obj.get('kind')} {(obj.get('metadata') or {}).get('name')}@"
