@@ -28,6 +28,9 @@ from pyprovlib.testing.faults import Faults, Requests
 from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
 from pyprovlib.testing.server import ApiServer, StorageView
 from pyprovlib.testing.support import (
+    ChildProcess,
+    child_env,
+    child_process,
     events_of,
     eventually,
     running,
@@ -39,6 +42,7 @@ from pyprovlib.testing.support import (
 
 __all__ = [
     "ApiServer",
+    "ChildProcess",
     "ControlPlane",
     "ControlPlaneError",
     "Faults",
@@ -49,6 +53,8 @@ __all__ = [
     "StorageView",
     "TcpProxy",
     "TestCluster",
+    "child_env",
+    "child_process",
     "events_of",
     "eventually",
     "running",

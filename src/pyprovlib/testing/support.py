@@ -16,6 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast, runtime_checkable
@@ -32,9 +35,12 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 
 __all__ = [
+    "ChildProcess",
     "ClusterLike",
     "IdleObservable",
     "Runnable",
+    "child_env",
+    "child_process",
     "events_of",
     "eventually",
     "running",
@@ -285,3 +291,126 @@ async def wait_idle(
             raise AssertionError(f"timed out after {timeout}s waiting for the controller's {what}")
         await asyncio.sleep(interval)
         interval = min(interval * 2, 0.1)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child under test: without ``PYPROVLIB_*``,
+    ``KUBECONFIG`` and ``POD_NAMESPACE`` (so only its flags configure it), unbuffered, plus
+    ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYPROVLIB_") and k not in ("KUBECONFIG", "POD_NAMESPACE")
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class ChildProcess:
+    """A child process under test (a ``python -m`` entry point) whose stderr is collected:
+    every line in :attr:`raw`, those that are JSON log records in :attr:`lines`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._changed = asyncio.Condition()
+        self._eof = False
+
+    async def _read(self) -> None:
+        if self.proc.stderr is not None:
+            async for raw in self.proc.stderr:
+                text = raw.decode(errors="replace").rstrip("\n")
+                self.raw.append(text)
+                with contextlib.suppress(json.JSONDecodeError):
+                    record = json.loads(text)
+                    if isinstance(record, dict):
+                        self.lines.append(record)
+                async with self._changed:
+                    self._changed.notify_all()
+        async with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    def tail(self, count: int = 40) -> str:
+        """The last ``count`` lines of stderr, for an assertion message."""
+        return "\n".join(self.raw[-count:])
+
+    def events(self) -> list[str]:
+        """The ``event`` of every JSON log record so far."""
+        return [str(line.get("event")) for line in self.lines]
+
+    def count(self, event: str) -> int:
+        return sum(1 for line in self.lines if line.get("event") == event)
+
+    def find(self, event: str) -> dict[str, Any] | None:
+        """The first log record with this ``event``, if any."""
+        return next((line for line in self.lines if line.get("event") == event), None)
+
+    async def wait_for(
+        self,
+        event: str,
+        times: int = 1,
+        timeout: float = 30.0,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """Wait until ``event`` was logged ``times`` times; return its last record. Fails
+        naming the log's tail when the process's stderr ends first or after ``timeout``."""
+
+        async def found() -> dict[str, Any]:
+            async with self._changed:
+                while self.count(event) < times:
+                    if self._eof:
+                        raise AssertionError(f"exited before {event!r}:\n{self.tail()}")
+                    await self._changed.wait()
+                return [line for line in self.lines if line.get("event") == event][-1]
+
+        try:
+            async with asyncio.timeout(timeout):
+                return await found()
+        except TimeoutError:
+            raise AssertionError(f"no {event!r} within {timeout}s:\n{self.tail()}") from None
+
+    async def exit_code(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
+        """Wait for the process to exit; fails naming the log's tail after ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.proc.wait()
+        except TimeoutError:
+            raise AssertionError(f"still running after {timeout}s:\n{self.tail()}") from None
+
+
+@contextlib.asynccontextmanager
+async def child_process(
+    *argv: str,
+    env: Mapping[str, str] | None = None,
+    stdout: int = asyncio.subprocess.DEVNULL,
+    terminate_timeout: float | None = None,
+) -> AsyncIterator[ChildProcess]:
+    """Run ``sys.executable argv...`` (an argv list, no shell) for the block, its stderr
+    collected; ``env`` defaults to :func:`child_env`. Afterwards a process still running is
+    killed, or with ``terminate_timeout`` sent SIGTERM first and killed only when it does not
+    exit within that many seconds."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else child_env(),
+    )
+    child = ChildProcess(proc)
+    reader = asyncio.create_task(child._read())
+    try:
+        yield child
+    finally:
+        if proc.returncode is None:
+            if terminate_timeout is not None:
+                proc.terminate()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(terminate_timeout):
+                        await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+        await proc.wait()
+        await reader
