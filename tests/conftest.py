@@ -1,12 +1,19 @@
 """Shared test configuration. Fixtures for the API server come from pyprovlib.testing's pytest
-plugin (``apiserver``, ``apiserver_with_binder``, ``kube_client``, ``kube_cluster``)."""
+plugin (``apiserver``, ``apiserver_with_binder``, ``kube_client``, ``kube_cluster``); the
+logging fixtures (``restore_logging``, ``logs``) are here."""
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+from collections.abc import Iterator
 
 import pytest
+import structlog
 from hypothesis import HealthCheck, settings
+
+from pyprovlib.runtime import logging as runtime_logging
 
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -24,3 +31,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Leave logging as the test found it: root handlers and level, pyprovlib's installed
+    handler, structlog's configuration and context variables."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    if runtime_logging._installed is not None:
+        root.removeHandler(runtime_logging._installed)
+        runtime_logging._installed = None
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+
+
+@pytest.fixture
+def logs(restore_logging: None) -> io.StringIO:
+    """Everything logged during the test, as the ``python -m`` entry points write it: JSON
+    lines at debug level."""
+    stream = io.StringIO()
+    runtime_logging.configure_logging("json", "debug", stream=stream)
+    return stream

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -15,6 +14,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
+from pyprovlib import testing
 from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.attach_options import AttachControllerOptions
@@ -104,30 +104,12 @@ def fast_options(**kwargs: Any) -> AttachControllerOptions:
     return AttachControllerOptions(**values)
 
 
-@contextlib.asynccontextmanager
-async def running(controller: AttachController) -> AsyncIterator[AttachController]:
-    """Run ``controller`` for the block, then stop it gracefully (it must not have failed)."""
-    task = asyncio.create_task(controller.run())
-    try:
-        await wait_for(lambda: _ready(controller, task), message="controller ready")
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            async with asyncio.timeout(10):
-                await task
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise
-
-
-async def _ready(controller: AttachController, task: asyncio.Task[None]) -> bool:
-    if task.done():
-        task.result()  # surface the failure
-        raise AssertionError("the controller stopped before it was ready")
-    return controller.ready()
+def running(
+    controller: AttachController,
+) -> contextlib.AbstractAsyncContextManager[AttachController]:
+    """Run ``controller`` for the block once it is ready, then stop it gracefully (it must not
+    have failed)."""
+    return testing.running(controller, ready=True, stop_timeout=10)
 
 
 async def wait_for(
@@ -136,16 +118,7 @@ async def wait_for(
     message: str = "condition",
 ) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    interval = 0.01
-    while True:
-        last = await predicate()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}: {last!r}")
-        await asyncio.sleep(interval)
-        interval = min(interval * 1.5, 0.2)
+    return await testing.eventually(predicate, timeout=timeout, message=message)
 
 
 def driver_name(cluster: TestCluster) -> str:

@@ -7,34 +7,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from attach_support import MemoryAttacher, running, status
 from test_attach_controller import Scenario, sc  # noqa: F401 - the fixture
-
-from pyprovlib.runtime import logging as runtime_logging
 
 pytestmark = pytest.mark.e2e
 
 SECRET = "hunter2-s3cret-attach"
-
-
-@pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    stream = io.StringIO()
-    runtime_logging.configure_logging("json", "debug", stream=stream)
-    yield stream
-    if runtime_logging._installed is not None:
-        root.removeHandler(runtime_logging._installed)
-        runtime_logging._installed = None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:

@@ -22,6 +22,7 @@ import pytest
 from csi_driver import DriverState, serve_driver
 from prometheus_client import CollectorRegistry
 
+from pyprovlib import testing
 from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
@@ -207,24 +208,14 @@ async def csi_env(
                 informer_factory=factory,
             )
             provisioner.recorder = controller.recorder
-            task = asyncio.create_task(controller.run())
             informers = asyncio.create_task(_run_informers(factory))
             try:
-                yield Env(cluster, state, connection, provisioner, controller)
+                async with testing.running(controller):
+                    yield Env(cluster, state, connection, provisioner, controller)
             finally:
-                controller.stop()
-                try:
-                    async with asyncio.timeout(15):
-                        await task
-                except TimeoutError:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-                    raise
-                finally:
-                    informers.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await informers
+                informers.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await informers
         finally:
             connection.close()
 
@@ -316,13 +307,7 @@ async def delete_claim(env: Env, name: str) -> None:
 
 
 async def wait_bound(env: Env, name: str, timeout: float = 20.0) -> Obj:
-    async def bound() -> Obj | None:
-        claim = await get_claim(env, name)
-        if claim is not None and (claim.get("status") or {}).get("phase") == "Bound":
-            return claim
-        return None
-
-    return await env.cluster.wait_for(bound, timeout=timeout, message=f"claim {name} Bound")
+    return await testing.wait_bound(env.cluster, name, timeout=timeout)
 
 
 async def wait_volume_gone(env: Env, pv_name: str) -> None:
@@ -333,8 +318,7 @@ async def wait_volume_gone(env: Env, pv_name: str) -> None:
 
 
 async def events_of(env: Env, name: str) -> list[Obj]:
-    events = await ResourceClient(env.cluster.api_client, EVENTS).list(env.cluster.namespace)
-    return [e for e in events["items"] if (e.get("involvedObject") or {}).get("name") == name]
+    return await testing.events_of(env.cluster, name)
 
 
 async def all_events(env: Env) -> list[Obj]:
@@ -343,20 +327,11 @@ async def all_events(env: Env) -> list[Obj]:
 
 
 async def wait_event(env: Env, name: str, reason: str, contains: str = "") -> Obj:
-    async def found() -> Obj | None:
-        for event in await events_of(env, name):
-            if event.get("reason") == reason and contains in event.get("message", ""):
-                return event
-        return None
-
-    return await env.cluster.wait_for(found, message=f"{reason} event on {name} ({contains!r})")
+    return await testing.wait_event(env.cluster, name, reason, contains)
 
 
 async def wait_until(env: Env, predicate: Any, message: str, timeout: float = 20.0) -> None:
-    async def check() -> bool:
-        return bool(predicate())
-
-    await env.cluster.wait_for(check, timeout=timeout, message=message)
+    await testing.eventually(predicate, timeout=timeout, message=message)
 
 
 # -- VolumeSnapshots -------------------------------------------------------------------------

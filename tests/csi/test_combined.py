@@ -6,12 +6,10 @@ Lease; and its flags, which are the three sidecars' own."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import pathlib
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import aiohttp
@@ -20,6 +18,7 @@ import yaml
 from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
 
+from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
 from pyprovlib.kube import resources
@@ -175,30 +174,11 @@ def test_help_lists_every_sidecars_flags() -> None:
 # -- the process -----------------------------------------------------------------------------
 
 
-class Process:
-    """The combined process; its JSON log lines are collected from stderr."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-
-    async def read(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            text = raw.decode(errors="replace").rstrip("\n")
-            self.raw.append(text)
-            with contextlib.suppress(json.JSONDecodeError):
-                self.lines.append(json.loads(text))
+Process = testing.ChildProcess  # the combined process; its JSON log lines are collected
 
 
-@contextlib.asynccontextmanager
-async def combined(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Process]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
-    env.pop("KUBECONFIG", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
+def combined(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager[Process]:
+    return testing.child_process(
         "-m",
         "pyprovlib.csi",
         "--kubeconfig",
@@ -210,23 +190,8 @@ async def combined(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Proces
         "--retry-interval-max",
         "200ms",
         *args,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
+        terminate_timeout=DEADLINE,
     )
-    program = Process(proc)
-    reader = asyncio.create_task(program.read())
-    try:
-        yield program
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), DEADLINE)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-        await reader
 
 
 async def eventually(

@@ -12,6 +12,7 @@ from csi_driver import DRIVER_NAME, DriverState, Fault, serve_driver
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
 
+from pyprovlib import testing
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import (
     ConnectionOptions,
@@ -29,12 +30,7 @@ FAST = ConnectionOptions(backoff_start=0.01, backoff_max=0.05)
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
+    await testing.eventually(predicate, timeout=timeout, message="condition")
 
 
 def sample(registry: CollectorRegistry, method: str, code: str) -> float | None:

@@ -4,19 +4,16 @@ the Python CSI driver: flags, start-up waits, provisioning, connection loss, sig
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
 import pathlib
 import signal
 import sys
-from collections.abc import AsyncIterator
-from typing import Any
+from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 import pytest
 from csi_driver import DriverState, serve_driver
 
+from pyprovlib import testing
 from pyprovlib.csi.provisioner import build_parser
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
@@ -26,55 +23,11 @@ from pyprovlib.testing.server import ApiServer
 DEADLINE = 30.0
 
 
-class Sidecar:
-    """The sidecar process; its JSON log lines are collected from stderr."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-        self._changed = asyncio.Condition()
-
-    async def read(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            text = raw.decode(errors="replace").rstrip("\n")
-            self.raw.append(text)
-            with contextlib.suppress(json.JSONDecodeError):
-                self.lines.append(json.loads(text))
-            async with self._changed:
-                self._changed.notify_all()
-        async with self._changed:
-            self._changed.notify_all()
-
-    def count(self, event: str) -> int:
-        return sum(1 for line in self.lines if line.get("event") == event)
-
-    async def wait_for(self, event: str, times: int = 1) -> dict[str, Any]:
-        async def found() -> dict[str, Any]:
-            async with self._changed:
-                while self.count(event) < times:
-                    if self.proc.stderr is not None and self.proc.stderr.at_eof():
-                        raise AssertionError(f"exited before {event!r}: {self.raw[-20:]}")
-                    await self._changed.wait()
-                return [line for line in self.lines if line.get("event") == event][-1]
-
-        try:
-            return await asyncio.wait_for(found(), DEADLINE)
-        except TimeoutError:
-            raise AssertionError(f"no {event!r} within {DEADLINE}s: {self.raw[-20:]}") from None
-
-    async def exit_code(self) -> int:
-        return await asyncio.wait_for(self.proc.wait(), DEADLINE)
+Sidecar = testing.ChildProcess  # the sidecar process; its JSON log lines are collected
 
 
-@contextlib.asynccontextmanager
-async def sidecar(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Sidecar]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYPROVLIB_")}
-    env.pop("KUBECONFIG", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
+def sidecar(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager[Sidecar]:
+    return testing.child_process(
         "-m",
         "pyprovlib.csi.provisioner",
         "--kubeconfig",
@@ -86,19 +39,7 @@ async def sidecar(kubeconfig: pathlib.Path, *args: str) -> AsyncIterator[Sidecar
         "--retry-interval-max",
         "200ms",
         *args,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
     )
-    program = Sidecar(proc)
-    reader = asyncio.create_task(program.read())
-    try:
-        yield program
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        await reader
 
 
 async def provision_one(server: ApiServer, driver: str) -> Obj:

@@ -18,6 +18,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.runtime import CommonOptions, RuntimeContext
 from pyprovlib.testing import ApiServer
 
@@ -42,15 +43,12 @@ async def eventually(
     probe: Callable[[], Awaitable[T | None]], what: str, timeout: float = 20.0
 ) -> T:
     """Poll ``probe`` until it returns something other than None."""
-    try:
-        async with asyncio.timeout(timeout):
-            while True:
-                result = await probe()
-                if result is not None:
-                    return result
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+
+    async def present() -> tuple[T] | None:
+        result = await probe()
+        return None if result is None else (result,)
+
+    return (await testing.eventually(present, timeout=timeout, message=what))[0]
 
 
 async def setup_class_and_namespace(client: ApiClient, provisioner_name: str) -> None:

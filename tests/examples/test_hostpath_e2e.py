@@ -8,15 +8,12 @@ for the node's disk); the claims, PVs, binding, release and deletion are the clu
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from example_support import running, wait_bound, wait_event, wait_pv_gone
 from kubernetes_asyncio.client import (
-    ApiClient,
     CoreV1Api,
     StorageV1Api,
     V1ObjectMeta,
@@ -25,10 +22,7 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
     V1VolumeResourceRequirements,
 )
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.examples.hostpath import (
     HostPathProvisioner,
     LocalDirectories,
@@ -36,39 +30,9 @@ from pyprovlib.examples.hostpath import (
 )
 from pyprovlib.kube.objects import name_of
 from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.provisioner import Provisioner
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
-
-
-def fast_options(**kw: Any) -> ProvisionControllerOptions:
-    # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
-    return ProvisionControllerOptions(
-        leader_election=False,
-        threadiness=2,
-        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
-        **kw,
-    )
-
-
-@contextlib.asynccontextmanager
-async def running(
-    client: ApiClient, name: str, provisioner: Provisioner, **kw: Any
-) -> AsyncIterator[ProvisionController]:
-    controller = ProvisionController(client, name, provisioner, fast_options(**kw))
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def make_class(
@@ -105,48 +69,6 @@ async def make_claim(c: TestCluster, sc: str, name: str | None = None) -> str:
         ),
     )
     return name
-
-
-async def wait_bound(c: TestCluster, claim: str) -> Any:
-    core = CoreV1Api(c.api_client)
-
-    async def bound() -> Any:
-        pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
-        if pvc.status and pvc.status.phase == "Bound":
-            return await core.read_persistent_volume(pvc.spec.volume_name)
-        return None
-
-    return await c.wait_for(bound, timeout=30, message=f"claim {claim} Bound")
-
-
-async def wait_pv_gone(c: TestCluster, pv: str) -> None:
-    core = CoreV1Api(c.api_client)
-
-    async def gone() -> bool:
-        try:
-            await core.read_persistent_volume(pv)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    await c.wait_for(gone, timeout=60, message=f"PV {pv} deleted")
-
-
-async def wait_event(c: TestCluster, claim: str, reason: str, fragment: str) -> str:
-    core = CoreV1Api(c.api_client)
-
-    async def found() -> str | None:
-        events = await core.list_namespaced_event(c.namespace)
-        for ev in events.items:
-            if (
-                ev.involved_object.name == claim
-                and ev.reason == reason
-                and fragment in (ev.message or "")
-            ):
-                return str(ev.message)
-        return None
-
-    return await c.wait_for(found, timeout=30, message=f"{reason} event containing {fragment!r}")
 
 
 async def delete_claim_and_pods(c: TestCluster, claim: str) -> None:

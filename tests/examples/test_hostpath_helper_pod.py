@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from example_support import running as running_controller
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
@@ -35,8 +36,6 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.examples._paths import UnsafePathError
 from pyprovlib.examples.hostpath import HelperPodDirectories, HostPathProvisioner, NodeInfo
 from pyprovlib.examples.hostpath.helper_pod import (
@@ -47,7 +46,6 @@ from pyprovlib.examples.hostpath.helper_pod import (
 )
 from pyprovlib.examples.hostpath.provisioner import ANNOTATION_NODE, ANNOTATION_ON_DELETE
 from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
 from pyprovlib.testing.cluster import TestCluster
 
@@ -373,30 +371,6 @@ async def test_stale_pod_with_other_work_is_replaced(
 
 
 # -- end to end: helper-pod mode under the real ProvisionController -------------------------
-
-
-@contextlib.asynccontextmanager
-async def running_controller(
-    client: ApiClient, name: str, provisioner: HostPathProvisioner
-) -> AsyncIterator[ProvisionController]:
-    options = ProvisionControllerOptions(
-        leader_election=False,
-        threadiness=2,
-        # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
-        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
-    )
-    controller = ProvisionController(client, name, provisioner, options)
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 @pytest.mark.e2e

@@ -25,6 +25,7 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
+from pyprovlib import testing
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.resize import REASON_VOLUME_RESIZE_FAILED
 from pyprovlib.examples.hostpath.cli import build_parser, make_controller
@@ -35,7 +36,8 @@ from pyprovlib.examples.hostpath.resize import (
     volume_node,
 )
 from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import STORAGE_CLASSES
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import CompositeController, Controller, RuntimeContext, parse_common
 from pyprovlib.testing.cluster import TestCluster
 
@@ -52,17 +54,8 @@ async def running_cli(c: TestCluster, *argv: str) -> AsyncIterator[Controller]:
         options=options, args=args, api_client=c.api_client, log=structlog.stdlib.get_logger()
     )
     controller = make_controller(ctx)
-    task = asyncio.create_task(controller.run())
-    try:
+    async with testing.running(controller):
         yield controller
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def node_argv(provisioner: str, node: str, *extra: str) -> list[str]:
@@ -216,7 +209,8 @@ async def test_resize_events_off(kube_cluster: TestCluster, tmp_path: Path) -> N
         assert isinstance(controller, ProvisionController)
         claim, pv = await bound_claim(c, sc, node)
         await grow(c, claim)
-        await asyncio.sleep(1.5)
+        grown = await ResourceClient(c.api_client, PERSISTENT_VOLUME_CLAIMS).get(claim, c.namespace)
+        await testing.wait_idle(controller, grown)
         assert await resize_events(c, claim) == []
         await assert_unchanged(c, claim, pv)
 

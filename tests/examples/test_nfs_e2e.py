@@ -5,15 +5,11 @@ mounts them (the classes bind immediately)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from example_support import running, wait_bound, wait_pv_gone
 from kubernetes_asyncio.client import (
-    ApiClient,
     CoreV1Api,
     StorageV1Api,
     V1ObjectMeta,
@@ -22,43 +18,15 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
     V1VolumeResourceRequirements,
 )
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.examples.nfs import NFSProvisioner
 from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 
 SERVER = "nfs.example.test"
 EXPORT = "/exports/k8s"
-
-
-@contextlib.asynccontextmanager
-async def running(
-    client: ApiClient, name: str, provisioner: NFSProvisioner
-) -> AsyncIterator[ProvisionController]:
-    options = ProvisionControllerOptions(
-        leader_election=False,
-        threadiness=2,
-        # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
-        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
-    )
-    controller = ProvisionController(client, name, provisioner, options)
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 @pytest.fixture
@@ -104,31 +72,6 @@ async def make_claim(
         ),
     )
     return name
-
-
-async def wait_bound(c: TestCluster, claim: str) -> Any:
-    core = CoreV1Api(c.api_client)
-
-    async def bound() -> Any:
-        pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
-        if pvc.status and pvc.status.phase == "Bound":
-            return await core.read_persistent_volume(pvc.spec.volume_name)
-        return None
-
-    return await c.wait_for(bound, timeout=30, message=f"claim {claim} Bound")
-
-
-async def wait_pv_gone(c: TestCluster, pv: str) -> None:
-    core = CoreV1Api(c.api_client)
-
-    async def gone() -> bool:
-        try:
-            await core.read_persistent_volume(pv)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    await c.wait_for(gone, timeout=60, message=f"PV {pv} deleted")
 
 
 def tree(path: Path) -> list[str]:

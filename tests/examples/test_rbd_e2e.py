@@ -13,10 +13,10 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import example_support
 import pytest
 import structlog
 from kubernetes_asyncio.client import (
@@ -30,10 +30,8 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
     V1VolumeResourceRequirements,
 )
-from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.controller.resize_options import ResizeControllerOptions
@@ -41,35 +39,23 @@ from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer, RbdRunner, image_
 from pyprovlib.examples.rbd.rbd_cli import MIB
 from pyprovlib.kube.quantity import parse_storage_size
 from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ceph]
 
 
-@contextlib.asynccontextmanager
-async def running(
+def running(
     client: ApiClient, name: str, provisioner: RBDProvisioner
-) -> AsyncIterator[ProvisionController]:
-    options = ProvisionControllerOptions(
-        leader_election=False,
-        threadiness=2,
-        # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
-        rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
-    )
-    controller = ProvisionController(client, name, provisioner, options)
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-        assert not task.done(), "the controller stopped on its own"
-    finally:
-        controller.stop()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 30)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+) -> contextlib.AbstractAsyncContextManager[ProvisionController]:
+    return example_support.running(client, name, provisioner, stop_timeout=30)
+
+
+async def wait_bound(c: TestCluster, claim: str) -> Any:
+    return await example_support.wait_bound(c, claim, timeout=60)
+
+
+async def wait_pv_gone(c: TestCluster, pv: str) -> None:
+    await example_support.wait_pv_gone(c, pv, timeout=60)
 
 
 async def make_secret(c: TestCluster, name: str, key: str, type_: str = "kubernetes.io/rbd") -> str:
@@ -131,31 +117,6 @@ async def make_claim(
         ),
     )
     return name
-
-
-async def wait_bound(c: TestCluster, claim: str) -> Any:
-    core = CoreV1Api(c.api_client)
-
-    async def bound() -> Any:
-        pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
-        if pvc.status and pvc.status.phase == "Bound":
-            return await core.read_persistent_volume(pvc.spec.volume_name)
-        return None
-
-    return await c.wait_for(bound, timeout=60, message=f"claim {claim} Bound")
-
-
-async def wait_pv_gone(c: TestCluster, pv: str) -> None:
-    core = CoreV1Api(c.api_client)
-
-    async def gone() -> bool:
-        try:
-            await core.read_persistent_volume(pv)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    await c.wait_for(gone, timeout=60, message=f"PV {pv} deleted")
 
 
 async def wait_event(c: TestCluster, name: str, reason: str, fragment: str) -> str:

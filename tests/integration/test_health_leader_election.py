@@ -11,12 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
-from test_provision_e2e import MemoryProvisioner, fast_options, provisioner_name, running
+from test_provision_e2e import MemoryProvisioner, fast_options, provisioner_name
 
 from pyprovlib.controller._leader_health import leader_renewal_overdue
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.leaderelection import format_micro_time
 from pyprovlib.runtime import HttpServer, LeaderElected, controller_checks
+from pyprovlib.testing import running
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e

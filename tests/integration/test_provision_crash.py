@@ -24,14 +24,13 @@ from test_provision_e2e import (
     fast_options,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
     wait_gone,
 )
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
 from pyprovlib.provisioner import ProvisionOptions
+from pyprovlib.testing import running, wait_bound
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.netproxy import TcpProxy
 

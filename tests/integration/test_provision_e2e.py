@@ -24,8 +24,6 @@ test_provision_crash.py, leader election in test_provision_leader.py):
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -49,7 +47,6 @@ from pyprovlib.controller.provision import (
 from pyprovlib.kube.errors import is_not_found
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
-    EVENTS,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
@@ -57,6 +54,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib.testing import eventually, running, wait_bound, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -101,24 +99,6 @@ def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
     }
     defaults.update(kwargs)
     return ProvisionControllerOptions(**defaults)
-
-
-@contextlib.asynccontextmanager
-async def running(controller: ProvisionController) -> AsyncIterator[ProvisionController]:
-    """Run ``controller`` for the duration of the block; stop it gracefully afterwards."""
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            async with asyncio.timeout(15):
-                await task
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise
 
 
 async def create_class(
@@ -188,25 +168,6 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
-async def wait_bound(cluster: TestCluster, name: str, timeout: float = 30.0) -> Obj:
-    last: list[Obj | None] = [None]
-
-    async def bound() -> Obj | None:
-        claim = last[0] = await get_claim(cluster, name)
-        if claim is not None and claim.get("status", {}).get("phase") == "Bound":
-            return claim
-        return None
-
-    try:
-        return await cluster.wait_for(bound, timeout=timeout, message=f"claim {name} Bound")
-    except AssertionError as err:
-        claim = last[0]
-        volume = None
-        if claim is not None:
-            volume = await get_volume(cluster.api_client, f"pvc-{claim['metadata']['uid']}")
-        raise AssertionError(f"{err}; last claim: {claim}; its PV: {volume}") from None
-
-
 async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
     async def gone() -> bool:
         return await get_volume(api, pv_name) is None
@@ -214,33 +175,8 @@ async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
     await cluster.wait_for(gone, message=f"PV {pv_name} deleted")
 
 
-async def events_of(cluster: TestCluster, name: str, namespace: str | None = None) -> list[Obj]:
-    events = await ResourceClient(cluster.api_client, EVENTS).list(namespace or cluster.namespace)
-    return [e for e in events["items"] if e.get("involvedObject", {}).get("name") == name]
-
-
-async def wait_event(
-    cluster: TestCluster,
-    name: str,
-    reason: str,
-    contains: str = "",
-    *,
-    namespace: str | None = None,
-) -> Obj:
-    async def found() -> Obj | None:
-        for event in await events_of(cluster, name, namespace):
-            if event.get("reason") == reason and contains in event.get("message", ""):
-                return event
-        return None
-
-    return await cluster.wait_for(found, message=f"{reason} event on {name} ({contains!r})")
-
-
 async def wait_ready(cluster: TestCluster, controller: ProvisionController) -> None:
-    async def ready() -> bool:
-        return controller.ready()
-
-    await cluster.wait_for(ready, message="controller ready")
+    await eventually(controller.ready, message="controller ready")
 
 
 def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
@@ -359,12 +295,12 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
         await wait_ready(kube_cluster, controller)
         # Annotating for us as the PV controller would, before any node is selected: the
         # claim must still wait.
-        await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
+        annotated = await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
             claim_name,
             {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: name}}},
             namespace=kube_cluster.namespace,
         )
-        await asyncio.sleep(0.2)
+        await wait_idle(controller, annotated)
         assert provisioner.calls == []
         await kube_cluster.create_consumer_pod(claim_name)
         bound = await wait_bound(kube_cluster, claim_name, timeout=60)
@@ -388,13 +324,13 @@ async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCl
         assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
         await delete_claim(kube_cluster, claim["metadata"]["name"])
 
-        async def released() -> bool:
+        async def released() -> Obj | None:
             pv = await get_volume(kube_cluster.api_client, pv_name)
-            return pv is not None and pv["status"].get("phase") == "Released"
+            return pv if pv is not None and pv["status"].get("phase") == "Released" else None
 
-        await kube_cluster.wait_for(released, message="PV Released")
-        # Give the controller a chance to (wrongly) act on the Released PV.
-        await asyncio.sleep(0.3)
+        pv = await eventually(released, message="PV Released")
+        # The controller has seen the Released PV and done all it would do about it.
+        await wait_idle(controller, pv)
         assert await get_volume(kube_cluster.api_client, pv_name) is not None
         assert pv_name in provisioner.assets
         assert provisioner.deleted == []

@@ -35,14 +35,10 @@ from test_provision_e2e import (
     create_claim,
     create_class,
     delete_claim,
-    events_of,
     fast_options,
     get_claim,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
     wait_gone,
     wait_ready,
 )
@@ -54,7 +50,7 @@ from pyprovlib.controller.provision import (
     MountOptionsProvisioner,
     ProvisionController,
 )
-from pyprovlib.kube.objects import name_of
+from pyprovlib.kube.objects import Obj, name_of
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import (
@@ -66,6 +62,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.testing import events_of, running, wait_bound, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -91,10 +88,12 @@ class ScriptedProvisioner(MemoryProvisioner):
         return await super().provision(options)
 
 
-async def settle(controller: ProvisionController, seconds: float = 0.3) -> None:
-    """Let the controller act on what it has seen (used only to show something does NOT
-    happen; positive outcomes are always polled for)."""
-    await asyncio.sleep(seconds)
+async def settle(
+    controller: ProvisionController, *written: Obj, count_delayed: bool = False
+) -> None:
+    """Wait until the controller has seen ``written`` and done all it would do about it (used
+    only to show something does NOT happen; positive outcomes are always polled for)."""
+    await wait_idle(controller, *written, count_delayed=count_delayed)
     assert controller.healthy()
 
 
@@ -143,7 +142,7 @@ async def test_claim_with_selector_is_refused_with_an_event(kube_cluster: TestCl
         await wait_event(
             kube_cluster, claim_name, "ProvisioningFailed", "claim Selector is not supported"
         )
-        await settle(controller)
+        await settle(controller, claim)
         assert provisioner.calls == []
         assert provisioner.assets == {}
 
@@ -161,7 +160,7 @@ async def test_block_claim_on_a_filesystem_only_provisioner(kube_cluster: TestCl
             "ProvisioningFailed",
             f"{name} does not support block volume provisioning",
         )
-        await settle(controller)
+        await settle(controller, claim)
         assert provisioner.calls == []
 
 
@@ -257,7 +256,7 @@ async def test_ignored_claims_are_left_alone(kube_cluster: TestCluster) -> None:
             )
 
         await kube_cluster.wait_for(asked, message="ignored claim offered to the provisioner")
-        await settle(controller)
+        await settle(controller, ignored)
         claim = await get_claim(kube_cluster, ignored["metadata"]["name"])
         assert claim is not None
         assert claim["status"]["phase"] == "Pending"
@@ -294,7 +293,7 @@ async def test_final_error_is_retried_up_to_the_threshold(kube_cluster: TestClus
 
         await kube_cluster.wait_for(gave_up, message="4 failed attempts")
         await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "backend full")
-        await settle(controller)
+        await settle(controller, claim, count_delayed=True)
         # 1 attempt + 3 retries, then the claim is given up (until it changes).
         assert len(provisioner.calls) == 4
         assert claim["metadata"]["uid"] not in controller.claims_in_progress()
@@ -433,7 +432,7 @@ async def test_infeasible_error_delays_retries(kube_cluster: TestCluster) -> Non
         event = await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "infeasible")
         assert "Retries will be delayed" in event["message"]
         assert "'iops' must be a number" in event["message"]
-        await settle(controller, 0.4)
+        await settle(controller, claim)  # the slow retry waits out its delay
         # Retries of the fast rate limiter did not reach the provisioner meanwhile.
         assert len(provisioner.calls) == 1
         assert provisioner.assets == {}
@@ -559,7 +558,8 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
             await wait_bound(kube_cluster, c["metadata"]["name"])
             await delete_claim(kube_cluster, c["metadata"]["name"])
         await wait_gone(kube_cluster.api_client, kube_cluster, pv_names[2])
-        await settle(controller)
+        kept = [await get_volume(kube_cluster.api_client, n) for n in pv_names[:2]]
+        await settle(controller, *(pv for pv in kept if pv is not None))
         for pv_name in pv_names[:2]:
             pv = await get_volume(kube_cluster.api_client, pv_name)
             assert pv is not None
@@ -567,7 +567,9 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
             assert pv_name in provisioner.assets
         assert set(provisioner.deleted) == {pv_names[2]}
         reasons = {
-            e["reason"] for n in pv_names[:2] for e in await events_of(kube_cluster, n, "default")
+            e["reason"]
+            for n in pv_names[:2]
+            for e in await events_of(kube_cluster, n, namespace="default")
         }
         assert "VolumeFailedDelete" not in reasons
 
@@ -588,7 +590,7 @@ async def test_qualifier_declines_claims(kube_cluster: TestCluster) -> None:
         )
         accepted = await create_claim(kube_cluster, class_name)
         await wait_bound(kube_cluster, accepted["metadata"]["name"])
-        await settle(controller)
+        await settle(controller, declined)
         got = await get_claim(kube_cluster, declined["metadata"]["name"])
         assert got is not None
         assert got["status"]["phase"] == "Pending"
@@ -608,6 +610,6 @@ async def test_bound_claims_are_not_provisioned(kube_cluster: TestCluster) -> No
             volumeName="some-static-volume",
             annotations={ANN_STORAGE_PROVISIONER: name},
         )
-        await settle(controller)
+        await settle(controller, claim)
         assert provisioner.calls == []
         assert claim["spec"]["volumeName"] == "some-static-volume"

@@ -16,8 +16,6 @@ from test_provision_e2e import (
     create_class,
     fast_options,
     provisioner_name,
-    running,
-    wait_bound,
     wait_ready,
 )
 
@@ -25,6 +23,7 @@ from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionCon
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import LEASES
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing import running, wait_bound
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e

@@ -13,18 +13,16 @@ exactly one directory per PV, none without a PV.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import signal
-import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.kube.config import request_json
 from pyprovlib.kube.resources import NAMESPACES, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
@@ -44,50 +42,14 @@ DEADLINE = 60.0
 
 
 async def eventually(what: str, predicate: Callable[[], Awaitable[T]]) -> T:
-    deadline = time.monotonic() + DEADLINE
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await predicate()
-        if last:
-            return last
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {DEADLINE}s waiting for {what}; last: {last!r}")
+    return await testing.eventually(predicate, timeout=DEADLINE, message=what)
 
 
-class Provisioner:
-    """``python -m pyprovlib.examples.nfs`` as a child process, its log kept for failures."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.log: list[str] = []
-
-    async def drain(self) -> None:
-        assert self.proc.stderr is not None
-        async for line in self.proc.stderr:
-            self.log.append(line.decode(errors="replace").rstrip())
-
-    def tail(self) -> str:
-        return "\n".join(self.log[-40:])
-
-    async def exit_code(self) -> int:
-        try:
-            return await asyncio.wait_for(self.proc.wait(), DEADLINE)
-        except TimeoutError:
-            raise AssertionError(
-                f"still running {DEADLINE}s after SIGTERM; log:\n{self.tail()}"
-            ) from None
+Provisioner = testing.ChildProcess  # ``python -m pyprovlib.examples.nfs``, its log kept
 
 
-@contextlib.asynccontextmanager
-async def provisioner(kubeconfig: Path, export: Path) -> AsyncIterator[Provisioner]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PYPROVLIB_") and k not in ("KUBECONFIG", "POD_NAMESPACE")
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
+def provisioner(kubeconfig: Path, export: Path) -> AbstractAsyncContextManager[Provisioner]:
+    return testing.child_process(
         "-m",
         "pyprovlib.examples.nfs",
         "--kubeconfig",
@@ -110,19 +72,7 @@ async def provisioner(kubeconfig: Path, export: Path) -> AsyncIterator[Provision
         "4",
         "--log-format",
         "json",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
     )
-    prog = Provisioner(proc)
-    reader = asyncio.create_task(prog.drain())
-    try:
-        yield prog
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        await reader
 
 
 async def get(api: ApiClient, path: str) -> dict[str, Any]:
@@ -209,9 +159,9 @@ async def test_sigterm_mid_provisioning_loses_nothing_and_releases_the_lease(
 
             at_signal = await eventually(f"{SIGNAL_AFTER_PVS} PVs", some_volumes)
             first.proc.send_signal(signal.SIGTERM)
-            code = await first.exit_code()
+            code = await first.exit_code(DEADLINE)
             assert code == 0, f"exit code {code}; log:\n{first.tail()}"
-            assert any("stopped gracefully" in line for line in first.log), first.tail()
+            assert any("stopped gracefully" in line for line in first.raw), first.tail()
             # Released on the way out, so a successor need not wait out the lease duration.
             assert await lease_holder(api) == "", f"Lease still held; log:\n{first.tail()}"
             assert holder
@@ -234,7 +184,7 @@ async def test_sigterm_mid_provisioning_loses_nothing_and_releases_the_lease(
             except AssertionError as err:
                 raise AssertionError(f"{err}; second process log:\n{second.tail()}") from None
             second.proc.send_signal(signal.SIGTERM)
-            code = await second.exit_code()
+            code = await second.exit_code(DEADLINE)
             assert code == 0, f"exit code {code}; log:\n{second.tail()}"
             assert await lease_holder(api) == ""
 

@@ -23,9 +23,6 @@ from test_provision_e2e import (
     fast_options,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
 )
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
@@ -38,6 +35,7 @@ from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTEN
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import Indexer
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing import running, wait_bound, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.server import ApiServer
 
@@ -68,7 +66,8 @@ async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(
             return len(provisioner.deleted) == 2
 
         await kube_cluster.wait_for(given_up, message="two attempts, each cleaned up")
-        await asyncio.sleep(0.2)
+        # Given up: no retry waits out a delay either.
+        await wait_idle(controller, claim, count_delayed=True)
         assert len(provisioner.calls) == 2
         assert provisioner.assets == {}
         # 3 save attempts per provisioning attempt (create_provisioned_pv_retry_count).

@@ -35,9 +35,6 @@ from test_provision_e2e import (
     get_claim,
     get_volume,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
 )
 
 from pyprovlib.controller.options import ProvisionControllerOptions
@@ -51,6 +48,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
+from pyprovlib.testing import running, wait_bound, wait_event
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.support import wait_idle
 

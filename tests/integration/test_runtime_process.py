@@ -4,20 +4,18 @@ HTTP probes over the network and real signals."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
+from pyprovlib import testing
 from pyprovlib.testing.server import ApiServer
 
 PROG = Path(__file__).with_name("runtime_prog.py")
@@ -25,83 +23,15 @@ DEADLINE = 30.0
 
 
 def clean_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("PYPROVLIB_") and k not in ("KUBECONFIG", "POD_NAMESPACE")
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return testing.child_env()
 
 
-class Program:
-    """runtime_prog.py running as a child process; its JSON log lines are collected."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-        self._changed = asyncio.Condition()
-
-    async def read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            text = raw.decode(errors="replace").rstrip("\n")
-            self.raw.append(text)
-            with contextlib.suppress(json.JSONDecodeError):
-                self.lines.append(json.loads(text))
-            async with self._changed:
-                self._changed.notify_all()
-
-    def events(self) -> list[str]:
-        return [str(line.get("event")) for line in self.lines]
-
-    def find(self, event: str) -> dict[str, Any] | None:
-        return next((line for line in self.lines if line.get("event") == event), None)
-
-    async def wait_for(self, event: str, timeout: float = DEADLINE) -> dict[str, Any]:
-        async def found() -> dict[str, Any]:
-            async with self._changed:
-                while (line := self.find(event)) is None:
-                    if self.proc.returncode is not None and self.proc.stderr.at_eof():  # type: ignore[union-attr]
-                        raise AssertionError(f"exited before {event!r}: {self.raw}")
-                    await self._changed.wait()
-                return line
-
-        try:
-            return await asyncio.wait_for(found(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"no {event!r} within {timeout}s; log: {self.raw}") from None
-
-    async def port(self) -> int:
-        return int((await self.wait_for("HTTP server listening"))["port"])
-
-    async def exit_code(self, timeout: float = DEADLINE) -> int:
-        try:
-            return await asyncio.wait_for(self.proc.wait(), timeout)
-        except TimeoutError:
-            raise AssertionError(f"still running after {timeout}s; log: {self.raw}") from None
+async def http_port(prog: testing.ChildProcess) -> int:
+    return int((await prog.wait_for("HTTP server listening"))["port"])
 
 
-@contextlib.asynccontextmanager
-async def program(*args: str) -> AsyncIterator[Program]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(PROG),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=clean_env(),
-    )
-    prog = Program(proc)
-    reader = asyncio.create_task(prog.read_stderr())
-    try:
-        yield prog
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-        await reader
+def program(*args: str) -> AbstractAsyncContextManager[testing.ChildProcess]:
+    return testing.child_process(str(PROG), *args, stdout=asyncio.subprocess.PIPE)
 
 
 @pytest.fixture
@@ -125,7 +55,7 @@ async def test_probes_metrics_and_graceful_sigterm(kubeconfig: Path) -> None:
         ) as prog,
         aiohttp.ClientSession() as session,
     ):
-        base = f"http://127.0.0.1:{await prog.port()}"
+        base = f"http://127.0.0.1:{await http_port(prog)}"
         running = await prog.wait_for("controller running")
         assert running["namespaces"] >= 1  # the API client reached the in-memory server
         assert running["logger"] == "runtime-prog"
@@ -164,7 +94,7 @@ async def test_second_signal_exits_at_once(
         ) as prog,
         aiohttp.ClientSession() as session,
     ):
-        base = f"http://127.0.0.1:{await prog.port()}"
+        base = f"http://127.0.0.1:{await http_port(prog)}"
         await prog.wait_for("operation started")
         prog.proc.send_signal(signal.SIGTERM)
         await prog.wait_for("stop requested")

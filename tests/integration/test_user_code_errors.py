@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 from test_provision_e2e import (
     MemoryProvisioner,
     create_claim,
     create_class,
     delete_claim,
-    events_of,
     fast_options,
     provisioner_name,
-    running,
-    wait_bound,
-    wait_event,
     wait_gone,
 )
 
@@ -36,25 +29,10 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
-from pyprovlib.runtime import logging as runtime_logging
+from pyprovlib.testing import events_of, running, wait_bound, wait_event
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    stream = io.StringIO()
-    runtime_logging.configure_logging("json", "debug", stream=stream)
-    yield stream
-    if runtime_logging._installed is not None:
-        root.removeHandler(runtime_logging._installed)
-        runtime_logging._installed = None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 def records(stream: io.StringIO) -> list[dict[str, object]]:

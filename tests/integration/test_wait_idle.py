@@ -9,10 +9,10 @@ from test_provision_e2e import (
     create_class,
     fast_options,
     provisioner_name,
-    running,
 )
 
 from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.testing import running
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.support import wait_idle
 

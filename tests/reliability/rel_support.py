@@ -31,6 +31,7 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry
 
+from pyprovlib import testing
 from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
@@ -133,20 +134,11 @@ def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
     return ProvisionControllerOptions(**defaults)
 
 
-@contextlib.asynccontextmanager
-async def running(controller: ProvisionController) -> AsyncIterator[ProvisionController]:
+def running(
+    controller: ProvisionController,
+) -> contextlib.AbstractAsyncContextManager[ProvisionController]:
     """Run ``controller`` for the block; stop it gracefully afterwards."""
-    task = asyncio.create_task(controller.run())
-    try:
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            async with asyncio.timeout(20):
-                await task
-        except TimeoutError:
-            await cancel(task)
-            raise
+    return testing.running(controller, stop_timeout=20)
 
 
 async def cancel(task: asyncio.Task[Any]) -> None:

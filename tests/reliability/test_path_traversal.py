@@ -13,8 +13,8 @@ root: a sentinel tree beside the export is compared before and after every examp
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import itertools
 import os
 import tempfile
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import (
+    ApiClient,
     V1LocalVolumeSource,
     V1NFSVolumeSource,
     V1ObjectMeta,
@@ -37,9 +38,10 @@ from kubernetes_asyncio.client import (
 from pyprovlib.examples.hostpath.provisioner import HostPathProvisioner, LocalDirectories
 from pyprovlib.examples.nfs.provisioner import NFSProvisioner
 from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.provisioner import IgnoredError, ProvisionOptions
-from pyprovlib.testing.server import ApiServer
+
+_rounds = itertools.count()
 
 HOSTILE = [
     "..",
@@ -116,52 +118,54 @@ def claim(name: str, namespace: str, labels: dict[str, str], annotations: dict[s
     )
 
 
-async def nfs_round(base: Path, pattern: str, value: str, name: str, namespace: str) -> None:
+async def nfs_round(
+    client: ApiClient, base: Path, pattern: str, value: str, name: str, namespace: str
+) -> None:
     outside, export = make_world(base)
     before_outside = tree(outside)
-    async with ApiServer() as server, server.api_client() as client:
-        sc_body = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "nfs"},
-            "provisioner": "pyprovlib.io/nfs",
-            "parameters": {"pathPattern": pattern, "onDelete": "delete"},
-        }
-        await ResourceClient(client, STORAGE_CLASSES).create(sc_body)
-        provisioner = NFSProvisioner(client, "nfs.test", "/export", str(export))
-        sc = V1StorageClass(
-            metadata=V1ObjectMeta(name="nfs"),
-            provisioner="pyprovlib.io/nfs",
-            parameters={"pathPattern": pattern, "onDelete": "delete"},
-        )
-        options = ProvisionOptions(
-            storage_class=sc,
-            pv_name="pvc-x",
-            pvc=claim(name, namespace, {"dir": value[:63]}, {"dir": value}),
-        )
-        pv: V1PersistentVolume | None = None
-        with contextlib.suppress(Exception):  # a refusal is fine; escaping is not
-            pv = await provisioner.provision(options)
-        assert tree(outside) == before_outside, f"provision({pattern!r}, {value!r}) escaped"
-        if pv is not None:
-            made = Path(export, pv.spec.nfs.path.removeprefix("/export/"))
-            assert made.is_dir()
-            assert not made.is_symlink()
-            assert export in made.resolve().parents
-            pv.spec.storage_class_name = "nfs"
-            await provisioner.delete(pv)
-            assert not made.exists()
-        # A PV edited to point anywhere: deleting it never touches the outside either.
-        edited = V1PersistentVolume(
-            metadata=V1ObjectMeta(name="pvc-x"),
-            spec=V1PersistentVolumeSpec(
-                storage_class_name="nfs",
-                nfs=V1NFSVolumeSource(server="nfs.test", path="/export/" + value),
-            ),
-        )
-        with contextlib.suppress(Exception):
-            await provisioner.delete(edited)
-        assert tree(outside) == before_outside, f"delete of path {value!r} escaped"
+    class_name = f"nfs-{next(_rounds)}"  # one API server serves every example of a test
+    sc_body = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": class_name},
+        "provisioner": "pyprovlib.io/nfs",
+        "parameters": {"pathPattern": pattern, "onDelete": "delete"},
+    }
+    await ResourceClient(client, STORAGE_CLASSES).create(sc_body)
+    provisioner = NFSProvisioner(client, "nfs.test", "/export", str(export))
+    sc = V1StorageClass(
+        metadata=V1ObjectMeta(name=class_name),
+        provisioner="pyprovlib.io/nfs",
+        parameters={"pathPattern": pattern, "onDelete": "delete"},
+    )
+    options = ProvisionOptions(
+        storage_class=sc,
+        pv_name="pvc-x",
+        pvc=claim(name, namespace, {"dir": value[:63]}, {"dir": value}),
+    )
+    pv: V1PersistentVolume | None = None
+    with contextlib.suppress(Exception):  # a refusal is fine; escaping is not
+        pv = await provisioner.provision(options)
+    assert tree(outside) == before_outside, f"provision({pattern!r}, {value!r}) escaped"
+    if pv is not None:
+        made = Path(export, pv.spec.nfs.path.removeprefix("/export/"))
+        assert made.is_dir()
+        assert not made.is_symlink()
+        assert export in made.resolve().parents
+        pv.spec.storage_class_name = class_name
+        await provisioner.delete(pv)
+        assert not made.exists()
+    # A PV edited to point anywhere: deleting it never touches the outside either.
+    edited = V1PersistentVolume(
+        metadata=V1ObjectMeta(name="pvc-x"),
+        spec=V1PersistentVolumeSpec(
+            storage_class_name=class_name,
+            nfs=V1NFSVolumeSource(server="nfs.test", path="/export/" + value),
+        ),
+    )
+    with contextlib.suppress(Exception):
+        await provisioner.delete(edited)
+    assert tree(outside) == before_outside, f"delete of path {value!r} escaped"
 
 
 @settings(
@@ -173,49 +177,54 @@ async def nfs_round(base: Path, pattern: str, value: str, name: str, namespace: 
     name=st.sampled_from(["c", "..", "a.b", "x" * 253]),
     namespace=st.sampled_from(["ns", "..", "kube-system"]),
 )
-def test_nfs_path_pattern_and_pv_paths_stay_in_the_export(
-    pattern: str, value: str, name: str, namespace: str
+async def test_nfs_path_pattern_and_pv_paths_stay_in_the_export(
+    kube_client: ApiClient, pattern: str, value: str, name: str, namespace: str
 ) -> None:
     with tempfile.TemporaryDirectory() as base:
-        asyncio.run(nfs_round(Path(base), pattern, value, name, namespace))
+        await nfs_round(kube_client, Path(base), pattern, value, name, namespace)
 
 
-async def hostpath_round(base: Path, base_path_param: str, pv_name: str, local_path: str) -> None:
+async def hostpath_round(
+    client: ApiClient, base: Path, base_path_param: str, pv_name: str, local_path: str
+) -> None:
     outside, _export = make_world(base)
     before_outside = tree(outside)
-    async with ApiServer() as server, server.api_client() as client:
-        provisioner = HostPathProvisioner(client, LocalDirectories())
-        node = await provisioner_node(provisioner)
-        # Provision with a hostile basePath / PV name: refused or inside the base.
-        sc = V1StorageClass(
-            metadata=V1ObjectMeta(name="hp"),
-            provisioner="pyprovlib.io/hostpath",
-            volume_binding_mode="WaitForFirstConsumer",
-            parameters={"basePath": base_path_param},
-        )
-        options = ProvisionOptions(
-            storage_class=sc, pv_name=pv_name, pvc=claim("c", "ns", {}, {}), selected_node_name=node
-        )
-        with contextlib.suppress(Exception):
-            await provisioner.provision(options)
-        assert tree(outside) == before_outside
-        # Delete a PV edited to point anywhere.
-        volume = V1PersistentVolume(
-            metadata=V1ObjectMeta(name=pv_name),
-            spec=V1PersistentVolumeSpec(
-                storage_class_name="hp", local=V1LocalVolumeSource(path=local_path)
-            ),
-        )
-        with contextlib.suppress(IgnoredError, Exception):
-            await provisioner.delete(volume)
-        assert tree(outside) == before_outside, f"delete of {local_path!r} escaped"
+    provisioner = HostPathProvisioner(client, LocalDirectories())
+    node = await provisioner_node(provisioner)
+    # Provision with a hostile basePath / PV name: refused or inside the base.
+    sc = V1StorageClass(
+        metadata=V1ObjectMeta(name="hp"),
+        provisioner="pyprovlib.io/hostpath",
+        volume_binding_mode="WaitForFirstConsumer",
+        parameters={"basePath": base_path_param},
+    )
+    options = ProvisionOptions(
+        storage_class=sc, pv_name=pv_name, pvc=claim("c", "ns", {}, {}), selected_node_name=node
+    )
+    with contextlib.suppress(Exception):
+        await provisioner.provision(options)
+    assert tree(outside) == before_outside
+    # Delete a PV edited to point anywhere.
+    volume = V1PersistentVolume(
+        metadata=V1ObjectMeta(name=pv_name),
+        spec=V1PersistentVolumeSpec(
+            storage_class_name="hp", local=V1LocalVolumeSource(path=local_path)
+        ),
+    )
+    with contextlib.suppress(IgnoredError, Exception):
+        await provisioner.delete(volume)
+    assert tree(outside) == before_outside, f"delete of {local_path!r} escaped"
 
 
 async def provisioner_node(provisioner: HostPathProvisioner) -> str:
     from pyprovlib.kube.resources import NODES
 
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}
-    await ResourceClient(provisioner.api_client, NODES).create(body)
+    try:
+        await ResourceClient(provisioner.api_client, NODES).create(body)
+    except ApiException as err:  # an earlier example of the same test made it
+        if err.status != 409:
+            raise
     return "node-1"
 
 
@@ -225,18 +234,20 @@ async def provisioner_node(provisioner: HostPathProvisioner) -> str:
 admin_paths = hostile_paths.filter(lambda v: "link" not in v.split("/"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     base_suffix=admin_paths,
     pv_name=st.sampled_from(["pvc-x", "victim", "..", "link", "a/b", "x" * 300, ""]),
     local_suffix=admin_paths,
 )
-def test_hostpath_base_path_and_pv_paths_stay_inside(
-    base_suffix: str, pv_name: str, local_suffix: str
+async def test_hostpath_base_path_and_pv_paths_stay_inside(
+    kube_client: ApiClient, base_suffix: str, pv_name: str, local_suffix: str
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         export = base / "export"
-        asyncio.run(
-            hostpath_round(base, f"{export}/{base_suffix}", pv_name, f"{export}/{local_suffix}")
+        await hostpath_round(
+            kube_client, base, f"{export}/{base_suffix}", pv_name, f"{export}/{local_suffix}"
         )

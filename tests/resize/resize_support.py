@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import V1PersistentVolume
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
+from pyprovlib import testing
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.kube.objects import Obj
@@ -75,31 +75,10 @@ def fast_options(**kwargs: Any) -> ResizeControllerOptions:
     return ResizeControllerOptions(**values)
 
 
-@contextlib.asynccontextmanager
-async def running(controller: Any) -> AsyncIterator[Any]:
-    """Run ``controller`` (a ResizeController or the sidecar) for the block, then stop it
-    gracefully (it must not have failed)."""
-    task = asyncio.create_task(controller.run())
-    try:
-        await wait_for(lambda: _ready(controller, task), message="controller ready")
-        yield controller
-    finally:
-        controller.stop()
-        try:
-            async with asyncio.timeout(10):
-                await task
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise
-
-
-async def _ready(controller: Any, task: asyncio.Task[None]) -> bool:
-    if task.done():
-        task.result()  # surface the failure
-        raise AssertionError("the controller stopped before it was ready")
-    return bool(controller.ready())
+def running(controller: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+    """Run ``controller`` for the block once it is ready, then stop it gracefully (it must not
+    have failed)."""
+    return testing.running(controller, ready=True, stop_timeout=10)
 
 
 async def wait_for(
@@ -108,16 +87,7 @@ async def wait_for(
     message: str = "condition",
 ) -> T:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    interval = 0.01
-    while True:
-        last = await predicate()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}: {last!r}")
-        await asyncio.sleep(interval)
-        interval = min(interval * 1.5, 0.2)
+    return await testing.eventually(predicate, timeout=timeout, message=message)
 
 
 def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -256,6 +226,17 @@ class Scenario:
 
         await wait_for(bound, message=f"claim {claim} Bound")
         return claim, pv, handle
+
+    async def settled(self, ctrl: Any, *claims: str) -> None:
+        """Wait until ``ctrl`` has seen ``claims`` as they are now (and their PVs) and has no
+        work left: the point for asserting that it did nothing more."""
+        seen: list[Obj] = []
+        for name in claims:
+            claim = await self.get_claim(name)
+            seen.append(claim)
+            if pv := (claim.get("spec") or {}).get("volumeName"):
+                seen.append(await self.get_pv(pv))
+        await testing.wait_idle(ctrl, *seen)
 
     async def get_claim(self, name: str) -> Obj:
         return await self.pvcs.get(name, self.namespace)

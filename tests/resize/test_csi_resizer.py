@@ -57,6 +57,7 @@ class CSIScenario(Scenario):
         super().__init__(cluster)
         self.driver_process = ResizeDriver(self.driver, socket, **driver)
         self.registry = CollectorRegistry()
+        self.controller: ResizeController | None = None  # set by the ``resizing`` fixture
 
     @property
     def state(self) -> Any:
@@ -89,7 +90,9 @@ async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
     try:
         resizer = CSIResizer(conn, csi.cluster.api_client)
         assert resizer.name == csi.driver
-        async with running(ResizeController(csi.cluster.api_client, resizer, fast_options())):
+        controller = ResizeController(csi.cluster.api_client, resizer, fast_options())
+        async with running(controller):
+            csi.controller = controller
             yield csi
     finally:
         conn.close()
@@ -228,7 +231,7 @@ async def test_volumes_of_other_drivers_are_not_sent(resizing: CSIScenario) -> N
     sc = await s.storage_class(provisioner=other)
     claim, _, _ = await s.bound_claim(sc, driver=other)
     await s.request(claim, "2Gi")
-    await asyncio.sleep(0.3)
+    await s.settled(s.controller, claim)
     assert s.state.requests == []
     assert capacity(await s.get_claim(claim)) == "1Gi"
 

@@ -55,7 +55,7 @@ async def test_expand_without_node_expansion(kube_cluster: TestCluster) -> None:
     sc = await s.storage_class()
     claim, pv, handle = await s.bound_claim(sc)
     resizer = MemoryResizer(s.driver)
-    async with running(controller(kube_cluster, resizer)):
+    async with running(controller(kube_cluster, resizer)) as ctrl:
         await s.request(claim, "2Gi")
         done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim capacity 2Gi")
         assert resizer.calls == [(handle, 2 * GI)]
@@ -71,7 +71,7 @@ async def test_expand_without_node_expansion(kube_cluster: TestCluster) -> None:
         assert reasons.index("Resizing") < reasons.index("VolumeResizeSuccessful")
         assert "VolumeResizeFailed" not in reasons
         # Nothing more to do: no second call.
-        await asyncio.sleep(0.2)
+        await s.settled(ctrl, claim)
         assert len(resizer.calls) == 1
 
 
@@ -104,7 +104,7 @@ async def test_node_expansion_leaves_capacity_to_kubelet() -> None:
         sc = await s.storage_class()
         claim, pv, handle = await s.bound_claim(sc, bind=True)
         resizer = MemoryResizer(s.driver, node_expansion_required=True)
-        async with running(controller(cluster, resizer)):
+        async with running(controller(cluster, resizer)) as ctrl:
             await s.request(claim, "3Gi")
             pending = await s.wait_claim(
                 claim, lambda c: resize_status(c) == "NodeResizePending", "NodeResizePending"
@@ -115,7 +115,7 @@ async def test_node_expansion_leaves_capacity_to_kubelet() -> None:
             await s.pvcs.patch(
                 claim, {"metadata": {"labels": {"touched": "yes"}}}, namespace=s.namespace
             )
-            await asyncio.sleep(0.2)
+            await s.settled(ctrl, claim)
             assert resizer.calls == [(handle, 3 * GI)]
             # kubelet finishes: capacity 3Gi, conditions and status cleared.
             c = await s.get_claim(claim)
@@ -123,7 +123,7 @@ async def test_node_expansion_leaves_capacity_to_kubelet() -> None:
             c["status"]["conditions"] = []
             c["status"].pop("allocatedResourceStatuses")
             await s.pvcs.replace_status(c)
-            await asyncio.sleep(0.2)
+            await s.settled(ctrl, claim)
             assert resizer.calls == [(handle, 3 * GI)]
             # The user asks for more while the node finished: a new expansion.
             await s.request(claim, "4Gi")
@@ -248,7 +248,7 @@ async def test_class_without_allow_volume_expansion(kube_cluster: TestCluster) -
     sc = await s.storage_class(allow_expansion=None)
     claim, pv, _ = await s.bound_claim(sc)
     resizer = MemoryResizer(s.driver)
-    async with running(controller(kube_cluster, resizer)):
+    async with running(controller(kube_cluster, resizer)) as ctrl:
         if not await _edit_accepted(s, claim, "2Gi"):
             # A real API server's admission (PersistentVolumeClaimResize) refuses it outright.
             assert kube_cluster.is_real
@@ -256,7 +256,7 @@ async def test_class_without_allow_volume_expansion(kube_cluster: TestCluster) -
         event = await s.wait_event(claim, "VolumeResizeFailed")
         assert "allowVolumeExpansion" in event["message"]
         assert sc in event["message"]
-        await asyncio.sleep(0.2)
+        await s.settled(ctrl, claim)
         assert resizer.calls == []
         c = await s.get_claim(claim)
         assert capacity(c) == "1Gi"
@@ -273,12 +273,12 @@ async def test_volume_of_another_backend_is_left_alone(kube_cluster: TestCluster
     # A class naming our resizer, but a volume the backend refuses: the user is told.
     refused, _, _ = await s.bound_claim(sc_ours, driver=other)
     resizer = MemoryResizer(s.driver)
-    async with running(controller(kube_cluster, resizer)):
+    async with running(controller(kube_cluster, resizer)) as ctrl:
         await s.request(foreign, "2Gi")
         await s.request(refused, "2Gi")
         event = await s.wait_event(refused, "VolumeResizeFailed")
         assert "does not support expanding it" in event["message"]
-        await asyncio.sleep(0.3)
+        await s.settled(ctrl, foreign, refused)
         assert resizer.calls == []
         for name in (foreign, refused):
             assert capacity(await s.get_claim(name)) == "1Gi"
@@ -291,11 +291,11 @@ async def test_shrink_attempt_is_rejected(kube_cluster: TestCluster) -> None:
     sc = await s.storage_class()
     claim, pv, _ = await s.bound_claim(sc, size="2Gi")
     resizer = MemoryResizer(s.driver)
-    async with running(controller(kube_cluster, resizer)):
+    async with running(controller(kube_cluster, resizer)) as ctrl:
         if not await _edit_accepted(s, claim, "1Gi"):
             # A real API server refuses a request below the claim's capacity.
             assert kube_cluster.is_real
-        await asyncio.sleep(0.3)
+        await s.settled(ctrl, claim)
         assert resizer.calls == []
         c = await s.get_claim(claim)
         assert capacity(c) == "2Gi"
@@ -425,12 +425,12 @@ async def test_infeasible_size_is_retried_slowly(kube_cluster: TestCluster) -> N
     resizer = MemoryResizer(s.driver)
     resizer.errors = [ResizeError("too big", code=GrpcCode.OUT_OF_RANGE)] * 100
     # Backoff starts at 10ms, but an infeasible size waits for retry_interval_max (2s).
-    async with running(controller(kube_cluster, resizer, retry_interval_max=2.0)):
+    async with running(controller(kube_cluster, resizer, retry_interval_max=2.0)) as ctrl:
         await s.request(claim, "10Gi")
         await s.wait_claim(
             claim, lambda c: resize_status(c) == "ControllerResizeInfeasible", "infeasible"
         )
-        await asyncio.sleep(0.5)
+        await s.settled(ctrl, claim)  # the retry waits out its delay; it does not count
         assert len(resizer.calls) == 1
         await wait_for(lambda: _async(len(resizer.calls) >= 2), 10, "slow retry")
 

@@ -6,34 +6,15 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import MemoryResizer, Scenario, capacity, controller, running, wait_for
 
 from pyprovlib.resizer import ExpansionResult
-from pyprovlib.runtime import logging as runtime_logging
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def logs() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    stream = io.StringIO()
-    runtime_logging.configure_logging("json", "debug", stream=stream)
-    yield stream
-    if runtime_logging._installed is not None:
-        root.removeHandler(runtime_logging._installed)
-        runtime_logging._installed = None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
 
 
 class BuggyResizer(MemoryResizer):

@@ -5,7 +5,6 @@ Released/Lost, recovery from dropped watches, compaction and restarts, and odd o
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -15,6 +14,7 @@ import pytest_asyncio
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.kube.clock import FakeClock
 from pyprovlib.testing.binder import (
     ANN_BETA_STORAGE_PROVISIONER,
@@ -39,14 +39,7 @@ EXTERNAL_PROVISIONING = (
 
 
 async def eventually(predicate: Callable[[], Awaitable[T]], what: str, timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await predicate()
-        if last:
-            return last
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+    return await testing.eventually(predicate, timeout=timeout, message=what)
 
 
 class Kube:

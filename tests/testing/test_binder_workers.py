@@ -5,13 +5,13 @@ claims, and the binder's client resolves its proxy once instead of per request."
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib import testing
 from pyprovlib.kube.config import request_json
 from pyprovlib.testing.binder import PVBinder
 from pyprovlib.testing.server import ApiServer
@@ -21,14 +21,7 @@ NS = "workers"
 
 
 async def eventually(what: str, predicate: Callable[[], Awaitable[T]]) -> T:
-    deadline = time.monotonic() + 20
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await predicate()
-        if last:
-            return last
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    return await testing.eventually(predicate, timeout=20, message=what)
 
 
 class WatchedBinder(PVBinder):

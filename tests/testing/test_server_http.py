@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.config import request_json
 from pyprovlib.testing._storage import Storage
@@ -95,11 +95,7 @@ def post(path: str, body: bytes, *extra: str) -> bytes:
 
 
 async def eventually(what: str, predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await testing.eventually(predicate, timeout=10, message=what)
 
 
 async def test_keep_alive_and_pipelined_requests_answer_in_order(conn: Conn) -> None:

@@ -7,16 +7,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from kubernetes_asyncio.client import CoreV1Api
 from prometheus_client import CollectorRegistry
 
@@ -29,22 +26,10 @@ from pyprovlib.runtime import (
     run,
     run_async,
 )
-from pyprovlib.runtime import logging as runtime_logging
 from pyprovlib.testing.server import ApiServer
 
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    if runtime_logging._installed is not None:
-        root.removeHandler(runtime_logging._installed)
-        runtime_logging._installed = None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
-    structlog.contextvars.clear_contextvars()
+# Each test leaves logging as it found it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.fixture

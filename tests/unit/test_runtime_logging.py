@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import logging
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -24,7 +23,10 @@ from pyprovlib.runtime import (
     scrub_text,
     unbind,
 )
-from pyprovlib.runtime import logging as runtime_logging
+
+# Each test leaves logging as it found it (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("restore_logging")
+
 
 PEM = (
     "-----BEGIN RSA PRIVATE KEY-----\n"
@@ -32,20 +34,6 @@ PEM = (
     "-----END RSA PRIVATE KEY-----"
 )
 JWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2EifQ.c2lnbmF0dXJlLXZhbHVl"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    if runtime_logging._installed is not None:
-        root.removeHandler(runtime_logging._installed)
-        runtime_logging._installed = None
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    structlog.reset_defaults()
-    structlog.contextvars.clear_contextvars()
 
 
 def json_lines(stream: io.StringIO) -> list[dict[str, object]]:

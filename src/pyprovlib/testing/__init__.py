@@ -13,6 +13,11 @@ The Python counterpart of client-go's fake clientset and envtest::
 directory of binaries, envtest-style. ``TcpProxy`` puts a partitionable TCP hop between one
 client and the server.
 
+``running``, ``eventually``, ``wait_bound``, ``wait_deleted``, ``wait_event`` and
+``wait_idle`` are the waits
+tests share: run a controller for a block, wait for a state, and the deterministic point for
+"nothing happened" (see docs/testing.md).
+
 ``python -m pyprovlib.testing --port 8080 --kubeconfig /tmp/kubeconfig`` serves it for kubectl.
 """
 
@@ -22,10 +27,22 @@ from pyprovlib.testing.controlplane import ControlPlane, ControlPlaneError
 from pyprovlib.testing.faults import Faults, Requests
 from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
 from pyprovlib.testing.server import ApiServer, StorageView
-from pyprovlib.testing.support import wait_idle
+from pyprovlib.testing.support import (
+    ChildProcess,
+    child_env,
+    child_process,
+    events_of,
+    eventually,
+    running,
+    wait_bound,
+    wait_deleted,
+    wait_event,
+    wait_idle,
+)
 
 __all__ = [
     "ApiServer",
+    "ChildProcess",
     "ControlPlane",
     "ControlPlaneError",
     "Faults",
@@ -36,6 +53,14 @@ __all__ = [
     "StorageView",
     "TcpProxy",
     "TestCluster",
+    "child_env",
+    "child_process",
+    "events_of",
+    "eventually",
+    "running",
     "set_selected_node",
+    "wait_bound",
+    "wait_deleted",
+    "wait_event",
     "wait_idle",
 ]
