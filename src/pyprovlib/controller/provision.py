@@ -179,7 +179,7 @@ class ClassNotFoundError(PyprovlibError, LookupError):
         self.class_name = class_name
 
 
-class _DelayRetryError(Exception):
+class _DelayRetryError(PyprovlibError):
     """A claim still waits out an infeasible error (upstream's ``DelayRetryError``)."""
 
     def __init__(self, key: str, remaining: float) -> None:
@@ -190,7 +190,7 @@ class _DelayRetryError(Exception):
         self.remaining = remaining
 
 
-class _StopProvisionError(Exception):
+class _StopProvisionError(PyprovlibError):
     """Provisioning is impossible or done; the claim must not be retried (``errStopProvision``)."""
 
 

@@ -38,6 +38,7 @@ from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionL
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
 from pyprovlib.controller.volume_store import event_target
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
@@ -142,7 +143,7 @@ _POD_PVC_INDEX: Final = "resizer-pvc"
 _TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
-class DelayRetryError(Exception):
+class DelayRetryError(PyprovlibError):
     """A sync that must be retried after ``delay`` seconds, not with the usual backoff
     (upstream's ``DelayRetryError``, for infeasible expansions)."""
 
@@ -372,7 +373,7 @@ def _pod_claims(pod: Obj) -> list[str]:
     return claims
 
 
-class _Stop(Exception):
+class _Stop(PyprovlibError):
     """Nothing to do for this claim now (not an error)."""
 
 

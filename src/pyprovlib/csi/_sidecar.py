@@ -18,6 +18,7 @@ from pyprovlib.csi.connection import (
     CSIConnection,
 )
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.runtime import (
@@ -42,7 +43,7 @@ __all__ = [
 PROG = "python -m pyprovlib.csi.provisioner"
 
 
-class DriverUnsupportedError(RuntimeError):
+class DriverUnsupportedError(PyprovlibError, RuntimeError):
     """The driver cannot provision: no Controller service or no CREATE_DELETE_VOLUME."""
 
 

@@ -41,6 +41,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.convert import from_model, to_model
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.events import EventRecorder
@@ -423,7 +424,7 @@ def check_error(err: BaseException, may_reschedule: bool) -> ProvisioningState:
     return ProvisioningState.FINISHED
 
 
-class TopologyError(Exception):
+class TopologyError(PyprovlibError):
     """The selected node's Node or CSINode is missing or inconsistent: reschedule."""
 
 

@@ -49,6 +49,7 @@ from pyprovlib.csi.connection import (
     default_csi_metrics,
 )
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import SECRETS, STORAGE_CLASSES
@@ -88,7 +89,7 @@ _MASK = "***"
 _MIN_MASKED_SECRET = 4
 
 
-class DriverCannotExpandError(RuntimeError):
+class DriverCannotExpandError(PyprovlibError, RuntimeError):
     """The driver has no Controller service, or can expand volumes neither in the controller
     (EXPAND_VOLUME) nor on the node (the VolumeExpansion plugin capability)."""
 

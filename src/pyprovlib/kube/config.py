@@ -27,6 +27,7 @@ from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, 
 
 from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.ratelimit import TokenBucket
 
@@ -93,7 +94,7 @@ class ClientSettings:
             raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
 
 
-class ConfigError(Exception):
+class ConfigError(PyprovlibError):
     """No usable cluster configuration was found.
 
     ``tried`` lists every place that was looked at, each with why it could not be used.

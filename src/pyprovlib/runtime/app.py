@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from prometheus_client import REGISTRY
 
 from pyprovlib._version import __version__
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.runtime.flags import CommonOptions, common_parser, format_duration, parse_common
 from pyprovlib.runtime.http import Check, HttpServer, controller_checks
 from pyprovlib.runtime.logging import configure_logging, get_logger
@@ -84,7 +85,7 @@ class Controller(Protocol):
         ...
 
 
-class StartupError(Exception):
+class StartupError(PyprovlibError):
     """A controller factory cannot start for a reason its message explains (a flag naming
     something that cannot work, say): the runtime logs the message as one error line, without
     a traceback, and exits with :data:`EXIT_FAILURE`."""
