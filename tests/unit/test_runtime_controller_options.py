@@ -4,7 +4,9 @@ override a flag, and the examples' removed per-module copies still work for one 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +123,58 @@ def test_the_examples_controller_options_is_a_deprecated_alias(example: str) -> 
     with pytest.warns(DeprecationWarning, match="provision_controller_options"):
         old = cli.controller_options(common)
     assert old == provision_controller_options(common)
+
+
+# Entry points that still build a controller's options from the flags field by field instead of
+# through pyprovlib.runtime.*_controller_options; each is a place a flag and an option can drift
+# apart again. Take a file off when it is migrated; never add one.
+BUILT_BY_HAND: set[str] = {
+    "pyprovlib/csi/_sidecar.py",
+    "pyprovlib/csi/attacher.py",
+    "pyprovlib/csi/resizer.py",
+}
+
+
+def _builds_options_by_hand(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if not name.endswith("ControllerOptions"):
+            continue
+        for keyword in node.keywords:
+            value = keyword.value
+            if isinstance(value, ast.Attribute) and value.attr == "worker_threads":
+                return True
+            if (
+                keyword.arg is None
+                and isinstance(value, ast.Call)
+                and getattr(value.func, "attr", "") == "leader_election_fields"
+            ):
+                return True
+    return False
+
+
+def test_entry_points_build_controller_options_from_the_flags_in_one_place() -> None:
+    src = Path(__file__).resolve().parents[2] / "src"
+    found = {
+        path.relative_to(src).as_posix()
+        for path in (src / "pyprovlib").rglob("*.py")
+        if _builds_options_by_hand(path)
+    }
+    assert not found - BUILT_BY_HAND, (
+        f"build the options in {found - BUILT_BY_HAND} with pyprovlib.runtime.*_controller_options"
+    )
+    assert not BUILT_BY_HAND - found, f"migrated: take {BUILT_BY_HAND - found} off BUILT_BY_HAND"
+
+
+def test_the_by_hand_check_sees_a_by_hand_build(tmp_path: Path) -> None:
+    sample = tmp_path / "entry.py"
+    sample.write_text(
+        "ProvisionControllerOptions(threadiness=ctx.options.worker_threads)\n", encoding="utf-8"
+    )
+    assert _builds_options_by_hand(sample)
+    sample.write_text("provision_controller_options(ctx.options)\n", encoding="utf-8")
+    assert not _builds_options_by_hand(sample)
