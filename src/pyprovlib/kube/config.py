@@ -44,6 +44,7 @@ __all__ = [
     "request_json",
     "resolve_proxy",
     "send_request",
+    "service_account_namespace",
     "shared_limiter",
     "use_resolved_proxy",
 ]
@@ -57,6 +58,18 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's service-account token and CA bundle."""
 
 _AUTH_SETTINGS = ["BearerToken"]
+
+
+def service_account_namespace(
+    service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR,
+) -> str:
+    """The namespace of the pod this process runs in, as its service account's ``namespace``
+    file says; ``""`` outside a pod (no such file)."""
+    try:
+        return (Path(service_account_dir) / "namespace").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
 
 READ_IDLE_TIMEOUT = 45.0
 """Seconds a request or watch may wait for the next bytes from the server before the connection

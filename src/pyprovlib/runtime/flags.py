@@ -20,7 +20,6 @@ import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pyprovlib._version import __version__
@@ -73,8 +72,6 @@ conventions call V(4) "debug level" and V(5) "trace level"; levels 0-3 are all i
 of more or less detail, and a verbosity never hides warnings or errors. So ``--v`` only ever
 makes the log more verbose: ``--v=4`` and above set the level to debug, ``--v=0`` to ``--v=3``
 leave ``--log-level`` as it is (info unless set)."""
-
-_SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def _http_address_or_empty(text: str) -> str:
@@ -479,13 +476,9 @@ class CommonOptions:
     def resolved_leader_election_namespace(self) -> str:
         """The Lease's namespace: the flag (or its environment variables), else the service
         account's namespace when running in a pod, else ``default`` — csi-lib-utils' order."""
-        if self.leader_election_namespace:
-            return self.leader_election_namespace
-        try:
-            text = _SERVICE_ACCOUNT_NAMESPACE_FILE.read_text(encoding="utf-8").strip()
-        except OSError:
-            text = ""
-        return text or "default"
+        from pyprovlib.kube.config import service_account_namespace
+
+        return self.leader_election_namespace or service_account_namespace() or "default"
 
     def leader_election_fields(self) -> LeaderElectionFields:
         """These flags as the leader-election fields of a controller's options (the namespace
