@@ -178,3 +178,17 @@ def test_the_by_hand_check_sees_a_by_hand_build(tmp_path: Path) -> None:
     assert _builds_options_by_hand(sample)
     sample.write_text("provision_controller_options(ctx.options)\n", encoding="utf-8")
     assert not _builds_options_by_hand(sample)
+
+
+def test_the_common_flag_defaults_are_the_librarys_but_for_leader_election() -> None:
+    # The common flags carry sig-storage-lib-external-provisioner's defaults (threadiness 4,
+    # Lease 15 s / 10 s / 2 s); only --leader-election differs, false as in every CSI sidecar.
+    # (The sidecars raise --worker-threads and the retry period through common_parser's
+    # defaults, to their own upstream values.)
+    library = ProvisionControllerOptions()
+    common = flags([])
+    assert common.worker_threads == library.threadiness == 4
+    assert common.leader_election_lease_duration == library.lease_duration == 15.0
+    assert common.leader_election_renew_deadline == library.renew_deadline == 10.0
+    assert common.leader_election_retry_period == library.retry_period == 2.0
+    assert (common.leader_election, library.leader_election) == (False, True)
