@@ -24,16 +24,27 @@ A minimal backend::
 
 ``attach`` and ``detach`` must be idempotent: the controller calls them again after any error,
 after a timeout, and when the reconciler finds an attachment that drifted.
+
+The volume arrives as an :class:`AttachVolume`: the values a backend usually needs, and the PV
+spec both as a kubernetes-asyncio ``V1PersistentVolumeSpec`` (``volume.spec``, converted on
+first access, once per attach or detach) and as JSON (``volume.spec_object``), the same
+convention as :class:`~pyprovlib.provisioner.ProvisionOptions` and
+:class:`~pyprovlib.resizer.Resizer`.
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kubernetes_asyncio.client import V1PersistentVolumeSpec
+
 from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.convert import ConversionError, to_model
 
 __all__ = [
     "IN_PROGRESS_CODES",
@@ -109,7 +120,13 @@ class AttachVolume:
     volume. ``volume_mode`` is ``Filesystem`` or ``Block``; ``fs_type`` falls back to the
     controller's default file system type. ``secrets`` holds the data of the
     ``controllerPublishSecretRef`` Secret; it is excluded from ``repr`` and must never be logged.
-    ``spec`` is the PV spec (or inline spec) as a JSON dict.
+
+    The whole PV spec (or inline spec) is there in two forms: :attr:`spec`, the
+    kubernetes-asyncio ``V1PersistentVolumeSpec``, converted on first access and once per
+    attach or detach; and :attr:`spec_object`, its JSON form (the API's field names, read-only:
+    it may be the controller's cached object), for a backend that works on JSON and so
+    converts nothing. The fields above are what most backends need; neither form is converted
+    unless read.
     """
 
     volume_id: str
@@ -121,12 +138,33 @@ class AttachVolume:
     access_modes: tuple[str, ...] = ()
     mount_options: tuple[str, ...] = ()
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
-    spec: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    spec_object: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """The PV spec (or inline spec) as JSON. Do not modify it."""
 
     @property
     def is_block(self) -> bool:
         """Whether the volume is consumed as a raw block device."""
         return self.volume_mode == "Block"
+
+    @functools.cached_property
+    def spec(self) -> V1PersistentVolumeSpec:
+        """The PV spec (or inline spec) as a kubernetes-asyncio ``V1PersistentVolumeSpec``,
+        converted from :attr:`spec_object` on first access. Raises
+        :class:`~pyprovlib.kube.convert.ConversionError` when the model refuses it."""
+        try:
+            model: V1PersistentVolumeSpec = to_model(self.spec_object, V1PersistentVolumeSpec)
+        except ConversionError as err:
+            what = f'PersistentVolume "{self.pv_name}"' if self.pv_name else "inline volume"
+            raise ConversionError(f"the spec of {what}: {err}") from err
+        return model
+
+    def with_secrets(self, secrets: Mapping[str, str]) -> AttachVolume:
+        """A copy holding ``secrets``, sharing :attr:`spec` when it was converted already, so
+        one attach converts at most once."""
+        copy = dataclasses.replace(self, secrets=secrets)
+        if "spec" in vars(self):  # cached_property keeps its value in the instance's dict
+            vars(copy)["spec"] = vars(self)["spec"]
+        return copy
 
 
 @dataclass(frozen=True)

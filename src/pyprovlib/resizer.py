@@ -10,13 +10,12 @@ A minimal backend::
     class MyArray(Resizer):
         name = "my.driver.example.com"  # the class provisioner whose claims it expands
 
-        def can_support(self, pv: Mapping[str, Any]) -> bool:
-            csi = pv.get("spec", {}).get("csi") or {}
-            return csi.get("driver") == self.name
+        def can_support(self, pv: V1PersistentVolume) -> bool:
+            csi = pv.spec.csi if pv.spec else None
+            return csi is not None and csi.driver == self.name
 
-        async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
-            handle = pv["spec"]["csi"]["volumeHandle"]
-            size = await my_api.grow(handle, new_size)  # must be idempotent
+        async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
+            size = await my_api.grow(pv.spec.csi.volume_handle, new_size)  # idempotent
             # True: the file system still has to grow on the node (kubelet's job).
             return ExpansionResult(size, node_expansion_required=True)
 
@@ -31,8 +30,9 @@ the node still has work to do.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
+
+from kubernetes_asyncio.client import V1PersistentVolume
 
 from pyprovlib.attacher import IN_PROGRESS_CODES, GrpcCode
 from pyprovlib.errors import PyprovlibError
@@ -99,8 +99,10 @@ class Resizer(abc.ABC):
     ``name`` identifies the backend: it names the controller's work queue, its events'
     source (``external-resizer <name>``) and its leader election Lease, and claims whose
     class's ``provisioner`` is ``name`` but whose volume :meth:`can_support` refuses get an
-    event saying so. PersistentVolumes are handed over as JSON dicts (as they came off the
-    wire); sizes are bytes.
+    event saying so. The PersistentVolume is handed over as a kubernetes-asyncio
+    ``V1PersistentVolume``, converted from the controller's cache once per claim looked at and
+    shared by :meth:`can_support`, :meth:`unsupported_reason` and :meth:`expand` (do not
+    modify it); sizes are bytes.
 
     Raise :class:`ResizeError` for failures with a code; any other exception is reported
     with its message and retried with backoff as a non-final error.
@@ -110,12 +112,12 @@ class Resizer(abc.ABC):
     """The backend's name; usually the provisioner (or CSI driver) name of its volumes."""
 
     @abc.abstractmethod
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
+    def can_support(self, pv: V1PersistentVolume) -> bool:
         """Whether this backend expands ``pv`` (e.g. its CSI driver is ours). Volumes it
         refuses are left alone. Must be cheap: it runs for every claim that wants to grow."""
 
     @abc.abstractmethod
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         """Grow the volume of ``pv`` to at least ``new_size`` bytes and return its new size
         and whether the node must still grow the file system. Must be idempotent."""
 
@@ -125,7 +127,7 @@ class Resizer(abc.ABC):
         resizer): then a failed node expansion is retried at the user's current request."""
         return True
 
-    def unsupported_reason(self, pv: Mapping[str, Any]) -> str:
+    def unsupported_reason(self, pv: V1PersistentVolume) -> str:
         """Why :meth:`can_support` refused ``pv``, for the event the claim's user sees when
         the claim's class names this backend."""
         return "this backend does not support expanding it"
@@ -141,14 +143,14 @@ class NotExpandable(Resizer):
         self.name = name
         self.reason = reason
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
+    def can_support(self, pv: V1PersistentVolume) -> bool:
         """No volume is supported."""
         return False
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         """Never called (nothing is supported); refuses for safety."""
         raise ResizeError(self.reason, code=GrpcCode.UNIMPLEMENTED)
 
-    def unsupported_reason(self, pv: Mapping[str, Any]) -> str:
+    def unsupported_reason(self, pv: V1PersistentVolume) -> str:
         """The ``reason`` given at construction."""
         return self.reason

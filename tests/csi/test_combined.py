@@ -20,7 +20,7 @@ import yaml
 from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
 
-from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
 from pyprovlib.kube import resources
 from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
@@ -96,7 +96,7 @@ def test_each_controller_keeps_its_sidecars_defaults() -> None:
     assert ns.controllers == CONTROLLERS
     sidecar = ns.sidecar_args
     expected = {
-        "provisioner": _sidecar.build_parser().parse_args([]),
+        "provisioner": provisioner.build_parser().parse_args([]),
         "attacher": attacher.parser().parse_args([]),
         "resizer": resizer.parser().parse_args([]),
     }

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from csi_driver import DriverState, serve_driver
 
-from pyprovlib.csi._sidecar import build_parser
+from pyprovlib.csi.provisioner import build_parser
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient

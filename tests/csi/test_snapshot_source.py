@@ -4,8 +4,9 @@ CRDs), a ProvisionController, and the Python CSI driver on a unix socket."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,16 +32,17 @@ from csi_e2e import (
 )
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar import build_parser
 from pyprovlib.csi.provisioner import (
     ANN_ALLOW_VOLUME_MODE_CHANGE,
     SNAPSHOT_FINALIZER,
     CSIProvisionerOptions,
+    build_parser,
 )
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 
@@ -111,8 +113,10 @@ class Rejection:
 
     setup: Callable[[Env, Snapshot], Awaitable[dict[str, Any]]]
     message: str
-    in_memory_only: str = ""
     no_snapshot_controller: str = ""
+    feature_gate: str = ""
+    """An alpha feature gate the case needs: set on the in-memory server; on a real control
+    plane the case gets one of its own started with ``--feature-gates=<gate>=true``."""
 
 
 async def _missing(env: Env, snap: Snapshot) -> dict[str, Any]:
@@ -232,13 +236,37 @@ REJECTIONS = {
     ),
     "volume-mode-garbled": Rejection(_volume_mode_change_garbled, "is 'maybe', not a boolean"),
     "wrong-api-group": Rejection(_wrong_group, "must have apiGroup snapshot.storage.k8s.io"),
+    # Without the alpha gate (kube-apiserver's default) the cross-namespace dataSourceRef is
+    # dropped on create and the claim is an ordinary one.
     "other-namespace": Rejection(
         _other_namespace,
         "cross-namespace data sources",
-        in_memory_only="needs the alpha CrossNamespaceVolumeDataSource feature gate, off in "
-        "kube-apiserver by default (which then drops the cross-namespace dataSourceRef)",
+        feature_gate="CrossNamespaceVolumeDataSource",
     ),
 }
+
+
+@contextlib.asynccontextmanager
+async def _cluster_with_gate(cluster: TestCluster, gate: str) -> AsyncIterator[TestCluster]:
+    """``cluster``, with the alpha feature ``gate`` on. The in-memory server turns it on in
+    place; a real control plane of ours is not shared with a gate on: a second one is started
+    for the test (kube-apiserver, kube-controller-manager and kube-scheduler alike)."""
+    if cluster.server is not None:
+        cluster.server.feature_gates.add(gate)
+        yield cluster
+        return
+    plane = cluster.control_plane
+    if plane is None:
+        pytest.skip(
+            f"needs the alpha {gate} feature gate, which a cluster given by kubeconfig may not "
+            "have on; run on PYPROVLIB_KUBE_ASSETS instead"
+        )
+    gates = f"--feature-gates={gate}=true"
+    async with (
+        ControlPlane.start(plane.assets, apiserver_args=[gates], nodes=1) as gated,
+        TestCluster(control_plane=gated) as gated_cluster,
+    ):
+        yield gated_cluster
 
 
 @pytest.mark.parametrize("case", list(REJECTIONS))
@@ -246,12 +274,18 @@ async def test_rejected_snapshot_source_is_reported_and_not_created(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, case: str
 ) -> None:
     rejection = REJECTIONS[case]
-    if rejection.in_memory_only:
-        kube_cluster.require_in_memory(rejection.in_memory_only)
     if rejection.no_snapshot_controller:
         kube_cluster.require_no_snapshot_controller(rejection.no_snapshot_controller)
-    if case == "other-namespace" and kube_cluster.server is not None:
-        kube_cluster.server.feature_gates.add("CrossNamespaceVolumeDataSource")
+    if rejection.feature_gate:
+        async with _cluster_with_gate(kube_cluster, rejection.feature_gate) as cluster:
+            await _check_rejection(cluster, sock_dir, case, rejection)
+    else:
+        await _check_rejection(kube_cluster, sock_dir, case, rejection)
+
+
+async def _check_rejection(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path, case: str, rejection: Rejection
+) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
         await require_snapshot_crds(env)
         class_name = await create_class(env)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi.combined import build_parser as combined_parser
 from pyprovlib.runtime import parse_common, parse_http_address
 
@@ -24,7 +24,7 @@ DRIVER = "hostpath.csi.pyprovlib.io"
 SOCKET_DIR = "/csi"
 
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
-    "pyprovlib.csi.provisioner": _sidecar.build_parser,
+    "pyprovlib.csi.provisioner": provisioner.build_parser,
     "pyprovlib.csi.attacher": attacher.parser,
     "pyprovlib.csi.resizer": resizer.parser,
     "pyprovlib.csi": combined_parser,

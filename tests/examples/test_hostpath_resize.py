@@ -18,6 +18,7 @@ from kubernetes_asyncio.client import (
     CoreV1Api,
     StorageV1Api,
     V1ObjectMeta,
+    V1PersistentVolume,
     V1PersistentVolumeClaim,
     V1PersistentVolumeClaimSpec,
     V1StorageClass,
@@ -262,5 +263,8 @@ def test_volume_node() -> None:
     assert resizer.serves(annotated)
     assert not resizer.serves({})
     assert HostPathResizer("p").serves({})
-    assert not resizer.can_support(annotated)
-    assert resizer.unsupported_reason(annotated) == NOT_EXPANDABLE_REASON
+    model = V1PersistentVolume(
+        metadata=V1ObjectMeta(annotations={"pyprovlib.io/hostpath-node": "n1"})
+    )
+    assert not resizer.can_support(model)
+    assert resizer.unsupported_reason(model) == NOT_EXPANDABLE_REASON

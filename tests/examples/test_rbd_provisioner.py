@@ -13,6 +13,7 @@ from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
     StorageV1Api,
+    V1CSIPersistentVolumeSource,
     V1HostPathVolumeSource,
     V1ObjectMeta,
     V1PersistentVolume,
@@ -225,10 +226,9 @@ async def test_delete_and_expand_of_a_missing_image(client: ApiClient, ceph: Any
         await prov.expand(pv, 1 << 20)
     # Through the Resizer contract: an infeasible request, not retried quickly.
     resizer = RBDResizer(prov)
-    as_json = client.sanitize_for_serialization(pv)
-    assert resizer.can_support(as_json)
+    assert resizer.can_support(pv)
     with pytest.raises(ResizeError, match="does not exist") as info:
-        await resizer.expand(as_json, 1 << 20)
+        await resizer.expand(pv, 1 << 20)
     assert info.value.infeasible
     assert info.value.final
 
@@ -236,7 +236,8 @@ async def test_delete_and_expand_of_a_missing_image(client: ApiClient, ceph: Any
 async def test_resizer_supports_only_its_images(client: ApiClient) -> None:
     resizer = RBDResizer(RBDProvisioner(client), "pyprovlib.io/rbd")
     assert resizer.name == "pyprovlib.io/rbd"
-    assert resizer.can_support({"spec": {"rbd": {"image": image_name_for("pvc-1")}}})
-    assert not resizer.can_support({"spec": {"rbd": {"image": "static"}}})
-    assert not resizer.can_support({"spec": {"csi": {"driver": "x"}}})
-    assert not resizer.can_support({})
+    assert resizer.can_support(rbd_pv(image_name_for("pvc-1"), "m:1"))
+    assert not resizer.can_support(rbd_pv("static", "m:1"))
+    csi = V1CSIPersistentVolumeSource(driver="x", volume_handle="h")
+    assert not resizer.can_support(V1PersistentVolume(spec=V1PersistentVolumeSpec(csi=csi)))
+    assert not resizer.can_support(V1PersistentVolume())

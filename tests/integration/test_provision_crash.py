@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import urllib.parse
 
 import pytest
-from kubernetes_asyncio.client import V1PersistentVolume
+from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
     create_claim,
@@ -31,6 +33,7 @@ from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
 from pyprovlib.provisioner import ProvisionOptions
 from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.netproxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 
@@ -85,7 +88,10 @@ async def test_killed_while_the_provisioner_runs(kube_cluster: TestCluster) -> N
 
 
 async def test_killed_while_the_pv_is_being_saved(kube_cluster: TestCluster) -> None:
-    kube_cluster.require_in_memory("delays the PV create in the API server")
+    kube_cluster.require_in_memory(
+        "holds the PV create inside the API server, which a real kube-apiserver cannot be made "
+        "to do; test_killed_while_the_pv_create_is_lost_in_the_network covers it there"
+    )
     server = kube_cluster.server
     name = provisioner_name(kube_cluster)
     class_name = await create_class(kube_cluster, name)
@@ -110,6 +116,60 @@ async def test_killed_while_the_pv_is_being_saved(kube_cluster: TestCluster) -> 
     restarted = ProvisionController(kube_cluster.api_client, name, second, fast_options())
     async with running(restarted):
         await wait_bound(kube_cluster, claim["metadata"]["name"])
+        assert list(backend) == [pv_name]
+
+
+class PartitioningProvisioner(MemoryProvisioner):
+    """Creates the asset, then cuts the controller off from the API server before handing the
+    PV back: the controller's PV create goes into a network black hole."""
+
+    def __init__(self, assets: dict[str, Obj], proxy: TcpProxy) -> None:
+        super().__init__(assets)
+        self.proxy = proxy
+        self.cut = asyncio.Event()
+
+    async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
+        volume = await super().provision(options)
+        self.proxy.partition("blackhole")
+        self.cut.set()
+        return volume
+
+
+async def test_killed_while_the_pv_create_is_lost_in_the_network(
+    kube_cluster: TestCluster,
+) -> None:
+    """The controller reaches the API server through a TCP proxy that turns into a black hole
+    right after the asset is created: the PV create never arrives, the controller is killed
+    while it waits for the answer, and a new instance finishes with the one asset. Needs no
+    fault injection in the server, so it runs on a real control plane as well."""
+    name = provisioner_name(kube_cluster)
+    class_name = await create_class(kube_cluster, name)
+    backend: dict[str, Obj] = {}
+    config = copy.deepcopy(kube_cluster.api_client.configuration)
+    target = urllib.parse.urlsplit(config.host)
+    assert target.hostname is not None
+    assert target.port is not None
+    async with TcpProxy(target.hostname, target.port) as proxy:
+        config.host = f"{target.scheme}://{target.hostname}:{proxy.port}"
+        async with ApiClient(configuration=config) as proxied:
+            first = PartitioningProvisioner(backend, proxy)
+            controller = ProvisionController(proxied, name, first, fast_options())
+            task = asyncio.create_task(controller.run())
+            try:
+                claim = await create_claim(kube_cluster, class_name)
+                async with asyncio.timeout(30):
+                    await first.cut.wait()
+            finally:
+                await kill(task)
+    pv_name = f"pvc-{claim['metadata']['uid']}"
+    assert list(backend) == [pv_name]
+    assert await get_volume(kube_cluster.api_client, pv_name) is None
+
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(kube_cluster.api_client, name, second, fast_options())
+    async with running(restarted):
+        bound = await wait_bound(kube_cluster, claim["metadata"]["name"])
+        assert bound["spec"]["volumeName"] == pv_name
         assert list(backend) == [pv_name]
 
 

@@ -54,6 +54,7 @@ from pyprovlib.controller.provision import (
     MountOptionsProvisioner,
     ProvisionController,
 )
+from pyprovlib.kube.objects import name_of
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import (
@@ -368,7 +369,9 @@ async def test_in_background_claim_deleted_midway_is_finished_then_cleaned_up(
 
 
 async def test_reschedule_removes_the_selected_node(kube_cluster: TestCluster) -> None:
-    kube_cluster.require_in_memory("the real scheduler would select a node again at once")
+    # No pod uses the claim, so neither the in-memory harness nor kube-scheduler selects a
+    # node on its own: the test plays the scheduler with schedule().
+    first_node, second_node = (name_of(n) for n in await kube_cluster.ready_nodes(2))
     name = provisioner_name(kube_cluster)
     class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
     provisioner = ScriptedProvisioner(
@@ -378,7 +381,7 @@ async def test_reschedule_removes_the_selected_node(kube_cluster: TestCluster) -
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
-        await kube_cluster.schedule(claim_name, "node-1")
+        await kube_cluster.schedule(claim_name, first_node)
         await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "no capacity")
 
         async def unscheduled() -> bool:
@@ -390,9 +393,9 @@ async def test_reschedule_removes_the_selected_node(kube_cluster: TestCluster) -
         await kube_cluster.wait_for(unscheduled, message="selected-node removed")
         assert claim["metadata"]["uid"] not in controller.claims_in_progress()
         # The scheduler picks again; this time it works.
-        await kube_cluster.schedule(claim_name, "node-2")
+        await kube_cluster.schedule(claim_name, second_node)
         await wait_bound(kube_cluster, claim_name)
-        assert provisioner.calls[-1].selected_node_name == "node-2"
+        assert provisioner.calls[-1].selected_node_name == second_node
 
 
 async def test_final_error_and_in_background_keep_the_selected_node(

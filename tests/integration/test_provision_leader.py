@@ -175,8 +175,46 @@ async def test_a_follower_stops_without_ever_leading(kube_cluster: TestCluster) 
     assert follower_backend.calls == []
 
 
+async def test_a_lease_taken_by_another_holder_fails_the_controller(
+    kube_cluster: TestCluster,
+) -> None:
+    """The Lease is taken over behind the leader's back (as an operator, or a replica that
+    saw it expire, would): its next renewal sees another holder and the controller stops
+    with LeaderElectionLostError. Runs on a real control plane too."""
+    name = provisioner_name(kube_cluster)
+    controller = ProvisionController(
+        kube_cluster.api_client,
+        name,
+        MemoryProvisioner(),
+        fast_options(**leader_options(kube_cluster)),
+    )
+    task = asyncio.create_task(controller.run())
+    try:
+        await wait_ready(kube_cluster, controller)
+        # A merge patch: no resourceVersion to race the controller's renewals with.
+        await ResourceClient(kube_cluster.api_client, LEASES).patch(
+            name.replace("/", "-"),
+            {"spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600}},
+            namespace=kube_cluster.namespace,
+        )
+        with pytest.raises(LeaderElectionLostError, match=name.replace("/", "-")):
+            async with asyncio.timeout(10):
+                await task
+        assert not controller.healthy()
+        assert not controller.ready()
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:
-    kube_cluster.require_in_memory("makes lease renewals fail")
+    kube_cluster.require_in_memory(
+        "makes the API server answer lease renewals with 500, which a real kube-apiserver "
+        "cannot be made to do; test_a_lease_taken_by_another_holder_fails_the_controller "
+        "covers losing the lease there"
+    )
     name = provisioner_name(kube_cluster)
     controller = ProvisionController(
         kube_cluster.api_client,

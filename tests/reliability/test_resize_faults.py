@@ -27,12 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from rel_support import (
     FAULT_KINDS,
     cancel,
@@ -93,12 +93,12 @@ class RecordingResizer(Resizer):
         # When set, an expansion waits for it before doing anything (a slow backend).
         self.gate: asyncio.Event | None = None
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
-        csi = (pv.get("spec") or {}).get("csi") or {}
-        return bool(csi.get("driver") == self.name)
+    def can_support(self, pv: V1PersistentVolume) -> bool:
+        csi = pv.spec.csi if pv.spec else None
+        return csi is not None and csi.driver == self.name
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
-        handle = str(pv["spec"]["csi"]["volumeHandle"])
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
+        handle = str(pv.spec.csi.volume_handle)
         self.calls.append((handle, new_size))
         if self.gate is not None:
             await self.gate.wait()

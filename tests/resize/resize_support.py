@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from kubernetes_asyncio.client import V1PersistentVolume
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
@@ -45,12 +46,12 @@ class MemoryResizer(Resizer):
         self.node_expansion_required = node_expansion_required
         self.gate: asyncio.Event | None = None
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
-        csi = (pv.get("spec") or {}).get("csi") or {}
-        return bool(csi.get("driver") == self.name)
+    def can_support(self, pv: V1PersistentVolume) -> bool:
+        csi = pv.spec.csi if pv.spec else None
+        return csi is not None and csi.driver == self.name
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
-        handle = pv["spec"]["csi"]["volumeHandle"]
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
+        handle = pv.spec.csi.volume_handle
         self.calls.append((handle, new_size))
         if self.gate is not None:
             await self.gate.wait()

@@ -380,10 +380,13 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
         await wait_for(lambda: _async(ctrl.ready()), message="leading")
         leases = ResourceClient(kube_cluster.api_client, LEASES)
         name = lease_name(s.driver)
-        lease = await leases.get(name, s.namespace)
-        lease["spec"]["holderIdentity"] = "someone-else"
-        lease["spec"]["leaseDurationSeconds"] = 3600
-        await leases.replace(lease)
+        # A merge patch, not get-then-replace: the controller renews every 0.1 s, and a
+        # replace carrying the read resourceVersion would race that renewal (409).
+        await leases.patch(
+            name,
+            {"spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600}},
+            namespace=s.namespace,
+        )
         with pytest.raises(LeaderElectionLostError):
             async with asyncio.timeout(10):
                 await task

@@ -6,6 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client import (
+    V1HostPathVolumeSource,
+    V1PersistentVolume,
+    V1PersistentVolumeSpec,
+)
 
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller.resize import (
@@ -168,10 +173,13 @@ def test_options_defaults_and_validation() -> None:
 
 async def test_not_expandable_refuses_everything() -> None:
     backend = NotExpandable("x.io/hostpath", "hostpath volumes are directories")
-    assert backend.can_support({"spec": {"hostPath": {"path": "/x"}}}) is False
-    assert backend.unsupported_reason({}) == "hostpath volumes are directories"
+    pv = V1PersistentVolume(
+        spec=V1PersistentVolumeSpec(host_path=V1HostPathVolumeSource(path="/x"))
+    )
+    assert backend.can_support(pv) is False
+    assert backend.unsupported_reason(pv) == "hostpath volumes are directories"
     with pytest.raises(ResizeError, match="directories"):
-        await backend.expand({}, 1)
+        await backend.expand(pv, 1)
 
 
 def state(

@@ -7,11 +7,11 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import structlog
+from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import MemoryResizer, Scenario, capacity, controller, running, wait_for
 
 from pyprovlib.resizer import ExpansionResult
@@ -43,7 +43,7 @@ class BuggyResizer(MemoryResizer):
         super().__init__(name)
         self.bug = True
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         if self.bug:
             self.bug = False
             new_size //= 0

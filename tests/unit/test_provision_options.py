@@ -312,3 +312,22 @@ async def test_provisioner_name_is_required() -> None:
     async with ApiClient() as api:
         with pytest.raises(ValueError, match="provisioner_name"):
             ProvisionController(api, "", _NullProvisioner(), ProvisionControllerOptions())
+
+
+def test_options_convert_in_synchronous_code_too() -> None:
+    """The models are built on first access; in a fresh process with no event loop running
+    (a provisioner's synchronous unit test), the first conversion must work as well."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pyprovlib.provisioner import ProvisionOptions\n"
+        "o = ProvisionOptions({'metadata': {'name': 'sc'}, 'provisioner': 'p'}, 'pvc-1',\n"
+        "    {'metadata': {'name': 'c', 'namespace': 'ns'}, 'spec': {}})\n"
+        "print(o.storage_class.provisioner, o.pvc.metadata.namespace)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["p", "ns"]

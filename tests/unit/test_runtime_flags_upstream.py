@@ -112,7 +112,7 @@ def test_unsupported_upstream_flags_are_rejected_by_name_in_one_line(
 
 def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
     from pyprovlib.csi import attacher, resizer
-    from pyprovlib.csi._sidecar import build_parser
+    from pyprovlib.csi.provisioner import build_parser
 
     implemented: set[str] = set()
     for p in (build_parser(), attacher.parser(), resizer.parser()):

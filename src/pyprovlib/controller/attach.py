@@ -16,17 +16,17 @@ Without an attacher (``attacher=None``) the controller is upstream's trivial han
 VolumeAttachments attached and uses no finalizer, for drivers without ControllerPublishVolume.
 When the attacher can list what it published, a reconciler compares that with the
 VolumeAttachments every ``reconcile_sync`` seconds and reprocesses the ones that drifted.
+
+Beside this module: :mod:`~pyprovlib.controller.attach_resolve` reads a VolumeAttachment into
+the volume, node and secrets of an attacher call; :mod:`~pyprovlib.controller.attach_writes`
+makes every write (finalizers, status, errors) and remembers them;
+:mod:`~pyprovlib.controller.attach_options` holds the options and upstream's defaults.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import copy
-import dataclasses
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -43,10 +43,24 @@ from pyprovlib.controller.attach_options import (
 from pyprovlib.controller.attach_options import (
     lease_name as default_lease_name,
 )
+from pyprovlib.controller.attach_resolve import (
+    NODE_ID_ANNOTATION,
+    VolumeResolver,
+    api_error_text,
+    attacher_of,
+    is_attached,
+    is_deleting,
+    mask_secrets,
+    pv_index,
+    pv_name_of,
+    should_enqueue_va_change,
+    spec_of,
+)
+from pyprovlib.controller.attach_writes import AttachWriter
 from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.errors import ApiException, is_not_found
+from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.objects import Obj, annotations_of, finalizers_of, meta, name_of
+from pyprovlib.kube.objects import Obj, finalizers_of, name_of
 from pyprovlib.kube.resources import (
     CSINODES,
     PERSISTENT_VOLUMES,
@@ -56,7 +70,6 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
-from pyprovlib.redaction import scrub_text
 
 __all__ = [
     "NODE_ID_ANNOTATION",
@@ -68,123 +81,8 @@ __all__ = [
 
 log = get_logger(__name__)
 
-NODE_ID_ANNOTATION: Final = "csi.alpha.kubernetes.io/node-id"
-"""Where the node ID used to attach is remembered on the VolumeAttachment, so a detach works
-even when the node's CSINode is gone."""
 PV_INDEX: Final = "attacher-pv"
 """The VolumeAttachment cache index by ``spec.source.persistentVolumeName``."""
-
-_MASK: Final = "***"
-# Secret values shorter than this are not masked in messages: replacing every "a" would make
-# the message useless while hiding nothing worth hiding.
-_MIN_MASKED_SECRET: Final = 4
-
-
-# -- pure helpers --------------------------------------------------------------------------------
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = obj.get("spec")
-    return s if isinstance(s, Mapping) else {}
-
-
-def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = obj.get("status")
-    return s if isinstance(s, Mapping) else {}
-
-
-def _source(va: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = _spec(va).get("source")
-    return s if isinstance(s, Mapping) else {}
-
-
-def _attacher_of(va: Mapping[str, Any]) -> str:
-    return str(_spec(va).get("attacher") or "")
-
-
-def _pv_name_of(va: Mapping[str, Any]) -> str | None:
-    name = _source(va).get("persistentVolumeName")
-    return name if isinstance(name, str) and name else None
-
-
-def _is_deleting(obj: Mapping[str, Any]) -> bool:
-    return bool(meta(obj).get("deletionTimestamp"))
-
-
-def _is_attached(va: Mapping[str, Any]) -> bool:
-    return _status(va).get("attached") is True
-
-
-def _pv_index(va: Obj) -> list[str]:
-    name = _pv_name_of(va)
-    return [name] if name else []
-
-
-def should_enqueue_va_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """external-attacher's ``shouldEnqueueVAChange``: ignore an update that only changed
-    ``status.attachError``/``detachError`` (and managed fields) — the controller wrote them a
-    moment ago, and processing the VA again at once would defeat the retry backoff. A resync
-    (same resourceVersion) is always processed."""
-    if meta(old).get("resourceVersion") == meta(new).get("resourceVersion"):
-        return True
-    error_keys = ("attachError", "detachError")
-    if not any(k in _status(o) for o in (old, new) for k in error_keys):
-        return True
-    sanitized = copy.deepcopy(dict(new))
-    sanitized_meta = dict(meta(sanitized))
-    for key in ("resourceVersion", "managedFields"):
-        if key in meta(old):
-            sanitized_meta[key] = meta(old)[key]
-        else:
-            sanitized_meta.pop(key, None)
-    sanitized["metadata"] = sanitized_meta
-    status = dict(_status(sanitized))
-    for key in error_keys:
-        if key in _status(old):
-            status[key] = _status(old)[key]
-        else:
-            status.pop(key, None)
-    if status or "status" in old:
-        sanitized["status"] = status
-    return sanitized != old
-
-
-def _json_pointer(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _api_error_text(err: BaseException) -> str:
-    """A short description of an API error: the Status message, not the whole body."""
-    if isinstance(err, ApiException):
-        body: Any = err.body
-        try:
-            decoded = json.loads(body) if body else None
-        except (TypeError, ValueError):
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
-            return str(decoded["message"])
-        return f"{err.status} {err.reason}".strip()
-    return str(err) or type(err).__name__
-
-
-def _mask_secrets(text: str, secrets: Mapping[str, str]) -> str:
-    """Hide the values of ``secrets`` (and anything that looks like a credential) in ``text``,
-    so a backend echoing a secret never leaks it into a status, a log or an exception."""
-    for value in sorted(secrets.values(), key=len, reverse=True):
-        if len(value) >= _MIN_MASKED_SECRET:
-            text = text.replace(value, _MASK)
-    return scrub_text(text)
-
-
-class _Resolved:
-    """What one attach or detach needs, resolved from the caches and the API."""
-
-    __slots__ = ("csi", "pv", "spec")
-
-    def __init__(self, pv: Obj | None, spec: Mapping[str, Any], csi: Mapping[str, Any]) -> None:
-        self.pv = pv
-        self.spec = spec
-        self.csi = csi
 
 
 # -- the controller ------------------------------------------------------------------------------
@@ -225,9 +123,6 @@ class AttachController(ControllerLifecycle):
             informer_factory=informer_factory,
             clock=clock,
         )
-        self._vas = ResourceClient(client, VOLUME_ATTACHMENTS)
-        self._pvs = ResourceClient(client, PERSISTENT_VOLUMES)
-        self._secrets = ResourceClient(client, SECRETS)
 
         def limiter() -> ItemExponentialFailureRateLimiter:
             return ItemExponentialFailureRateLimiter(
@@ -242,7 +137,7 @@ class AttachController(ControllerLifecycle):
         )
 
         self.va_informer: SharedInformer = self.informer_factory.informer_for(VOLUME_ATTACHMENTS)
-        self.va_informer.add_indexers({PV_INDEX: _pv_index})
+        self.va_informer.add_indexers({PV_INDEX: pv_index})
         self.va_informer.add_event_handler(
             on_add=self._va_added, on_update=self._va_updated, on_delete=self._va_deleted
         )
@@ -254,9 +149,22 @@ class AttachController(ControllerLifecycle):
 
         # VAs the reconciler found drifted: processed even if their status says it is done.
         self._force_sync: set[str] = set()
-        # resourceVersions this controller wrote to each VA in its last sync, newest last: a
-        # cached VA at an older one of them is our own intermediate write, not news.
-        self._written: dict[str, list[str]] = {}
+        # What one attach or detach needs, read from the caches (and Secrets).
+        self._resolver = VolumeResolver(
+            driver_name,
+            self.options.default_fs_type,
+            pvs=self.pv_informer.store,
+            csinodes=self.csinode_informer.store,
+            secrets=ResourceClient(client, SECRETS),
+        )
+        # Our writes, and the record of them that tells our own stale writes from news.
+        self._writes = AttachWriter(
+            self.finalizer,
+            vas=ResourceClient(client, VOLUME_ATTACHMENTS),
+            pvs=ResourceClient(client, PERSISTENT_VOLUMES),
+            clock=self._clock,
+            log=self._log,
+        )
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -335,7 +243,7 @@ class AttachController(ControllerLifecycle):
     # -- informer handlers -------------------------------------------------------------------
 
     def _is_ours(self, va: Mapping[str, Any]) -> bool:
-        return _attacher_of(va) == self.driver_name
+        return attacher_of(va) == self.driver_name
 
     def _va_added(self, va: Obj) -> None:
         if self._is_ours(va):
@@ -352,8 +260,8 @@ class AttachController(ControllerLifecycle):
     def _va_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         va = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
         self._force_sync.discard(name_of(va))
-        self._written.pop(name_of(va), None)
-        pv_name = _pv_name_of(va)
+        self._writes.forget(name_of(va))
+        pv_name = pv_name_of(va)
         if pv_name:
             # The PV may now lose its finalizer.
             self.pv_queue.add(pv_name)
@@ -361,7 +269,7 @@ class AttachController(ControllerLifecycle):
     def _pv_changed(self, pv: Obj) -> None:
         # Only a PV being deleted with our finalizer needs anything (upstream's
         # processFinalizers without CSI migration).
-        if self.finalizer in finalizers_of(pv) and _is_deleting(pv):
+        if self.finalizer in finalizers_of(pv) and is_deleting(pv):
             self.pv_queue.add(name_of(pv))
 
     # -- VolumeAttachments ---------------------------------------------------------------------
@@ -375,13 +283,13 @@ class AttachController(ControllerLifecycle):
             return
         if not self._is_ours(va):
             return
-        if self._is_own_stale_write(name, va):
+        if self._writes.is_own_stale_write(name, va):
             # Our newer write is on its way; an error-only update would not queue the VA
             # again, so look once more after a short while whatever happens.
             logger.debug("cache still shows an intermediate write of ours; looking later")
             self.va_queue.add_after(name, self.options.retry_interval_start)
             return
-        self._written[name] = []
+        self._writes.start_sync(name)
         try:
             await self.sync_va(va)
         except Exception as err:
@@ -390,31 +298,15 @@ class AttachController(ControllerLifecycle):
         else:
             self.va_queue.forget(name)
 
-    def _is_own_stale_write(self, name: str, va: Mapping[str, Any]) -> bool:
-        written = self._written.get(name)
-        if not written:
-            return False
-        rv = meta(va).get("resourceVersion")
-        if rv in written[:-1]:
-            # The update events of our later writes are on their way and queue the VA again.
-            return True
-        del self._written[name]
-        return False
-
-    def _wrote(self, va: Mapping[str, Any]) -> None:
-        rv = meta(va).get("resourceVersion")
-        if isinstance(rv, str) and rv:
-            self._written.setdefault(name_of(va), []).append(rv)
-
     async def sync_va(self, va: Obj) -> None:
         """Process one VolumeAttachment of ours (upstream's ``SyncNewOrUpdatedVolumeAttachment``
         without the queue bookkeeping); raises when it must be retried."""
         if self.attacher is None:
-            if not _is_attached(va):
-                await self._mark_as_attached(va, None)
+            if not is_attached(va):
+                await self._writes.mark_as_attached(va, None)
                 self._log.info("marked VolumeAttachment as attached", va=name_of(va))
             return
-        if _is_deleting(va):
+        if is_deleting(va):
             await self._sync_detach(va, self.attacher)
         else:
             await self._sync_attach(va, self.attacher)
@@ -427,7 +319,7 @@ class AttachController(ControllerLifecycle):
 
     async def _sync_attach(self, va: Obj, attacher: Attacher) -> None:
         name = name_of(va)
-        if not self._consume_force_sync(name) and _is_attached(va):
+        if not self._consume_force_sync(name) and is_attached(va):
             return  # attached, nothing to do
         logger = self._log.bind(va=name)
         logger.info("attaching")
@@ -438,21 +330,21 @@ class AttachController(ControllerLifecycle):
             async with self._timeout("attach", volume.volume_id, node.name):
                 metadata = await attacher.attach(volume, node, readonly, volume.volume_attributes)
         except Exception as err:
-            message = _mask_secrets(self._error_message(err), secrets)
+            message = mask_secrets(self._error_message(err), secrets)
             if is_user_bug(err):
                 log_user_bug(
                     logger,
                     "attach failed: the attacher raised an unexpected exception",
                     err,
-                    mask=functools.partial(_mask_secrets, secrets=secrets),
+                    mask=functools.partial(mask_secrets, secrets=secrets),
                 )
             try:
-                await self._save_error(va, "attachError", message, _error_code(err))
+                await self._writes.save_error(va, "attachError", message, _error_code(err))
             except Exception as save_err:
-                logger.info("failed to save attach error", error=_api_error_text(save_err))
+                logger.info("failed to save attach error", error=api_error_text(save_err))
             raise AttachError(f"failed to attach: {message}") from None
         logger.info("attached")
-        await self._mark_as_attached(va, dict(metadata) if metadata else None)
+        await self._writes.mark_as_attached(va, dict(metadata) if metadata else None)
 
     async def _sync_detach(self, va: Obj, attacher: Attacher) -> None:
         name = name_of(va)
@@ -462,28 +354,29 @@ class AttachController(ControllerLifecycle):
         logger.info("detaching")
         secrets: Mapping[str, str] = {}
         try:
-            resolved = self._resolve(va)
-            secrets = await self._controller_publish_secrets(resolved.csi)
-            volume = self._volume(va, resolved, secrets)
-            node = AttachNode(str(_spec(va).get("nodeName") or ""), self._node_id(va, True))
+            resolved = self._resolver.resolve(va)
+            secrets = await self._resolver.controller_publish_secrets(resolved.csi)
+            volume = self._resolver.volume(va, resolved, secrets)
+            node_name = str(spec_of(va).get("nodeName") or "")
+            node = AttachNode(node_name, self._resolver.node_id(va, True))
             async with self._timeout("detach", volume.volume_id, node.name):
                 await attacher.detach(volume, node)
         except Exception as err:
-            message = _mask_secrets(self._error_message(err), secrets)
+            message = mask_secrets(self._error_message(err), secrets)
             if is_user_bug(err):
                 log_user_bug(
                     logger,
                     "detach failed: the attacher raised an unexpected exception",
                     err,
-                    mask=functools.partial(_mask_secrets, secrets=secrets),
+                    mask=functools.partial(mask_secrets, secrets=secrets),
                 )
             try:
-                await self._save_error(va, "detachError", message, _error_code(err))
+                await self._writes.save_error(va, "detachError", message, _error_code(err))
             except Exception as save_err:
-                logger.info("failed to save detach error", error=_api_error_text(save_err))
+                logger.info("failed to save detach error", error=api_error_text(save_err))
             raise AttachError(f"failed to detach: {message}") from None
         logger.info("detached")
-        await self._mark_as_detached(va)
+        await self._writes.mark_as_detached(va)
 
     def _timeout(self, op: str, volume_id: str, node: str) -> _OperationTimeout:
         return _OperationTimeout(self.options.timeout, op, volume_id, node)
@@ -493,7 +386,7 @@ class AttachController(ControllerLifecycle):
         if isinstance(err, AttachError):
             return err.message
         if isinstance(err, ApiException):
-            return _api_error_text(err)
+            return api_error_text(err)
         if is_user_bug(err):
             return describe_user_error(err)
         return str(err) or type(err).__name__
@@ -503,231 +396,29 @@ class AttachController(ControllerLifecycle):
     ) -> tuple[Obj, AttachVolume, AttachNode, bool]:
         """Check as much as possible before the VA finalizer goes on (it would block the
         VA's deletion on an error), add the finalizers, and build the attach arguments."""
-        resolved = self._resolve(va)
+        resolved = self._resolver.resolve(va)
         if resolved.pv is not None:
-            if _is_deleting(resolved.pv):
+            if is_deleting(resolved.pv):
                 raise AttachError(
                     f'PersistentVolume "{name_of(resolved.pv)}" is marked for deletion'
                 )
             try:
-                await self._add_pv_finalizer(resolved.pv)
+                await self._writes.add_pv_finalizer(resolved.pv)
             except ApiException as err:
                 raise AttachError(
-                    f"could not add PersistentVolume finalizer: {_api_error_text(err)}"
+                    f"could not add PersistentVolume finalizer: {api_error_text(err)}"
                 ) from None
-        volume = self._volume(va, resolved, {})
+        volume = self._resolver.volume(va, resolved, {})
         attacher.check(volume)
-        secrets = await self._controller_publish_secrets(resolved.csi)
-        volume = dataclasses.replace(volume, secrets=secrets)
+        secrets = await self._resolver.controller_publish_secrets(resolved.csi)
+        volume = volume.with_secrets(secrets)
         readonly = resolved.csi.get("readOnly") is True
-        node_name = str(_spec(va).get("nodeName") or "")
-        node_id = self._node_id(va, False)
-        va = await self._add_va_finalizer_and_node_id(va, node_id)
+        node_name = str(spec_of(va).get("nodeName") or "")
+        node_id = self._resolver.node_id(va, False)
+        va = await self._writes.add_va_finalizer_and_node_id(va, node_id)
         return va, volume, AttachNode(node_name, node_id), readonly
 
-    def _resolve(self, va: Mapping[str, Any]) -> _Resolved:
-        source = _source(va)
-        pv_name = _pv_name_of(va)
-        inline = source.get("inlineVolumeSpec")
-        if pv_name is not None:
-            if inline:
-                raise AttachError(
-                    "both InlineCSIVolumeSource and PersistentVolumeName specified in VA source"
-                )
-            pv = self.pv_informer.store.get_by_key(pv_name)
-            if pv is None:
-                raise AttachError(f'persistentvolume "{pv_name}" not found')
-            csi = _spec(pv).get("csi")
-            if not isinstance(csi, Mapping):
-                raise AttachError("pv spec contained non-csi source that was not migrated")
-            return _Resolved(pv, _spec(pv), csi)
-        if isinstance(inline, Mapping):
-            csi = inline.get("csi")
-            if not isinstance(csi, Mapping):
-                raise AttachError("inline volume spec contains nil CSI source")
-            return _Resolved(None, inline, csi)
-        raise AttachError(
-            "neither InlineCSIVolumeSource nor PersistentVolumeName specified in VA source"
-        )
-
-    def _volume(
-        self, va: Mapping[str, Any], resolved: _Resolved, secrets: Mapping[str, str]
-    ) -> AttachVolume:
-        spec, csi = resolved.spec, resolved.csi
-        handle = csi.get("volumeHandle")
-        if not isinstance(handle, str) or not handle:
-            raise AttachError("the CSI volume source has no volumeHandle")
-        attributes = csi.get("volumeAttributes")
-        mode = spec.get("volumeMode") or "Filesystem"
-        fs_type = "" if mode == "Block" else str(csi.get("fsType") or self.options.default_fs_type)
-        return AttachVolume(
-            volume_id=handle,
-            driver=str(csi.get("driver") or self.driver_name),
-            pv_name=_pv_name_of(va),
-            volume_attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
-            fs_type=fs_type,
-            volume_mode=str(mode),
-            access_modes=tuple(str(m) for m in spec.get("accessModes") or ()),
-            mount_options=tuple(str(m) for m in spec.get("mountOptions") or ()),
-            secrets=secrets,
-            spec=spec,
-        )
-
-    async def _controller_publish_secrets(self, csi: Mapping[str, Any]) -> dict[str, str]:
-        ref = csi.get("controllerPublishSecretRef")
-        if not isinstance(ref, Mapping) or not ref.get("name"):
-            return {}
-        namespace, name = str(ref.get("namespace") or ""), str(ref["name"])
-        if not namespace:
-            raise AttachError(f'controllerPublishSecretRef "{name}" names no namespace')
-        try:
-            secret = await self._secrets.get(name, namespace)
-        except ApiException as err:
-            raise AttachError(
-                f'failed to load secret "{namespace}/{name}": {_api_error_text(err)}'
-            ) from None
-        data = secret.get("data") or {}
-        result: dict[str, str] = {}
-        for key, value in data.items():
-            try:
-                result[str(key)] = base64.b64decode(str(value), validate=True).decode(
-                    "utf-8", "surrogateescape"
-                )
-            except (binascii.Error, ValueError):
-                raise AttachError(
-                    f'secret "{namespace}/{name}" has undecodable data under key {key!r}'
-                ) from None
-        return result
-
-    def _node_id(self, va: Mapping[str, Any], use_annotation: bool) -> str:
-        """The driver's ID of the VA's node, from the node's CSINode; for a detach (or the
-        reconciler) the ID remembered on the VA is the fallback (upstream's ``getNodeID``)."""
-        node_name = str(_spec(va).get("nodeName") or "")
-        csinode = self.csinode_informer.store.get_by_key(node_name)
-        if csinode is None:
-            error = f'csinode.storage.k8s.io "{node_name}" not found'
-        else:
-            for driver in _spec(csinode).get("drivers") or ():
-                if isinstance(driver, Mapping) and driver.get("name") == self.driver_name:
-                    return str(driver.get("nodeID") or "")
-            error = f"CSINode {node_name} does not contain driver {self.driver_name}"
-        if use_annotation:
-            remembered = annotations_of(va).get(NODE_ID_ANNOTATION)
-            if remembered:
-                return str(remembered)
-        raise AttachError(error)
-
     # -- writes --------------------------------------------------------------------------------
-
-    def _add_finalizer_ops(self, obj: Mapping[str, Any]) -> list[Obj]:
-        """JSON patch ops adding our finalizer, guarded by a ``test`` op so a concurrent change
-        of the list (or of the object when it has none) fails the patch instead of being
-        overwritten."""
-        current = meta(obj).get("finalizers")
-        if isinstance(current, list):
-            return [
-                {"op": "test", "path": "/metadata/finalizers", "value": current},
-                {"op": "add", "path": "/metadata/finalizers/-", "value": self.finalizer},
-            ]
-        return [
-            {
-                "op": "test",
-                "path": "/metadata/resourceVersion",
-                "value": meta(obj).get("resourceVersion"),
-            },
-            {"op": "add", "path": "/metadata/finalizers", "value": [self.finalizer]},
-        ]
-
-    def _remove_finalizer_ops(self, obj: Mapping[str, Any]) -> list[Obj]:
-        current = finalizers_of(obj)
-        index = current.index(self.finalizer)
-        path = f"/metadata/finalizers/{index}"
-        return [
-            {"op": "test", "path": path, "value": self.finalizer},
-            {"op": "remove", "path": path},
-        ]
-
-    async def _add_pv_finalizer(self, pv: Obj) -> Obj:
-        if self.finalizer in finalizers_of(pv):
-            return pv
-        updated = await self._pvs.patch(name_of(pv), self._add_finalizer_ops(pv), patch_type="json")
-        self._log.debug("added finalizer to PersistentVolume", pv=name_of(pv))
-        return updated
-
-    async def _add_va_finalizer_and_node_id(self, va: Obj, node_id: str) -> Obj:
-        ops: list[Obj] = []
-        if self.finalizer not in finalizers_of(va):
-            ops += self._add_finalizer_ops(va)
-        annotations = meta(va).get("annotations")
-        if not isinstance(annotations, Mapping):
-            ops.append(
-                {
-                    "op": "test",
-                    "path": "/metadata/resourceVersion",
-                    "value": meta(va).get("resourceVersion"),
-                }
-            )
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/metadata/annotations",
-                    "value": {NODE_ID_ANNOTATION: node_id},
-                }
-            )
-        elif annotations.get(NODE_ID_ANNOTATION) != node_id:
-            ops.append(
-                {
-                    "op": "add",
-                    "path": "/metadata/annotations/" + _json_pointer(NODE_ID_ANNOTATION),
-                    "value": node_id,
-                }
-            )
-        if not ops:
-            return va
-        try:
-            updated = await self._vas.patch(name_of(va), ops, patch_type="json")
-        except ApiException as err:
-            raise AttachError(f"could not save VolumeAttachment: {_api_error_text(err)}") from None
-        self._wrote(updated)
-        return updated
-
-    async def _mark_as_attached(self, va: Obj, metadata: dict[str, str] | None) -> Obj:
-        body = {"status": {"attached": True, "attachmentMetadata": metadata, "attachError": None}}
-        try:
-            updated = await self._vas.patch(name_of(va), body, subresource="status")
-        except ApiException as err:
-            raise AttachError(f"failed to mark as attached: {_api_error_text(err)}") from None
-        self._wrote(updated)
-        return updated
-
-    async def _mark_as_detached(self, va: Obj) -> None:
-        """Remove the finalizer first, then clear the status: a deleted VA without our
-        finalizer counts as detached whatever its status says, while the other order would
-        leave ``attached=false`` with the finalizer, which forces another detach call."""
-        has_finalizer = self.finalizer in finalizers_of(va)
-        if not has_finalizer and not _is_attached(va):
-            return
-        try:
-            if has_finalizer:
-                va = await self._vas.patch(
-                    name_of(va), self._remove_finalizer_ops(va), patch_type="json"
-                )
-                self._wrote(va)
-                self._log.debug("removed VolumeAttachment finalizer", va=name_of(va))
-            body = {"status": {"attached": False, "detachError": None, "attachmentMetadata": None}}
-            self._wrote(await self._vas.patch(name_of(va), body, subresource="status"))
-        except ApiException as err:
-            if is_not_found(err):
-                return  # finalizer gone, the VA went with it
-            raise AttachError(f"could not mark as detached: {_api_error_text(err)}") from None
-
-    async def _save_error(self, va: Obj, field: str, message: str, code: int | None) -> None:
-        error: Obj = {"time": _rfc3339(self._clock), "message": message}
-        if code is not None:
-            error["errorCode"] = code
-        self._wrote(
-            await self._vas.patch(name_of(va), {"status": {field: error}}, subresource="status")
-        )
 
     # -- PersistentVolumes ---------------------------------------------------------------------
 
@@ -742,7 +433,7 @@ class AttachController(ControllerLifecycle):
             self._log.info(
                 "failed to remove finalizer from PersistentVolume; retrying",
                 pv=name,
-                error=_api_error_text(err),
+                error=api_error_text(err),
             )
             self.pv_queue.add_rate_limited(name)
         else:
@@ -751,7 +442,7 @@ class AttachController(ControllerLifecycle):
     async def sync_pv(self, pv: Obj) -> None:
         """Remove our finalizer from a PV being deleted that no VolumeAttachment uses
         (upstream's ``SyncNewOrUpdatedPersistentVolume``); raises when it must be retried."""
-        if self.attacher is None or not _is_deleting(pv):
+        if self.attacher is None or not is_deleting(pv):
             return
         if self.finalizer not in finalizers_of(pv):
             return
@@ -759,7 +450,7 @@ class AttachController(ControllerLifecycle):
         if users:
             self._log.debug("PersistentVolume is still used", pv=name_of(pv), va=name_of(users[0]))
             return
-        await self._pvs.patch(name_of(pv), self._remove_finalizer_ops(pv), patch_type="json")
+        await self._writes.remove_pv_finalizer(pv)
         self._log.info("removed finalizer from PersistentVolume", pv=name_of(pv))
 
     # -- reconciler ------------------------------------------------------------------------------
@@ -778,19 +469,19 @@ class AttachController(ControllerLifecycle):
                 continue
             name = name_of(va)
             try:
-                node_id = self._node_id(va, True)
-                volume_id = str(self._resolve(va).csi.get("volumeHandle") or "")
+                node_id = self._resolver.node_id(va, True)
+                volume_id = str(self._resolver.resolve(va).csi.get("volumeHandle") or "")
             except AttachError as err:
                 self._log.info("cannot reconcile VolumeAttachment", va=name, error=err.message)
                 continue
             found = node_id in (published.get(volume_id) or ())
-            if _is_attached(va) != found:
+            if is_attached(va) != found:
                 self._log.warning(
                     "VolumeAttachment attached status and actual state do not match; "
                     "reprocessing it",
                     va=name,
                     volume_handle=volume_id,
-                    attached_status=_is_attached(va),
+                    attached_status=is_attached(va),
                     found=found,
                 )
                 self._force_sync.add(name)
@@ -824,7 +515,3 @@ class _OperationTimeout:
 
 def _error_code(err: BaseException) -> int | None:
     return err.code if isinstance(err, AttachError) else None
-
-
-def _rfc3339(clock: Clock) -> str:
-    return clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")

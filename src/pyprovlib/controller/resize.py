@@ -19,6 +19,12 @@ claim's request grew; workers read the current claim and its volume from the cac
   (``FileSystemResizePending`` / ``NodeResizePending``);
 - record failures as a ``ControllerResizeError`` condition (``ControllerResizeInfeasible`` for
   requests that can never succeed) and a ``VolumeResizeFailed`` event, retried with backoff.
+
+Beside this module: :mod:`~pyprovlib.controller.resize_claims` holds the names (reasons,
+conditions, statuses) and the pure decisions over a claim and its volume (which size, whether
+an update matters); :mod:`~pyprovlib.controller.resize_status` makes every write (claim status,
+PV capacity, events); :mod:`~pyprovlib.controller.resize_options` holds the options and
+upstream's defaults.
 """
 
 from __future__ import annotations
@@ -29,22 +35,57 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller.resize_claims import (
+    ANN_NODE_EXPANSION_NOT_REQUIRED,
+    ANN_STORAGE_RESIZER,
+    CONDITION_CONTROLLER_RESIZE_ERROR,
+    CONDITION_FILE_SYSTEM_RESIZE_PENDING,
+    CONDITION_NODE_RESIZE_ERROR,
+    CONDITION_RESIZING,
+    NOT_EXPANDABLE_CLASS,
+    POD_PVC_INDEX,
+    REASON_FILE_SYSTEM_RESIZE_REQUIRED,
+    REASON_RESIZING,
+    REASON_VOLUME_RESIZE_FAILED,
+    REASON_VOLUME_RESIZE_SUCCESSFUL,
+    STATUS_CONTROLLER_RESIZE_IN_PROGRESS,
+    STATUS_CONTROLLER_RESIZE_INFEASIBLE,
+    STATUS_NODE_RESIZE_IN_PROGRESS,
+    STATUS_NODE_RESIZE_INFEASIBLE,
+    STATUS_NODE_RESIZE_PENDING,
+    allocated_of,
+    bytes_quantity,
+    claim_capacity,
+    claim_key,
+    cmp_quantities,
+    dict_of,
+    expansion_target,
+    merge_resize_conditions,
+    pod_claims,
+    request_of,
+    resize_status_of,
+    should_enqueue_pvc_change,
+    size_text,
+    spec_of,
+    status_of,
+)
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
-from pyprovlib.controller.volume_store import event_target
+from pyprovlib.controller.resize_status import ResizeStatusWriter
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of, uid_of
-from pyprovlib.kube.quantity import Format, Quantity, parse_quantity
+from pyprovlib.kube.objects import Obj, name_of, namespace_of, uid_of
+from pyprovlib.kube.quantity import Quantity
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -84,63 +125,8 @@ __all__ = [
 
 log = get_logger(__name__)
 
-REASON_RESIZING: Final = "Resizing"
-"""Normal event: the resizer is calling the backend."""
-REASON_VOLUME_RESIZE_SUCCESSFUL: Final = "VolumeResizeSuccessful"
-"""Normal event: the volume was expanded and no node expansion is needed."""
-REASON_VOLUME_RESIZE_FAILED: Final = "VolumeResizeFailed"
-"""Warning event: the expansion failed, or cannot be done for this claim."""
-REASON_FILE_SYSTEM_RESIZE_REQUIRED: Final = "FileSystemResizeRequired"
-"""Normal event: the volume was expanded; the node must still grow the file system."""
-
-CONDITION_RESIZING: Final = "Resizing"
-"""Claim condition while the controller expands the volume."""
-CONDITION_FILE_SYSTEM_RESIZE_PENDING: Final = "FileSystemResizePending"
-"""Claim condition once the volume grew and the node must still grow the file system."""
-CONDITION_CONTROLLER_RESIZE_ERROR: Final = "ControllerResizeError"
-"""Claim condition carrying the message of the last final expansion failure."""
-CONDITION_NODE_RESIZE_ERROR: Final = "NodeResizeError"
-"""Claim condition set by kubelet when the node expansion failed (cleared on success)."""
-_RESIZE_CONDITIONS: Final = frozenset(
-    {
-        CONDITION_RESIZING,
-        CONDITION_FILE_SYSTEM_RESIZE_PENDING,
-        CONDITION_CONTROLLER_RESIZE_ERROR,
-        CONDITION_NODE_RESIZE_ERROR,
-    }
-)
-
-STATUS_CONTROLLER_RESIZE_IN_PROGRESS: Final = "ControllerResizeInProgress"
-"""``allocatedResourceStatuses.storage`` while the controller expands (or may be expanding)."""
-STATUS_CONTROLLER_RESIZE_INFEASIBLE: Final = "ControllerResizeInfeasible"
-"""``allocatedResourceStatuses.storage`` after the backend called the request impossible; the
-user may lower it (above ``status.capacity``) to recover."""
-STATUS_NODE_RESIZE_PENDING: Final = "NodeResizePending"
-"""``allocatedResourceStatuses.storage`` when the node must grow the file system."""
-STATUS_NODE_RESIZE_IN_PROGRESS: Final = "NodeResizeInProgress"
-"""``allocatedResourceStatuses.storage`` while kubelet grows the file system."""
-STATUS_NODE_RESIZE_INFEASIBLE: Final = "NodeResizeInfeasible"
-"""``allocatedResourceStatuses.storage`` after kubelet found the node expansion impossible."""
-
-ANN_NODE_EXPANSION_NOT_REQUIRED: Final = "volume.kubernetes.io/node-expansion-not-required"
-"""Set on a claim whose expansion finished in the controller, so kubelet does not try again."""
-ANN_STORAGE_RESIZER: Final = "volume.kubernetes.io/storage-resizer"
-"""Set by Kubernetes' expand controller to the resizer that must expand the claim; a change of
-it makes upstream look at the claim again (CSI migration)."""
-
 EVENT_FLUSH_TIMEOUT: Final = 5.0
 """How long a graceful stop waits for buffered events to be written."""
-
-_STORAGE: Final = "storage"
-_PENDING_MESSAGE: Final = (
-    "Waiting for user to (re-)start a pod to finish file system resize of volume on node."
-)
-_NOT_EXPANDABLE_CLASS: Final = (
-    "only dynamically provisioned pvc can be resized and the storageclass that provisions the "
-    "pvc must support resize"
-)
-_POD_PVC_INDEX: Final = "resizer-pvc"
-_TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 class DelayRetryError(PyprovlibError):
@@ -153,186 +139,6 @@ class DelayRetryError(PyprovlibError):
 
 
 # -- pure helpers --------------------------------------------------------------------------------
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _dict(obj.get("spec"))
-
-
-def _status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _dict(obj.get("status"))
-
-
-def _quantity(value: Any) -> Quantity | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError:
-        return None
-
-
-def _request(pvc: Mapping[str, Any]) -> Quantity | None:
-    return _quantity(_dict(_dict(_spec(pvc).get("resources")).get("requests")).get(_STORAGE))
-
-
-def _claim_capacity(pvc: Mapping[str, Any]) -> Quantity | None:
-    return _quantity(_dict(_status(pvc).get("capacity")).get(_STORAGE))
-
-
-def _pv_capacity(pv: Mapping[str, Any]) -> Quantity | None:
-    return _quantity(_dict(_spec(pv).get("capacity")).get(_STORAGE))
-
-
-def _allocated(pvc: Mapping[str, Any]) -> Quantity | None:
-    return _quantity(_dict(_status(pvc).get("allocatedResources")).get(_STORAGE))
-
-
-def _resize_status(pvc: Mapping[str, Any]) -> str:
-    value = _dict(_status(pvc).get("allocatedResourceStatuses")).get(_STORAGE)
-    return value if isinstance(value, str) else ""
-
-
-def _conditions(pvc: Mapping[str, Any]) -> list[Obj]:
-    raw = _status(pvc).get("conditions")
-    return [dict(c) for c in raw if isinstance(c, Mapping)] if isinstance(raw, list) else []
-
-
-def _has_fs_resize_pending(pvc: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == CONDITION_FILE_SYSTEM_RESIZE_PENDING and c.get("status") == "True"
-        for c in _conditions(pvc)
-    )
-
-
-def _size_text(q: Quantity) -> str:
-    return str(q)
-
-
-def _bytes_quantity(size: int) -> Quantity:
-    return Quantity.from_int(size, Format.BINARY_SI)
-
-
-def _claim_key(pvc: Mapping[str, Any]) -> str:
-    return f"{namespace_of(pvc)}/{name_of(pvc)}"
-
-
-def _cmp(a: Quantity | None, b: Quantity | None) -> int:
-    """``Quantity.Cmp`` where a missing quantity is zero."""
-    an = a.nanos if a is not None else 0
-    bn = b.nanos if b is not None else 0
-    return (an > bn) - (an < bn)
-
-
-def should_enqueue_pvc_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether an update of a claim needs a look (upstream's ``updatePVC``): its request
-    changed, the resizer annotation changed, a resync (same resourceVersion), or its capacity
-    grew. Other updates (labels, our own status writes) are ignored.
-
-    Upstream only reacts to a *grown* request; a lowered one (recovery from a failed expansion)
-    is also taken here so the user's correction is acted on at once instead of at the next
-    retry of the failed claim."""
-    if _cmp(_request(new), _request(old)) != 0:
-        return True
-    if annotations_of(new).get(ANN_STORAGE_RESIZER) != annotations_of(old).get(ANN_STORAGE_RESIZER):
-        return True
-    if meta(new).get("resourceVersion") == meta(old).get("resourceVersion"):
-        return True
-    return _cmp(_claim_capacity(new), _claim_capacity(old)) > 0
-
-
-def merge_resize_conditions(
-    old: list[Obj], new: list[Obj], *, keep_old_resize_conditions: bool
-) -> list[Obj]:
-    """Kubernetes' ``MergeResizeConditionOnPVC``: conditions that are not about resizing are
-    kept; a resize condition in ``new`` replaces the old one of its type (keeping the old one,
-    and so its transition time, when the status did not change); old resize conditions absent
-    from ``new`` are dropped unless ``keep_old_resize_conditions``."""
-    wanted = {str(c["type"]): c for c in new}
-    result: list[Obj] = []
-    for condition in old:
-        kind = str(condition.get("type") or "")
-        if kind not in _RESIZE_CONDITIONS:
-            result.append(condition)
-            continue
-        replacement = wanted.pop(kind, None)
-        if replacement is not None:
-            if replacement.get("status") == condition.get("status") and replacement.get(
-                "message"
-            ) == condition.get("message"):
-                result.append(condition)
-            else:
-                result.append(replacement)
-        elif keep_old_resize_conditions:
-            result.append(condition)
-    result.extend(wanted.values())
-    return result
-
-
-def expansion_target(
-    pvc: Mapping[str, Any],
-    pv: Mapping[str, Any],
-    *,
-    final_error: bool,
-    supports_control_plane_expansion: bool = True,
-) -> Quantity | None:
-    """The size to expand ``pv`` to for ``pvc``, or None when there is nothing to do now
-    (external-resizer's ``expandAndRecover`` decision, verbose on purpose like upstream's).
-
-    ``final_error``: the last expansion of this claim failed with a final error, so nothing is
-    in progress and the user's current request may replace the size being allocated. Otherwise
-    ``status.allocatedResources`` wins over a lowered request while an expansion may still be
-    running, so a volume never ends up smaller than what the backend may have allocated.
-    """
-    spec_size = _request(pvc)
-    if spec_size is None:
-        return None
-    pv_size = _pv_capacity(pv)
-    resize_status = _resize_status(pvc)
-    allocated = _allocated(pvc)
-    new_size = spec_size
-    if _cmp(pv_size, spec_size) < 0:
-        # The volume is smaller than asked: expand, but let an expansion that may still be
-        # running finish at its size first.
-        if resize_status == STATUS_NODE_RESIZE_INFEASIBLE:
-            new_size = allocated if allocated is not None else spec_size
-        elif resize_status in (STATUS_NODE_RESIZE_PENDING, STATUS_NODE_RESIZE_IN_PROGRESS):
-            new_size = allocated if allocated is not None else spec_size
-            if _cmp(pv_size, new_size) >= 0:
-                return None  # the node has work to finish first
-        elif resize_status == STATUS_CONTROLLER_RESIZE_IN_PROGRESS:
-            if final_error:
-                new_size = spec_size
-            elif allocated is not None:
-                new_size = allocated
-        else:
-            new_size = spec_size
-    else:
-        # The volume was expanded already.
-        if resize_status in (STATUS_NODE_RESIZE_IN_PROGRESS, STATUS_NODE_RESIZE_PENDING):
-            return None  # kubelet's turn
-        if resize_status == STATUS_NODE_RESIZE_INFEASIBLE:
-            if supports_control_plane_expansion and allocated is not None:
-                new_size = allocated
-            else:
-                new_size = spec_size
-        elif resize_status in (
-            STATUS_CONTROLLER_RESIZE_IN_PROGRESS,
-            STATUS_CONTROLLER_RESIZE_INFEASIBLE,
-        ):
-            if allocated is not None:
-                new_size = allocated
-        elif resize_status == "" and allocated is not None:
-            new_size = allocated
-        else:
-            if _has_fs_resize_pending(pvc):
-                return None
-            new_size = spec_size
-    return new_size
 
 
 def _api_error_text(err: BaseException) -> str:
@@ -357,24 +163,6 @@ def _error_text(err: BaseException) -> str:
     if is_user_bug(err):
         return scrub_text(describe_user_error(err))
     return scrub_text(str(err) or type(err).__name__)
-
-
-def _pod_claims(pod: Obj) -> list[str]:
-    """``namespace/claim`` of every claim a pod that has not terminated uses (upstream's
-    ``inUsePVCStore``)."""
-    if _status(pod).get("phase") in _TERMINAL_POD_PHASES:
-        return []
-    namespace = namespace_of(pod)
-    claims: list[str] = []
-    for volume in _spec(pod).get("volumes") or ():
-        claim = _dict(_dict(volume).get("persistentVolumeClaim")).get("claimName")
-        if isinstance(claim, str) and claim:
-            claims.append(f"{namespace}/{claim}")
-    return claims
-
-
-class _Stop(PyprovlibError):
-    """Nothing to do for this claim now (not an error)."""
 
 
 # -- the controller ------------------------------------------------------------------------------
@@ -413,10 +201,16 @@ class ResizeController(ControllerLifecycle):
             informer_factory=informer_factory,
             clock=clock,
         )
-        self._pvcs = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-        self._pvs = ResourceClient(client, PERSISTENT_VOLUMES)
         self.recorder = EventRecorder(
             client, f"external-resizer {name}", host=socket.gethostname(), clock=self._clock
+        )
+        # Every write: the claim's resize status, the volume's capacity, the claim's events.
+        self._writes = ResizeStatusWriter(
+            pvcs=ResourceClient(client, PERSISTENT_VOLUME_CLAIMS),
+            pvs=ResourceClient(client, PERSISTENT_VOLUMES),
+            recorder=self.recorder,
+            clock=self._clock,
+            log=self._log,
         )
         self.claim_queue: RateLimitingQueue[str] = RateLimitingQueue(
             f"{name}-pvc",
@@ -438,7 +232,7 @@ class ResizeController(ControllerLifecycle):
         self.pod_informer: SharedInformer | None = None
         if self.options.handle_volume_in_use_error:
             self.pod_informer = self.informer_factory.informer_for(PODS)
-            self.pod_informer.add_indexers({_POD_PVC_INDEX: _pod_claims})
+            self.pod_informer.add_indexers({POD_PVC_INDEX: pod_claims})
 
         # Claims whose last expansion failed with a final error: the user's current request may
         # replace the size being allocated (upstream's finalErrorPVCs).
@@ -499,15 +293,15 @@ class ResizeController(ControllerLifecycle):
     # -- informer handlers -------------------------------------------------------------------
 
     def _pvc_added(self, pvc: Obj) -> None:
-        self.claim_queue.add(_claim_key(pvc))
+        self.claim_queue.add(claim_key(pvc))
 
     def _pvc_updated(self, old: Obj, new: Obj) -> None:
         if should_enqueue_pvc_change(old, new):
-            self.claim_queue.add(_claim_key(new))
+            self.claim_queue.add(claim_key(new))
 
     def _pvc_deleted(self, obj: Obj | DeletedFinalStateUnknown) -> None:
         pvc = obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
-        key = _claim_key(pvc)
+        key = claim_key(pvc)
         self.claim_queue.forget(key)
         self._final_errors.discard(key)
         self._slow.pop(key, None)
@@ -536,7 +330,7 @@ class ResizeController(ControllerLifecycle):
         if pvc is None:
             self._log.debug("claim is deleted or does not exist", claim=key)
             return
-        volume_name = _spec(pvc).get("volumeName")
+        volume_name = spec_of(pvc).get("volumeName")
         if not isinstance(volume_name, str) or not volume_name:
             return
         pv = self.pv_informer.store.get_by_key(volume_name)
@@ -545,40 +339,60 @@ class ResizeController(ControllerLifecycle):
             return
         if not self.claim_needs_resize(pvc):
             return
-        if not self._may_expand(pvc, pv):
+        volume = self._may_expand(pvc, pv)
+        if volume is None:
             return
-        await self.expand_and_recover(pvc, pv)
+        await self.expand_and_recover(pvc, pv, volume)
 
     @staticmethod
     def claim_needs_resize(pvc: Mapping[str, Any]) -> bool:
         """A Bound claim with a volume that requests more than its ``status.capacity``
         (upstream's ``pvcNeedResize``)."""
-        if _status(pvc).get("phase") != "Bound" or not _spec(pvc).get("volumeName"):
+        if status_of(pvc).get("phase") != "Bound" or not spec_of(pvc).get("volumeName"):
             return False
-        return _cmp(_request(pvc), _claim_capacity(pvc)) > 0
+        return cmp_quantities(request_of(pvc), claim_capacity(pvc)) > 0
 
-    def _may_expand(self, pvc: Obj, pv: Obj) -> bool:
-        """Whether this resizer should expand ``pv`` for ``pvc``; refusals the user should know
-        about are reported as events."""
-        key = _claim_key(pvc)
-        class_name = str(_spec(pvc).get("storageClassName") or "")
+    def _may_expand(self, pvc: Obj, pv: Obj) -> V1PersistentVolume | None:
+        """The volume ``pv`` as the model the resizer receives when this resizer should
+        expand it for ``pvc``, else None; refusals the user should know about are reported as
+        events.
+
+        The conversion happens here, once per look at a claim that wants to grow, and its
+        model is shared by every call into the resizer that follows (one conversion per call
+        into user code, as ``ProvisionOptions``)."""
+        key = claim_key(pvc)
+        class_name = str(spec_of(pvc).get("storageClassName") or "")
         storage_class = self.class_informer.store.get_by_key(class_name) if class_name else None
         ours = storage_class is not None and storage_class.get("provisioner") == self.name
-        if not self.resizer.can_support(pv):
+        try:
+            volume = to_model(pv, V1PersistentVolume)
+        except ConversionError as err:
+            # Not retried: the same object fails the same way. A change of the claim (or the
+            # resync) looks again.
+            self._log.info("cannot read the volume", claim=key, pv=name_of(pv), error=str(err))
+            if ours:
+                self._writes.event(
+                    pvc,
+                    EVENT_TYPE_WARNING,
+                    REASON_VOLUME_RESIZE_FAILED,
+                    f'resizer "{self.name}" cannot expand volume {name_of(pv)}: {err}',
+                )
+            return None
+        if not self.resizer.can_support(volume):
             self._log.debug("resizer does not support the volume", claim=key, pv=name_of(pv))
             if ours:
-                self._event(
+                self._writes.event(
                     pvc,
                     EVENT_TYPE_WARNING,
                     REASON_VOLUME_RESIZE_FAILED,
                     f'resizer "{self.name}" cannot expand volume {name_of(pv)}: '
-                    f"{self.resizer.unsupported_reason(pv)}",
+                    f"{self.resizer.unsupported_reason(volume)}",
                 )
-            return False
-        claim_ref = _dict(_spec(pv).get("claimRef"))
+            return None
+        claim_ref = dict_of(spec_of(pv).get("claimRef"))
         if claim_ref.get("namespace") != namespace_of(pvc) or claim_ref.get("uid") != uid_of(pvc):
             self._log.debug("volume is not bound to the claim", claim=key, pv=name_of(pv))
-            return False
+            return None
         if storage_class is None or storage_class.get("allowVolumeExpansion") is not True:
             why = (
                 f'StorageClass "{class_name}" does not set allowVolumeExpansion: true'
@@ -590,21 +404,26 @@ class ResizeController(ControllerLifecycle):
                 )
             )
             self._log.info("claim may not be expanded", claim=key, why=why)
-            self._event(
+            self._writes.event(
                 pvc,
                 EVENT_TYPE_WARNING,
                 REASON_VOLUME_RESIZE_FAILED,
-                f"{_NOT_EXPANDABLE_CLASS}: {why}",
+                f"{NOT_EXPANDABLE_CLASS}: {why}",
             )
-            return False
-        return True
+            return None
+        return volume
 
-    async def expand_and_recover(self, pvc: Obj, pv: Obj) -> None:
+    async def expand_and_recover(
+        self, pvc: Obj, pv: Obj, volume: V1PersistentVolume | None = None
+    ) -> None:
         """Choose the size to expand to from the claim's allocation state, then expand
-        (upstream's ``expandAndRecover``); raises when the claim must be retried."""
-        key = _claim_key(pvc)
-        resize_status = _resize_status(pvc)
-        allocated = _allocated(pvc)
+        (upstream's ``expandAndRecover``); raises when the claim must be retried.
+
+        ``pv`` is the cached JSON; ``volume`` its model for the resizer (converted here when
+        not given)."""
+        key = claim_key(pvc)
+        resize_status = resize_status_of(pvc)
+        allocated = allocated_of(pvc)
         in_slow_set = self._slow_contains(key)
         if resize_status == STATUS_CONTROLLER_RESIZE_INFEASIBLE:
             self._slow.setdefault(key, self._clock.monotonic())
@@ -629,7 +448,9 @@ class ResizeController(ControllerLifecycle):
             update_status = False
 
         try:
-            pvc = await self._mark_controller_resize_in_progress(pvc, new_size, update_status)
+            pvc = await self._writes.mark_controller_resize_in_progress(
+                pvc, new_size, update_status
+            )
         except ApiException as err:
             raise RuntimeError(
                 f"marking pvc {key} as resizing failed: {_api_error_text(err)}"
@@ -640,10 +461,10 @@ class ResizeController(ControllerLifecycle):
                 f"Unable to expand {key} because CSI driver {self.name} only supports offline "
                 "expansion and volume is currently in-use"
             )
-            self._event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, message)
+            self._writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, message)
             raise RuntimeError(message)
 
-        self._event(
+        self._writes.event(
             pvc,
             EVENT_TYPE_NORMAL,
             REASON_RESIZING,
@@ -651,18 +472,24 @@ class ResizeController(ControllerLifecycle):
         )
         self._in_use_errors.discard(key)
         try:
-            await self._call_resize(pvc, pv, new_size)
+            if volume is None:
+                volume = to_model(pv, V1PersistentVolume)
+            await self._call_resize(pvc, pv, volume, new_size)
         except Exception as err:
-            self._event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, _error_text(err))
+            self._writes.event(
+                pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, _error_text(err)
+            )
             raise
 
-    async def _call_resize(self, pvc: Obj, pv: Obj, new_size: Quantity) -> None:
+    async def _call_resize(
+        self, pvc: Obj, pv: Obj, volume: V1PersistentVolume, new_size: Quantity
+    ) -> None:
         """Expand through the resizer and record the outcome (upstream's
         ``callResizeOnPlugin``)."""
-        key = _claim_key(pvc)
+        key = claim_key(pvc)
         logger = self._log.bind(claim=key, pv=name_of(pv))
         try:
-            result = await self._expand(pv, new_size)
+            result = await self._expand(pv, volume, new_size)
         except Exception as err:
             bug = is_user_bug(err)
             if bug:
@@ -681,7 +508,7 @@ class ResizeController(ControllerLifecycle):
                 else:
                     self._slow.pop(key, None)
                 try:
-                    await self._mark_controller_expansion_failed(
+                    await self._writes.mark_controller_expansion_failed(
                         pvc, _error_text(resize_err), infeasible=resize_err.infeasible
                     )
                 except ApiException as api_err:
@@ -705,32 +532,34 @@ class ResizeController(ControllerLifecycle):
             ) from None
         self._final_errors.discard(key)
         self._slow.pop(key, None)
-        new_capacity = _bytes_quantity(result.size)
+        new_capacity = bytes_quantity(result.size)
         logger.info(
             "volume expanded",
-            capacity=_size_text(new_capacity),
+            capacity=size_text(new_capacity),
             node_expansion_required=result.node_expansion_required,
         )
         try:
-            await self._update_pv_capacity(pv, new_capacity)
+            await self._writes.update_pv_capacity(pv, new_capacity)
         except ApiException as err:
             raise RuntimeError(
                 f'error updating pv "{name_of(pv)}" by resizer: {_api_error_text(err)}'
             ) from None
         try:
             if result.node_expansion_required:
-                await self._mark_for_pending_node_expansion(pvc)
+                await self._writes.mark_for_pending_node_expansion(pvc)
             else:
-                await self._mark_expansion_finished(pvc, new_capacity)
+                await self._writes.mark_expansion_finished(pvc, new_capacity)
         except ApiException as err:
             raise RuntimeError(
                 f"mark PVC {key} after expansion failed: {_api_error_text(err)}"
             ) from None
 
-    async def _expand(self, pv: Obj, new_size: Quantity) -> ExpansionResult:
+    async def _expand(
+        self, pv: Obj, volume: V1PersistentVolume, new_size: Quantity
+    ) -> ExpansionResult:
         try:
             async with asyncio.timeout(self.options.timeout):
-                result = await self.resizer.expand(pv, new_size.value())
+                result = await self.resizer.expand(volume, new_size.value())
         except TimeoutError:
             raise ResizeError(
                 f"expansion of volume {name_of(pv)} timed out after {self.options.timeout:g}s; "
@@ -747,7 +576,7 @@ class ResizeController(ControllerLifecycle):
     def _in_use(self, key: str) -> bool:
         if self.pod_informer is None:
             return False
-        return bool(self.pod_informer.store.by_index(_POD_PVC_INDEX, key))
+        return bool(self.pod_informer.store.by_index(POD_PVC_INDEX, key))
 
     def _slow_contains(self, key: str) -> bool:
         added = self._slow.get(key)
@@ -765,118 +594,3 @@ class ResizeController(ControllerLifecycle):
         return max(0.0, added + self.options.retry_interval_max - self._clock.monotonic())
 
     # -- writes --------------------------------------------------------------------------------
-
-    def _event(self, pvc: Obj, type_: str, reason: str, message: str) -> None:
-        self.recorder.event(event_target(pvc, "PersistentVolumeClaim"), type_, reason, message)
-
-    def _condition(self, kind: str, message: str = "") -> Obj:
-        condition: Obj = {
-            "type": kind,
-            "status": "True",
-            "lastProbeTime": None,
-            "lastTransitionTime": self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        if message:
-            condition["message"] = message
-        return condition
-
-    async def _patch_claim(
-        self,
-        pvc: Obj,
-        status: Obj,
-        *,
-        annotation: bool | None,
-        check_resource_version: bool,
-    ) -> Obj:
-        """Merge-patch the claim's status subresource (upstream's ``PatchClaim``), optionally
-        guarded by the claim's resourceVersion; ``annotation`` adds (True) or removes (False)
-        the node-expansion-not-required annotation when it is not already so."""
-        metadata: Obj = {}
-        if check_resource_version:
-            metadata["resourceVersion"] = meta(pvc).get("resourceVersion")
-        present = ANN_NODE_EXPANSION_NOT_REQUIRED in annotations_of(pvc)
-        if annotation is True and not present:
-            metadata["annotations"] = {ANN_NODE_EXPANSION_NOT_REQUIRED: "true"}
-        elif annotation is False and present:
-            metadata["annotations"] = {ANN_NODE_EXPANSION_NOT_REQUIRED: None}
-        body: Obj = {"status": status}
-        if metadata:
-            body["metadata"] = metadata
-        return await self._pvcs.patch(
-            name_of(pvc), body, namespace=namespace_of(pvc), subresource="status"
-        )
-
-    async def _mark_controller_resize_in_progress(
-        self, pvc: Obj, new_size: Quantity, update_status: bool
-    ) -> Obj:
-        conditions = merge_resize_conditions(
-            _conditions(pvc),
-            [self._condition(CONDITION_RESIZING)],
-            keep_old_resize_conditions=not update_status,
-        )
-        status: Obj = {
-            "conditions": conditions,
-            "allocatedResources": {_STORAGE: _size_text(new_size)},
-        }
-        if update_status:
-            status["allocatedResourceStatuses"] = {_STORAGE: STATUS_CONTROLLER_RESIZE_IN_PROGRESS}
-        return await self._patch_claim(pvc, status, annotation=False, check_resource_version=True)
-
-    async def _mark_controller_expansion_failed(
-        self, pvc: Obj, message: str, *, infeasible: bool
-    ) -> Obj:
-        # No resourceVersion check (as upstream): the failure must be recorded even when our
-        # copy of the claim is slightly old, or the whole operation would have to start over.
-        conditions = merge_resize_conditions(
-            _conditions(pvc),
-            [
-                self._condition(
-                    CONDITION_CONTROLLER_RESIZE_ERROR, f"failed to expand pvc with {message}"
-                )
-            ],
-            keep_old_resize_conditions=True,
-        )
-        status: Obj = {"conditions": conditions}
-        if infeasible:
-            status["allocatedResourceStatuses"] = {_STORAGE: STATUS_CONTROLLER_RESIZE_INFEASIBLE}
-        return await self._patch_claim(pvc, status, annotation=None, check_resource_version=False)
-
-    async def _mark_for_pending_node_expansion(self, pvc: Obj) -> Obj:
-        conditions = merge_resize_conditions(
-            _conditions(pvc),
-            [self._condition(CONDITION_FILE_SYSTEM_RESIZE_PENDING, _PENDING_MESSAGE)],
-            keep_old_resize_conditions=True,
-        )
-        status: Obj = {
-            "conditions": conditions,
-            "allocatedResourceStatuses": {_STORAGE: STATUS_NODE_RESIZE_PENDING},
-        }
-        updated = await self._patch_claim(
-            pvc, status, annotation=False, check_resource_version=True
-        )
-        self._log.info("claim needs a file system resize on the node", claim=_claim_key(pvc))
-        self._event(
-            pvc,
-            EVENT_TYPE_NORMAL,
-            REASON_FILE_SYSTEM_RESIZE_REQUIRED,
-            "Require file system resize of volume on node",
-        )
-        return updated
-
-    async def _mark_expansion_finished(self, pvc: Obj, new_size: Quantity) -> Obj:
-        conditions = merge_resize_conditions(_conditions(pvc), [], keep_old_resize_conditions=False)
-        status: Obj = {"capacity": {_STORAGE: _size_text(new_size)}, "conditions": conditions}
-        statuses = _dict(_status(pvc).get("allocatedResourceStatuses"))
-        if _STORAGE in statuses:
-            # JSON merge patch: null removes the key, or the whole map when nothing else is in it.
-            status["allocatedResourceStatuses"] = {_STORAGE: None} if len(statuses) > 1 else None
-        updated = await self._patch_claim(pvc, status, annotation=True, check_resource_version=True)
-        self._log.info("claim expansion finished", claim=_claim_key(pvc))
-        self._event(
-            pvc, EVENT_TYPE_NORMAL, REASON_VOLUME_RESIZE_SUCCESSFUL, "Resize volume succeeded"
-        )
-        return updated
-
-    async def _update_pv_capacity(self, pv: Obj, capacity: Quantity) -> Obj:
-        body: Obj = {"spec": {"capacity": {_STORAGE: _size_text(capacity)}}}
-        return await self._pvs.patch(name_of(pv), body)

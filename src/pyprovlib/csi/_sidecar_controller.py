@@ -3,8 +3,8 @@ as the runtime's Controller (``run``/``stop``/``healthy``/``ready``). Shared by 
 attacher, resizer and provisioner sidecars, which only differ in the controller they build
 (and, for the provisioner, the background tasks run beside it).
 
-A separate module rather than :mod:`pyprovlib.csi._sidecar`, which is the provisioner sidecar
-and would load the whole provisioning stack into the attacher and resizer processes."""
+Kept beside the sidecar packages rather than inside :mod:`pyprovlib.csi.provisioner`, which
+would load the whole provisioning stack into the attacher and resizer processes."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from pyprovlib._version import __version__
 from pyprovlib.controller._lifecycle import ControllerLifecycle
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.csi import _sidecar, attacher, resizer
+from pyprovlib.csi import attacher, resizer
 from pyprovlib.csi._sidecar_controller import check_csi_address
 from pyprovlib.csi.connection import (
     ConnectionOptions,
@@ -38,6 +38,8 @@ from pyprovlib.csi.connection import (
     CSIMetrics,
     default_csi_metrics,
 )
+from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
+from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import (
     CommonOptions,
@@ -83,7 +85,7 @@ def lease_name(driver: str) -> str:
 def _sidecar_parsers() -> dict[str, RuntimeArgumentParser]:
     # Each sidecar's own parser, unchanged: the one place its flags and defaults are defined.
     return {
-        "provisioner": _sidecar.build_parser(),
+        "provisioner": provisioner_parser(),
         "attacher": attacher.parser(),
         "resizer": resizer.parser(),
     }
@@ -419,16 +421,14 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             view = _view(ctx, sidecar_args[name])
             try:
                 if name == "provisioner":
-                    controller, provisioner, _ = _sidecar.build_controller(
-                        view, connection, factory
-                    )
+                    controller, provisioner, _ = build_controller(view, connection, factory)
                     controllers[name] = controller
                     background.append(provisioner.run_clone_protection)
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
                     controllers[name] = resizer.build_controller(view, connection, factory)
-            except (_sidecar.DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
+            except (DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
                 others = ",".join(n for n in enabled if n != name)
                 hint = f"--controllers={others}" if others else "another driver"
                 raise type(err)(f"{err}; without the {name}: {hint}") from None

@@ -8,6 +8,7 @@ calls it too) and ``ApiClient.sanitize_for_serialization``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -30,15 +31,29 @@ class ConversionError(PyprovlibError, ValueError):
     client-side validation refused it, or the value is not the model expected)."""
 
 
+def _new_serialiser() -> ApiClient:
+    api = ApiClient(configuration=Configuration())
+    api.rest_client.pool_manager.detach()
+    return api
+
+
+async def _new_serialiser_in_loop() -> ApiClient:
+    return _new_serialiser()
+
+
 def _api_client() -> ApiClient:
-    """The process's ``ApiClient`` for conversions, built on first use (in a running event
-    loop, which an ``ApiClient`` needs). It never sends a request: its aiohttp session is
-    detached at once, so there is nothing to close or to leak."""
+    """The process's ``ApiClient`` for conversions, built on first use. It never sends a
+    request: its aiohttp session is detached at once, so there is nothing to close or to leak.
+    An ``ApiClient`` is made in an event loop (aiohttp's connector asks for the running one);
+    called from synchronous code, a short-lived loop serves, so conversions work there too."""
     global _serialiser  # noqa: PLW0603 - one serialiser per process, like a codec
     if _serialiser is None:
-        api = ApiClient(configuration=Configuration())
-        api.rest_client.pool_manager.detach()
-        _serialiser = api
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            _serialiser = asyncio.run(_new_serialiser_in_loop())
+        else:
+            _serialiser = _new_serialiser()
     return _serialiser
 
 

@@ -132,8 +132,8 @@ class VolumeInUseError(RbdBusyError):
 
 @dataclass(frozen=True)
 class RBDVolumeRef:
-    """What delete and expand need of an ``rbd`` PersistentVolume, from a kubernetes-asyncio
-    model or from the JSON dict the informers hold."""
+    """What delete and expand need of an ``rbd`` PersistentVolume, from its kubernetes-asyncio
+    model (what both the provisioner's ``delete`` and the resizer receive)."""
 
     pv_name: str
     storage_class_name: str | None
@@ -158,24 +158,6 @@ class RBDVolumeRef:
             pool=str(source.pool or "rbd"),
             image=str(source.image or ""),
             block=spec.volume_mode == "Block",
-        )
-
-    @classmethod
-    def from_dict(cls, volume: Mapping[str, Any]) -> RBDVolumeRef:
-        """From a PersistentVolume as JSON; :class:`IgnoredError` when it is not an RBD
-        volume."""
-        name = str((volume.get("metadata") or {}).get("name", "?"))
-        spec = volume.get("spec") or {}
-        source = spec.get("rbd")
-        if not isinstance(source, Mapping):
-            raise IgnoredError(f"PersistentVolume {name} is not an RBD volume")
-        return cls(
-            pv_name=name,
-            storage_class_name=spec.get("storageClassName") or None,
-            monitors=tuple(str(m) for m in source.get("monitors") or ()),
-            pool=str(source.get("pool") or "rbd"),
-            image=str(source.get("image") or ""),
-            block=spec.get("volumeMode") == "Block",
         )
 
 

@@ -5,8 +5,7 @@ system on the node, as with the in-tree plugin."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from kubernetes_asyncio.client import V1PersistentVolume
 
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.examples.rbd.provisioner import (
@@ -30,17 +29,17 @@ class RBDResizer(Resizer):
         self.provisioner = provisioner
         self.name = name
 
-    def can_support(self, pv: Mapping[str, Any]) -> bool:
+    def can_support(self, pv: V1PersistentVolume) -> bool:
         """RBD volumes whose image this provisioner created."""
-        source = (pv.get("spec") or {}).get("rbd")
-        return isinstance(source, Mapping) and str(source.get("image", "")).startswith(IMAGE_PREFIX)
+        source = pv.spec.rbd if pv.spec else None
+        return source is not None and str(source.image or "").startswith(IMAGE_PREFIX)
 
-    async def expand(self, pv: Mapping[str, Any], new_size: int) -> ExpansionResult:
+    async def expand(self, pv: V1PersistentVolume, new_size: int) -> ExpansionResult:
         """Grow the image to at least ``new_size`` bytes (whole MiB); the node grows the file
         system afterwards unless the volume is a raw block device. A missing image is an
         infeasible request (NOT_FOUND); cluster errors are retried."""
         try:
-            ref = RBDVolumeRef.from_dict(pv)
+            ref = RBDVolumeRef.from_model(pv)
         except IgnoredError as err:
             raise ResizeError(str(err), code=GrpcCode.INVALID_ARGUMENT) from None
         try:

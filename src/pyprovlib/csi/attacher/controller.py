@@ -1,74 +1,22 @@
-"""The CSI attach handler and the external-attacher sidecar (``python -m pyprovlib.csi.attacher``).
-
-:class:`CSIAttacher` is an :class:`~pyprovlib.attacher.Attacher` over a CSI driver's
-ControllerPublishVolume / ControllerUnpublishVolume / ListVolumes (kubernetes-csi/
-external-attacher's ``pkg/attacher``). The sidecar connects to the driver, reads its name and
-capabilities, and runs an :class:`~pyprovlib.controller.attach.AttachController` with the CSI
-handler when the driver has PUBLISH_UNPUBLISH_VOLUME, or with the trivial handler otherwise;
-the reconciler runs when the driver has LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES.
+"""The CSI attach handler: :class:`CSIAttacher`, an :class:`~pyprovlib.attacher.Attacher` over a
+CSI driver's ControllerPublishVolume / ControllerUnpublishVolume / ListVolumes
+(kubernetes-csi/external-attacher's ``pkg/attacher``), and the volume capability it sends.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Collection, Mapping, Sequence
 
-from prometheus_client import REGISTRY
-
-from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RECONCILE_SYNC,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RESYNC,
-    DEFAULT_RETRY_INTERVAL_MAX,
-    DEFAULT_RETRY_INTERVAL_START,
-    DEFAULT_RETRY_PERIOD,
-    DEFAULT_TIMEOUT,
-    DEFAULT_WORKER_THREADS,
-    AttachControllerOptions,
-    lease_name,
-)
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
-from pyprovlib.csi.connection import (
-    GO_STATUS_NAMES,
-    ConnectionOptions,
-    CSICallError,
-    CSIConnection,
-    CSIMetrics,
-    default_csi_metrics,
-)
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.runtime import (
-    RuntimeArgumentParser,
-    RuntimeContext,
-    add_duration_flag,
-    add_flag,
-    common_parser,
-    run,
-)
+from pyprovlib.csi.connection import GO_STATUS_NAMES, CSICallError, CSIConnection
 
 __all__ = [
-    "DEFAULT_CSI_ADDRESS",
-    "AttacherSidecar",
     "CSIAttacher",
     "UnsupportedAccessModeError",
-    "build",
-    "build_controller",
     "csi_access_mode",
-    "main",
-    "parser",
     "volume_capability",
 ]
-
-log = get_logger(__name__)
-
-DEFAULT_CSI_ADDRESS = "/run/csi/socket"
-"""external-attacher's ``--csi-address`` default."""
 
 _Caps = v1.ControllerServiceCapabilityRpcType
 _Mode = v1.VolumeCapabilityAccessModeMode
@@ -242,169 +190,3 @@ class CSIAttacher(Attacher):
             token = response.next_token
             if not token:
                 return published
-
-
-# -- the sidecar ---------------------------------------------------------------------------------
-
-
-def parser() -> RuntimeArgumentParser:
-    """The sidecar's flags: the common ones plus external-attacher's, with its defaults."""
-    p = common_parser(
-        "csi-attacher",
-        "Attaches CSI volumes to nodes: watches VolumeAttachments and calls the driver's "
-        "ControllerPublishVolume/ControllerUnpublishVolume (external-attacher).",
-        defaults={
-            "worker_threads": DEFAULT_WORKER_THREADS,
-            "leader_election_lease_duration": DEFAULT_LEASE_DURATION,
-            "leader_election_renew_deadline": DEFAULT_RENEW_DEADLINE,
-            "leader_election_retry_period": DEFAULT_RETRY_PERIOD,
-        },
-    )
-    group = p.add_argument_group("attacher")
-    add_flag(
-        p,
-        "--csi-address",
-        default=DEFAULT_CSI_ADDRESS,
-        help="address of the CSI driver socket",
-        metavar="ADDRESS",
-        group=group,
-    )
-    add_duration_flag(
-        p, "--resync", default=DEFAULT_RESYNC, help="resync interval of the controller", group=group
-    )
-    add_duration_flag(
-        p,
-        "--timeout",
-        default=DEFAULT_TIMEOUT,
-        help="timeout for waiting for attaching or detaching the volume",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--retry-interval-start",
-        default=DEFAULT_RETRY_INTERVAL_START,
-        help="initial retry interval of a failed attach or detach; it doubles with each "
-        "failure, up to --retry-interval-max",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--retry-interval-max",
-        default=DEFAULT_RETRY_INTERVAL_MAX,
-        help="maximum retry interval of a failed attach or detach",
-        group=group,
-    )
-    add_duration_flag(
-        p,
-        "--reconcile-sync",
-        default=DEFAULT_RECONCILE_SYNC,
-        help="resync interval of the VolumeAttachment reconciler",
-        group=group,
-    )
-    add_flag(
-        p,
-        "--default-fstype",
-        default="",
-        help="file system type of volumes to publish when their source names none",
-        metavar="FSTYPE",
-        group=group,
-    )
-    add_flag(
-        p,
-        "--max-entries",
-        default=0,
-        type=_non_negative,
-        help="max entries per page in ListVolumes calls; 0 means no limit",
-        metavar="N",
-        group=group,
-    )
-    return p
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-class AttacherSidecar(SidecarController[AttachController]):
-    """The external-attacher sidecar's controller: a :class:`AttachController` run beside the CSI
-    connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
-
-
-def build_controller(
-    ctx: RuntimeContext,
-    connection: CSIConnection,
-    informer_factory: SharedInformerFactory | None = None,
-) -> AttachController:
-    """The AttachController from the parsed flags, on an open ``connection``: the CSI handler
-    when the driver has PUBLISH_UNPUBLISH_VOLUME, the trivial one otherwise. Informers come
-    from ``informer_factory`` when given (the caller starts it). Shared by this sidecar and
-    ``python -m pyprovlib.csi``."""
-    args = ctx.args
-    driver = connection.driver_name
-    caps = connection.controller_capabilities
-    attacher: CSIAttacher | None = None
-    if not connection.plugin_capabilities.controller_service:
-        ctx.log.info("CSI driver has no Controller service: using the trivial handler")
-    elif _Caps.PUBLISH_UNPUBLISH_VOLUME in caps:
-        # --timeout per call: the connection may be shared with controllers whose differs.
-        attacher = CSIAttacher(connection, max_entries=args.max_entries, timeout=args.timeout)
-        ctx.log.info(
-            "CSI driver supports ControllerPublishUnpublish: using the CSI handler",
-            list_published_nodes=attacher.supports_list_published,
-        )
-    else:
-        ctx.log.info(
-            "CSI driver does not support ControllerPublishUnpublish: using the trivial handler"
-        )
-    options = ctx.options
-    return AttachController(
-        ctx.api_client,
-        driver,
-        attacher,
-        AttachControllerOptions(
-            resync_period=args.resync,
-            timeout=args.timeout,
-            worker_threads=options.worker_threads,
-            retry_interval_start=args.retry_interval_start,
-            retry_interval_max=args.retry_interval_max,
-            reconcile_sync=args.reconcile_sync,
-            default_fs_type=args.default_fstype,
-            lease=lease_name(driver),
-            **options.leader_election_fields(),
-            registry=ctx.registry,
-        ),
-        informer_factory=informer_factory,
-    )
-
-
-async def build(ctx: RuntimeContext) -> AttacherSidecar:
-    """Connect to the driver and build the sidecar from the parsed flags (external-attacher's
-    ``main``)."""
-    args = ctx.args
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-    )
-    check_csi_address(args.csi_address)
-    connection = await CSIConnection.open(
-        args.csi_address,
-        ConnectionOptions(timeout=args.timeout),
-        metrics=metrics,
-    )
-    try:
-        controller = build_controller(ctx, connection)
-    except BaseException:
-        connection.close()
-        raise
-    return AttacherSidecar(connection, controller)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pyprovlib.csi.attacher``: the external-attacher sidecar."""
-    return run(build, argv=argv, parser=parser())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

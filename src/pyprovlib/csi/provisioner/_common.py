@@ -1,0 +1,49 @@
+"""What the modules of the CSI provisioner share: the error for a request that could not be
+built, and reads through the sidecar's informer caches."""
+
+from __future__ import annotations
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import Resource
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.provisioner import ProvisioningError, ProvisioningState
+
+__all__ = ["CachedReader", "PreparationError"]
+
+
+class PreparationError(ProvisioningError):
+    """The request could not be built: nothing was sent to the driver (NO_CHANGE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ProvisioningState.NO_CHANGE)
+
+
+class CachedReader:
+    """Reads one cluster-scoped resource from an informer's cache once it has synced (like
+    upstream's listers), else from the API server."""
+
+    def __init__(
+        self, client: ApiClient, resource: Resource, factory: SharedInformerFactory | None
+    ) -> None:
+        self.rest = ResourceClient(client, resource)
+        self.informer = factory.informer_for(resource) if factory is not None else None
+
+    async def get(self, name: str) -> Obj:
+        """The object (ApiException 404 when it does not exist)."""
+        if self.informer is not None and self.informer.has_synced():
+            cached = self.informer.store.get_by_key(name)
+            if cached is not None:
+                return cached
+            # A miss may be a cache behind the API server (a Node that just registered):
+            # ask the server before acting on it, e.g. rescheduling the claim.
+        return await self.rest.get(name)
+
+    async def list(self) -> list[Obj]:
+        """Every object."""
+        if self.informer is not None and self.informer.has_synced():
+            return self.informer.store.list()
+        items: list[Obj] = (await self.rest.list()).get("items") or []
+        return items

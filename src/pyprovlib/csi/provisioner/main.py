@@ -1,0 +1,145 @@
+"""The external-provisioner sidecar, ``python -m pyprovlib.csi.provisioner``: the CSI
+connection, a ProvisionController over a
+:class:`~pyprovlib.csi.provisioner.controller.CSIProvisioner` and the sweep of stale
+data-source protection finalizers, run by :mod:`pyprovlib.runtime` (upstream's
+``cmd/csi-provisioner``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pyprovlib._logging import get_logger
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
+from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
+from pyprovlib.csi.provisioner.controller import CSIProvisioner
+from pyprovlib.csi.provisioner.options import (
+    build_parser,
+    controller_options,
+    provisioner_options,
+)
+from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.runtime import RuntimeContext, run
+
+if TYPE_CHECKING:
+    from pyprovlib.controller.provision import ProvisionController
+
+__all__ = [
+    "CSIProvisionerController",
+    "DriverUnsupportedError",
+    "build_controller",
+    "main",
+    "make_controller",
+]
+
+
+class DriverUnsupportedError(PyprovlibError, RuntimeError):
+    """The driver cannot provision: no Controller service or no CREATE_DELETE_VOLUME."""
+
+
+class CSIProvisionerController(SidecarController["ProvisionController"]):
+    """Runs a ProvisionController, the informers it shares with the provisioner, the sweep of
+    stale cloning- and snapshot-source protection finalizers, and watches the CSI connection;
+    the runtime's Controller.
+
+    With ``--exit-on-connection-loss`` a lost connection ends :meth:`run` with an error, so the
+    process exits non-zero and is restarted.
+    """
+
+    def __init__(
+        self,
+        controller: ProvisionController,
+        connection: CSIConnection,
+        informer_factory: SharedInformerFactory,
+        provisioner: CSIProvisioner,
+    ) -> None:
+        super().__init__(connection, controller)
+        self.provisioner = provisioner
+        self.informer_factory = informer_factory
+        self._log = get_logger(__name__).bind(driver=connection.driver_name)
+
+    def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
+        return [
+            tg.create_task(self._run_informers()),
+            tg.create_task(self.provisioner.run_clone_protection()),
+        ]
+
+    async def _run_informers(self) -> None:
+        # The factory is shared by the controller and the provisioner, so it is ours to run.
+        async with asyncio.TaskGroup() as group:
+            self.informer_factory.start(group)
+            await asyncio.Event().wait()  # until cancelled with the controller
+
+
+def build_controller(
+    ctx: RuntimeContext,
+    connection: CSIConnection,
+    informer_factory: SharedInformerFactory | None = None,
+) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
+    """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
+    ``connection``; informers come from ``informer_factory`` (a new one when None), which the
+    caller starts. Shared by this sidecar and ``python -m pyprovlib.csi``."""
+    if not connection.plugin_capabilities.controller_service or (
+        v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
+        not in connection.controller_capabilities
+    ):
+        raise DriverUnsupportedError(
+            f"CSI driver {connection.driver_name} does not support dynamic provisioning: "
+            "it reports no CONTROLLER_SERVICE or no CREATE_DELETE_VOLUME capability"
+        )
+    # Imported here: the resizer imports this package for its secret helpers, and must not
+    # load the provisioning controller with it.
+    from pyprovlib.controller.provision import ProvisionController
+
+    options = controller_options(ctx)
+    factory = informer_factory or SharedInformerFactory(
+        ctx.api_client, resync_period=options.resync_period
+    )
+    provisioner = CSIProvisioner(
+        ctx.api_client,
+        connection,
+        provisioner_options(ctx.args),
+        informer_factory=factory,
+    )
+    controller = ProvisionController(
+        ctx.api_client,
+        connection.driver_name,
+        provisioner,
+        options,
+        informer_factory=factory,
+    )
+    provisioner.recorder = controller.recorder
+    return controller, provisioner, factory
+
+
+async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
+    """Connect to the driver (waiting for it, as upstream does), then build the controller."""
+    args = ctx.args
+    check_csi_address(args.csi_address)
+    connection = await CSIConnection.open(
+        args.csi_address,
+        ConnectionOptions(
+            timeout=args.timeout,
+            exit_on_connection_loss=args.exit_on_connection_loss,
+        ),
+    )
+    try:
+        controller, provisioner, factory = build_controller(ctx, connection)
+    except BaseException:
+        connection.close()
+        raise
+    ctx.log.info(
+        "CSI provisioner",
+        driver=connection.driver_name,
+        identity=provisioner.identity,
+        csi_address=args.csi_address,
+    )
+    return CSIProvisionerController(controller, connection, factory, provisioner)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    return run(make_controller, argv=argv, parser=build_parser())

@@ -1,0 +1,209 @@
+"""The CSI provisioner's settings: :class:`CSIProvisionerOptions` (what shapes Provision and
+Delete) and the sidecar's flags with external-provisioner's names and defaults
+(``cmd/csi-provisioner``), turned into those options and the ProvisionController's in one
+place, so a flag and an option cannot disagree."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Final
+
+from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.runtime import (
+    RuntimeArgumentParser,
+    RuntimeContext,
+    add_bool_flag,
+    add_duration_flag,
+    add_flag,
+    common_parser,
+)
+
+__all__ = [
+    "PROG",
+    "CSIProvisionerOptions",
+    "build_parser",
+    "controller_options",
+    "provisioner_options",
+]
+
+PROG: Final = "python -m pyprovlib.csi.provisioner"
+"""The program name the sidecar's ``--help`` shows."""
+
+
+@dataclass(frozen=True)
+class CSIProvisionerOptions:
+    """external-provisioner's flags that shape Provision and Delete, with their defaults."""
+
+    volume_name_prefix: str = "pvc"
+    """``--volume-name-prefix``: prefix of the name passed to CreateVolume."""
+    volume_name_uuid_length: int = -1
+    """``--volume-name-uuid-length``: claim-UID characters kept in the name (-1: all)."""
+    default_fstype: str = ""
+    """``--default-fstype``: fsType when the class names none ('' leaves it to the driver)."""
+    extra_create_metadata: bool = False
+    """``--extra-create-metadata``: pass the claim and PV names as CreateVolume parameters."""
+    strict_topology: bool = False
+    """``--strict-topology``: with a selected node, require exactly its topology."""
+    immediate_topology: bool = True
+    """``--immediate-topology``: for Immediate binding without allowedTopologies, request the
+    topology of all nodes with the driver."""
+    clean_up_deleted_claims: bool = True
+    """Delete volumes whose claim was deleted while they were created in the background
+    (instead of saving a PV for a claim that no longer exists)."""
+    prevent_volume_mode_conversion: bool = True
+    """``--prevent-volume-mode-conversion``: refuse to restore a snapshot into a claim whose
+    volumeMode differs from the snapshot's source volume unless the VolumeSnapshotContent is
+    annotated ``snapshot.storage.kubernetes.io/allow-volume-mode-change: "true"`` (upstream's
+    default since v4.0.0)."""
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def build_parser() -> RuntimeArgumentParser:
+    """The runtime's common flags (``--worker-threads`` defaulting to 100, as upstream) plus
+    external-provisioner's."""
+    parser = common_parser(
+        PROG,
+        "Provisions PersistentVolumes through a CSI driver's CreateVolume/DeleteVolume "
+        "(the Python counterpart of kubernetes-csi/external-provisioner).",
+        defaults={"worker_threads": 100},
+    )
+    group = parser.add_argument_group("CSI provisioner")
+    add_flag(
+        parser,
+        "--csi-address",
+        default="/run/csi/socket",
+        help="address of the CSI driver socket: unix:///path, /path or host:port",
+        metavar="ADDRESS",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--volume-name-prefix",
+        default="pvc",
+        help="prefix of the volume names passed to CreateVolume",
+        metavar="PREFIX",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--volume-name-uuid-length",
+        default=-1,
+        type=_int,
+        help="claim-UID characters in the volume name, dashes removed (-1: the whole UID)",
+        metavar="N",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--timeout",
+        default=10.0,
+        help="timeout of every call to the CSI driver",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--retry-interval-start",
+        default=1.0,
+        help="initial retry interval of a failed provisioning or deletion; it doubles with "
+        "each failure up to --retry-interval-max",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--retry-interval-max",
+        default=300.0,
+        help="maximum retry interval of a failed provisioning or deletion",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--extra-create-metadata",
+        default=False,
+        help="pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--default-fstype",
+        default="",
+        help="fsType of filesystem volumes whose class names none (empty: the driver decides)",
+        metavar="FSTYPE",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--strict-topology",
+        default=False,
+        help="with a selected node, require exactly the selected node's topology",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--immediate-topology",
+        default=True,
+        help="for Immediate binding, request the topology of all nodes with the driver",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--prevent-volume-mode-conversion",
+        default=True,
+        help="refuse to restore a VolumeSnapshot into a claim whose volumeMode differs from "
+        "the snapshot's source volume, unless its VolumeSnapshotContent is annotated "
+        "snapshot.storage.kubernetes.io/allow-volume-mode-change=true",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--provisioning-finalizer",
+        default=True,
+        help="hold claims with the pyprovlib.io/provisioning-protection finalizer while their "
+        "volume is created, so a claim deleted meanwhile never leaks the volume, even across "
+        "a restart (not in upstream; needs patch on persistentvolumeclaims)",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--exit-on-connection-loss",
+        default=True,
+        help="exit when the connection to the driver is lost, so the container restarts "
+        "(as upstream); false: log it and reconnect once the driver is ready again",
+        group=group,
+    )
+    return parser
+
+
+def provisioner_options(args: argparse.Namespace) -> CSIProvisionerOptions:
+    """The CSIProvisioner's options from the parsed flags."""
+    return CSIProvisionerOptions(
+        volume_name_prefix=args.volume_name_prefix,
+        volume_name_uuid_length=args.volume_name_uuid_length,
+        default_fstype=args.default_fstype,
+        extra_create_metadata=args.extra_create_metadata,
+        strict_topology=args.strict_topology,
+        immediate_topology=args.immediate_topology,
+        prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
+    )
+
+
+def controller_options(ctx: RuntimeContext) -> ProvisionControllerOptions:
+    """The ProvisionController's options from the parsed flags: worker threads, retry
+    intervals, the provisioning finalizer and leader election."""
+    args = ctx.args
+    return ProvisionControllerOptions(
+        threadiness=ctx.options.worker_threads,
+        rate_limiter=ItemExponentialFailureRateLimiter(
+            args.retry_interval_start, args.retry_interval_max
+        ),
+        retry_interval_max=args.retry_interval_max,
+        provisioning_finalizer=args.provisioning_finalizer,
+        **ctx.options.leader_election_fields(),
+    )
