@@ -12,8 +12,14 @@ from kubernetes_asyncio.client import (
     V1PersistentVolumeSpec,
 )
 
-from pyprovlib import ProvisionController, ProvisionControllerOptions, Provisioner, ProvisionOptions
-from pyprovlib.runtime import RuntimeContext, add_flag, common_parser, run
+from pyprovlib import ProvisionController, Provisioner, ProvisionOptions
+from pyprovlib.runtime import (
+    RuntimeContext,
+    add_flag,
+    common_parser,
+    provision_controller_options,
+    run,
+)
 
 PROVISIONER_NAME = "example.com/directory"
 
@@ -45,11 +51,7 @@ class DirectoryProvisioner(Provisioner):
 
 def make_controller(ctx: RuntimeContext) -> ProvisionController:
     """Build the controller from the flags the runtime parsed."""
-    options = ProvisionControllerOptions(
-        threadiness=ctx.options.worker_threads,
-        leader_election=ctx.options.leader_election,
-        leader_election_namespace=ctx.options.resolved_leader_election_namespace(),
-    )
+    options = provision_controller_options(ctx.options)
     provisioner = DirectoryProvisioner(Path(ctx.args.root))
     return ProvisionController(ctx.api_client, PROVISIONER_NAME, provisioner, options)
 

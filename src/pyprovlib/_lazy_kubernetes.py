@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = ["EAGER_ENV", "LAZY_PACKAGES", "enable", "enable_for_entry_point", "enabled"]
 
 #: The packages whose ``__init__`` is read as a list of lazy re-exports.
@@ -49,7 +51,7 @@ LAZY_PACKAGES = frozenset(
 EAGER_ENV = "PYPROVLIB_EAGER_KUBERNETES_IMPORTS"
 
 
-class _Eager(Exception):
+class _Eager(PyprovlibError):
     """The ``__init__`` has a statement the lazy loader does not understand."""
 
 

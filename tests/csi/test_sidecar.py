@@ -99,6 +99,24 @@ def test_flags_have_external_provisioner_names_and_defaults() -> None:
     )
 
 
+def test_controller_options_are_external_provisioners() -> None:
+    """external-provisioner builds its ProvisionController with FailedProvisionThreshold(0),
+    FailedDeleteThreshold(0) and CreateProvisionedPVLimiter(DefaultControllerRateLimiter()),
+    and a 5 s leader election retry period."""
+    from pyprovlib.csi.provisioner.options import controller_options
+    from pyprovlib.runtime import CommonOptions, RuntimeContext
+
+    args = build_parser().parse_args(["--leader-election"])
+    ctx = RuntimeContext(CommonOptions.from_namespace(args), args, None, None)  # type: ignore[arg-type]
+    options = controller_options(ctx)
+    assert options.failed_provision_threshold == 0
+    assert options.failed_delete_threshold == 0
+    assert options.create_provisioned_pv_limiter is not None
+    assert options.threadiness == 100
+    assert options.leader_election is True
+    assert options.retry_period == 5.0
+
+
 async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(
     tmp_path: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:

@@ -251,3 +251,11 @@ async def test_request_timeout_applies_to_requests_not_watches(apiserver: ApiSer
             "default", watch=True, timeout_seconds=1, _preload_content=False
         )
         resp.release()
+
+
+def test_service_account_namespace_reads_the_mounted_file(tmp_path: Path) -> None:
+    from pyprovlib.kube.config import service_account_namespace
+
+    assert service_account_namespace(tmp_path) == ""  # outside a pod
+    (tmp_path / "namespace").write_text("storage-system\n", encoding="utf-8")
+    assert service_account_namespace(tmp_path) == "storage-system"

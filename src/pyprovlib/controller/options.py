@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final
 
 from kubernetes_asyncio.client import V1PersistentVolumeClaim
@@ -84,8 +83,6 @@ DEFAULT_PROVISIONING_FINALIZER: Final = False
 DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
 """How long a claim whose provisioning was infeasible waits before it is tried again."""
 
-_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
 VolumeNameHook = Callable[[V1PersistentVolumeClaim], str]
 """Names the PV provisioned for a claim (upstream's ``VolumeNameHook``). It must be
 deterministic: after a crash the same claim must get the same name, so the asset created
@@ -103,14 +100,9 @@ def provisioned_volume_name(claim: V1PersistentVolumeClaim) -> str:
 def in_cluster_namespace() -> str:
     """The namespace the controller runs in: ``$POD_NAMESPACE``, else the service account's
     namespace file, else ``default`` (upstream's ``getInClusterNamespace``)."""
-    ns = os.environ.get("POD_NAMESPACE", "").strip()
-    if ns:
-        return ns
-    try:
-        ns = _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-    except OSError:
-        ns = ""
-    return ns or "default"
+    from pyprovlib.kube.config import service_account_namespace
+
+    return os.environ.get("POD_NAMESPACE", "").strip() or service_account_namespace() or "default"
 
 
 @dataclass(frozen=True)

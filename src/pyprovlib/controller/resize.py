@@ -78,6 +78,7 @@ from pyprovlib.controller.resize_claims import (
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
 from pyprovlib.controller.resize_status import ResizeStatusWriter
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException
@@ -128,7 +129,7 @@ EVENT_FLUSH_TIMEOUT: Final = 5.0
 """How long a graceful stop waits for buffered events to be written."""
 
 
-class DelayRetryError(Exception):
+class DelayRetryError(PyprovlibError):
     """A sync that must be retried after ``delay`` seconds, not with the usual backoff
     (upstream's ``DelayRetryError``, for infeasible expansions)."""
 

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = ["compare", "generate", "main", "secret_fields"]
 
 PLUGIN = "protoc-gen-python_betterproto2"
@@ -36,7 +38,7 @@ BINDINGS_DIR = pathlib.Path(__file__).resolve().parent / "_proto"
 REPO_PROTO_DIR = pathlib.Path(__file__).resolve().parents[3] / "proto"
 
 
-class GenerationError(RuntimeError):
+class GenerationError(PyprovlibError, RuntimeError):
     """protoc, its plugin or the descriptor parsing failed."""
 
 

@@ -12,10 +12,12 @@ from typing import Any, Final
 
 import betterproto2
 
+from pyprovlib.errors import PyprovlibError
+
 __all__ = ["MalformedError", "check_wire"]
 
 
-class MalformedError(Exception):
+class MalformedError(PyprovlibError):
     """The request's bytes are not a valid encoding of its message type. The text names
     fields and offsets, never values (the bytes may hold secrets)."""
 

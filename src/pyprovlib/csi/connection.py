@@ -29,6 +29,7 @@ from structlog.testing import LogCapture
 from pyprovlib._logging import get_logger, log_quietly
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 
 __all__ = [
@@ -136,7 +137,7 @@ def default_csi_metrics() -> CSIMetrics:
     return _default_metrics
 
 
-class CSICallError(Exception):
+class CSICallError(PyprovlibError):
     """A CSI call failed: ``status`` is the gRPC code, ``message`` has no secrets in it.
 
     Its text is grpc-go's status error, as upstream's sidecars put it in events and logs:
@@ -153,11 +154,11 @@ class CSICallError(Exception):
         self.transport = transport
 
 
-class DriverNotReadyError(Exception):
+class DriverNotReadyError(PyprovlibError):
     """The driver did not become ready (or its socket did not appear) within the deadline."""
 
 
-class CSIConnectionLost(Exception):
+class CSIConnectionLost(PyprovlibError):
     """The connection to the driver was lost and the options say to give up (upstream exits)."""
 
 

@@ -44,6 +44,7 @@ from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._wire import MalformedError, check_wire
 from pyprovlib.csi.redact import Sanitized, scrub_secret_values
 from pyprovlib.csi.validate import CSIError
+from pyprovlib.errors import PyprovlibError
 
 __all__ = [
     "DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH",
@@ -64,7 +65,7 @@ DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH: Final = 4 * 1024 * 1024
 """grpc-go's default limit on the size of a received message (4 MiB)."""
 
 
-class CapabilityError(ValueError):
+class CapabilityError(PyprovlibError, ValueError):
     """A service claims a capability whose RPC it does not implement (raised at start-up,
     instead of the RPC answering UNIMPLEMENTED to a caller that was told it works)."""
 

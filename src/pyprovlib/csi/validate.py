@@ -22,6 +22,7 @@ from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.redact import full_name
+from pyprovlib.errors import PyprovlibError
 
 __all__ = [
     "CSIError",
@@ -35,7 +36,7 @@ __all__ = [
 AccessMode = v1.VolumeCapabilityAccessModeMode
 
 
-class CSIError(Exception):
+class CSIError(PyprovlibError):
     """Raised by a service method to answer with a deliberate gRPC status.
 
     The message goes to the caller as the status message: never put secrets in it.

@@ -27,6 +27,7 @@ from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader, 
 
 from pyprovlib._logging import get_logger
 from pyprovlib._version import __version__
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.ratelimit import TokenBucket
 
@@ -43,6 +44,7 @@ __all__ = [
     "request_json",
     "resolve_proxy",
     "send_request",
+    "service_account_namespace",
     "shared_limiter",
     "use_resolved_proxy",
 ]
@@ -56,6 +58,18 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's service-account token and CA bundle."""
 
 _AUTH_SETTINGS = ["BearerToken"]
+
+
+def service_account_namespace(
+    service_account_dir: str | os.PathLike[str] = SERVICE_ACCOUNT_DIR,
+) -> str:
+    """The namespace of the pod this process runs in, as its service account's ``namespace``
+    file says; ``""`` outside a pod (no such file)."""
+    try:
+        return (Path(service_account_dir) / "namespace").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
 
 READ_IDLE_TIMEOUT = 45.0
 """Seconds a request or watch may wait for the next bytes from the server before the connection
@@ -93,7 +107,7 @@ class ClientSettings:
             raise ValueError(f"request_timeout must be positive, got {self.request_timeout}")
 
 
-class ConfigError(Exception):
+class ConfigError(PyprovlibError):
     """No usable cluster configuration was found.
 
     ``tried`` lists every place that was looked at, each with why it could not be used.

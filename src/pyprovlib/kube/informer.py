@@ -22,6 +22,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.backoff import REFLECTOR_BACKOFF, BackoffTimer
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.config import describe_transport_error
@@ -149,7 +150,7 @@ class ReflectorSink(Protocol):
         ...
 
 
-class _VeryShortWatchError(Exception):
+class _VeryShortWatchError(PyprovlibError):
     """The watch closed within a second without any event: something is wrong server-side."""
 
 

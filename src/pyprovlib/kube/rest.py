@@ -18,6 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
@@ -49,7 +50,7 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
 WATCH_CLIENT_TIMEOUT_MARGIN = 30.0
 
 
-class WatchError(ApiException):
+class WatchError(PyprovlibError, ApiException):
     """A watch stream delivered an ERROR event; ``status_object`` is the ``Status`` it carried.
 
     It is an ``ApiException`` with the Status's ``code`` as ``status`` and the Status as ``body``,

@@ -32,6 +32,11 @@ from pyprovlib.runtime.app import (
     run_async,
 )
 from pyprovlib.runtime.composite import CompositeController
+from pyprovlib.runtime.controller_options import (
+    attach_controller_options,
+    provision_controller_options,
+    resize_controller_options,
+)
 from pyprovlib.runtime.flags import (
     ENV_PREFIX,
     CommonOptions,
@@ -81,6 +86,7 @@ __all__ = [
     "add_bool_flag",
     "add_duration_flag",
     "add_flag",
+    "attach_controller_options",
     "bind",
     "bound",
     "common_parser",
@@ -94,8 +100,10 @@ __all__ = [
     "parse_common",
     "parse_duration",
     "parse_http_address",
+    "provision_controller_options",
     "redact",
     "redact_value",
+    "resize_controller_options",
     "run",
     "run_async",
     "scrub_text",

@@ -18,14 +18,16 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import REGISTRY
 
 from pyprovlib._version import __version__
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.runtime.flags import CommonOptions, common_parser, format_duration, parse_common
 from pyprovlib.runtime.http import Check, HttpServer, controller_checks
 from pyprovlib.runtime.logging import configure_logging, get_logger
+from pyprovlib.runtime.protocols import Controller, LeaderElected
 
 if TYPE_CHECKING:
     from typing import TextIO
@@ -54,63 +56,10 @@ EXIT_FAILURE = 1
 _T = TypeVar("_T")
 
 
-@runtime_checkable
-class Controller(Protocol):
-    """What the runtime needs from a controller (``ProvisionController``, the attacher, ...).
-
-    ``run()`` works until it is cancelled or :meth:`stop` is called. ``stop()`` is graceful
-    and returns at once: it stops intake, lets in-flight operations finish, releases the
-    leader-election Lease on the way out, and then ``run()`` returns. ``healthy()`` backs
-    ``/healthz`` (the process is alive, workers are not stuck); ``ready()`` backs ``/readyz``
-    (informers synced, and leading when leader election is on; a controller that is also
-    :class:`LeaderElected` is ready as a standby too). Both must be cheap and must
-    not block.
-    """
-
-    async def run(self) -> None:
-        """Run until cancelled or stopped."""
-        ...
-
-    def stop(self) -> None:
-        """Begin a graceful stop; ``run()`` returns once in-flight work is done."""
-        ...
-
-    def healthy(self) -> bool:
-        """Liveness: false when the controller cannot make progress any more."""
-        ...
-
-    def ready(self) -> bool:
-        """Readiness: true once caches are synced (and, with leader election, while leading)."""
-        ...
-
-
-class StartupError(Exception):
+class StartupError(PyprovlibError):
     """A controller factory cannot start for a reason its message explains (a flag naming
     something that cannot work, say): the runtime logs the message as one error line, without
     a traceback, and exits with :data:`EXIT_FAILURE`."""
-
-
-@runtime_checkable
-class LeaderElected(Protocol):
-    """What a :class:`Controller` running under leader election may add so the runtime's
-    health endpoints behave as upstream's (the controllers of :mod:`pyprovlib.controller`,
-    :class:`~pyprovlib.runtime.CompositeController` and the CSI sidecars have both).
-
-    ``standing_by()``: a healthy standby — it contends for the Lease and sees another replica
-    hold it. ``/readyz`` counts it as ready, because leadership is not readiness: a Deployment
-    whose new replicas must become Ready before old ones go (``maxUnavailable: 0``) could
-    otherwise never finish a rollout. ``leader_election_check(timeout)``: client-go's
-    leader-election health check behind ``/healthz/leader-election``, ``None`` unless this
-    replica leads and has not renewed its Lease for the lease duration plus ``timeout``.
-    """
-
-    def standing_by(self) -> bool:
-        """True while a healthy leader-election standby."""
-        ...
-
-    def leader_election_check(self, timeout: float) -> str | None:
-        """``None`` when healthy, else why the leader's renewal is overdue."""
-        ...
 
 
 @dataclass(frozen=True)

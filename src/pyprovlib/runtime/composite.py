@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pyprovlib.runtime.app import Controller, LeaderElected
+from pyprovlib.runtime.protocols import Controller, LeaderElected
 
 __all__ = ["CompositeController"]
 

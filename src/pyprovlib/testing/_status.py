@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.resources import Resource
 
 __all__ = [
@@ -45,7 +46,7 @@ _REASONS = {
 
 
 @dataclass
-class ApiError(Exception):
+class ApiError(PyprovlibError):
     """An API failure carrying the ``Status`` body the real server would send."""
 
     code: int

@@ -32,6 +32,7 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.config import use_resolved_proxy
 from pyprovlib.kube.errors import is_conflict, is_gone, is_not_found
@@ -112,7 +113,7 @@ ClaimKey = str  # namespace/name
 Key = tuple[str, str]  # ("claim", "ns/name") or ("volume", name)
 
 
-class _Gone(Exception):
+class _Gone(PyprovlibError):
     """A watch or list resourceVersion the server no longer keeps: relist."""
 
 

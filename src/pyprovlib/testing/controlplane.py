@@ -49,6 +49,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
+from pyprovlib.errors import PyprovlibError
 
 __all__ = [
     "ENV_KUBEBUILDER_ASSETS",
@@ -77,7 +78,7 @@ NODE_NAME_PREFIX = "pyprovlib-node-"
 _TERMINATE_SECONDS = 10.0
 
 
-class ControlPlaneError(RuntimeError):
+class ControlPlaneError(PyprovlibError, RuntimeError):
     """A component did not start (the message names it and ends with its last log lines)."""
 
 

@@ -25,7 +25,7 @@ class ClassNotFoundError(PyprovlibError, LookupError):
         self.class_name = class_name
 
 
-class DelayRetryError(Exception):
+class DelayRetryError(PyprovlibError):
     """A claim still waits out an infeasible error (upstream's ``DelayRetryError``)."""
 
     def __init__(self, key: str, remaining: float) -> None:
@@ -36,7 +36,7 @@ class DelayRetryError(Exception):
         self.remaining = remaining
 
 
-class StopProvisionError(Exception):
+class StopProvisionError(PyprovlibError):
     """Provisioning is impossible or done; the claim must not be retried (``errStopProvision``)."""
 
 

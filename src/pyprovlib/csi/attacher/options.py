@@ -24,6 +24,7 @@ from pyprovlib.runtime import (
     RuntimeContext,
     add_duration_flag,
     add_flag,
+    attach_controller_options,
     common_parser,
 )
 
@@ -118,15 +119,14 @@ def controller_options(ctx: RuntimeContext, driver: str) -> AttachControllerOpti
     """The AttachController's options from the parsed flags, for the CSI driver ``driver``."""
     args = ctx.args
     options = ctx.options
-    return AttachControllerOptions(
+    return attach_controller_options(
+        options,
         resync_period=args.resync,
         timeout=args.timeout,
-        worker_threads=options.worker_threads,
         retry_interval_start=args.retry_interval_start,
         retry_interval_max=args.retry_interval_max,
         reconcile_sync=args.reconcile_sync,
         default_fs_type=args.default_fstype,
         lease=lease_name(driver),
-        **options.leader_election_fields(),
         registry=ctx.registry,
     )

@@ -20,6 +20,7 @@ from pyprovlib.csi.provisioner.options import (
     controller_options,
     provisioner_options,
 )
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import RuntimeContext, run
 
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 
-class DriverUnsupportedError(RuntimeError):
+class DriverUnsupportedError(PyprovlibError, RuntimeError):
     """The driver cannot provision: no Controller service or no CREATE_DELETE_VOLUME."""
 
 

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.kube.workqueue import (
+    ItemExponentialFailureRateLimiter,
+    default_controller_rate_limiter,
+)
 from pyprovlib.runtime import (
     RuntimeArgumentParser,
     RuntimeContext,
@@ -18,6 +21,7 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
+    provision_controller_options,
 )
 
 __all__ = [
@@ -73,7 +77,7 @@ def build_parser() -> RuntimeArgumentParser:
         PROG,
         "Provisions PersistentVolumes through a CSI driver's CreateVolume/DeleteVolume "
         "(the Python counterpart of kubernetes-csi/external-provisioner).",
-        defaults={"worker_threads": 100},
+        defaults={"worker_threads": 100, "leader_election_retry_period": 5.0},
     )
     group = parser.add_argument_group("CSI provisioner")
     add_flag(
@@ -196,14 +200,19 @@ def provisioner_options(args: argparse.Namespace) -> CSIProvisionerOptions:
 
 def controller_options(ctx: RuntimeContext) -> ProvisionControllerOptions:
     """The ProvisionController's options from the parsed flags: worker threads, retry
-    intervals, the provisioning finalizer and leader election."""
+    intervals, the provisioning finalizer and leader election — and, as external-provisioner
+    sets them, no failure thresholds (a claim or a delete is retried for as long as it fails,
+    with the retry interval's backoff) and PVs saved by the queue store with client-go's
+    default controller rate limiter."""
     args = ctx.args
-    return ProvisionControllerOptions(
-        threadiness=ctx.options.worker_threads,
+    return provision_controller_options(
+        ctx.options,
         rate_limiter=ItemExponentialFailureRateLimiter(
             args.retry_interval_start, args.retry_interval_max
         ),
         retry_interval_max=args.retry_interval_max,
         provisioning_finalizer=args.provisioning_finalizer,
-        **ctx.options.leader_election_fields(),
+        failed_provision_threshold=0,
+        failed_delete_threshold=0,
+        create_provisioned_pv_limiter=default_controller_rate_limiter(),
     )

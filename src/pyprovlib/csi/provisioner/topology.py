@@ -12,6 +12,7 @@ from typing import Any
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.objects import Obj
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-class TopologyError(Exception):
+class TopologyError(PyprovlibError):
     """The selected node's Node or CSINode is missing or inconsistent: reschedule."""
 
 

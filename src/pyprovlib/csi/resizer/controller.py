@@ -22,6 +22,7 @@ from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher.controller import UnsupportedAccessModeError, csi_access_mode
 from pyprovlib.csi.connection import GO_STATUS_NAMES, CSICallError, CSIConnection
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
@@ -42,7 +43,7 @@ _MASK = "***"
 _MIN_MASKED_SECRET = 4
 
 
-class DriverCannotExpandError(RuntimeError):
+class DriverCannotExpandError(PyprovlibError, RuntimeError):
     """The driver has no Controller service, or can expand volumes neither in the controller
     (EXPAND_VOLUME) nor on the node (the VolumeExpansion plugin capability)."""
 

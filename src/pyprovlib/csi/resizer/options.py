@@ -25,6 +25,7 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
+    resize_controller_options,
 )
 
 __all__ = ["DEFAULT_CSI_ADDRESS", "controller_options", "parser"]
@@ -118,14 +119,13 @@ def controller_options(ctx: RuntimeContext, resizer_name: str) -> ResizeControll
     (the CSI driver's name)."""
     args = ctx.args
     options = ctx.options
-    return ResizeControllerOptions(
+    return resize_controller_options(
+        options,
         resync_period=args.resync_period,
         timeout=args.timeout,
-        workers=options.worker_threads,
         retry_interval_start=args.retry_interval_start,
         retry_interval_max=args.retry_interval_max,
         handle_volume_in_use_error=args.handle_volume_inuse_error,
         lease=lease_name(resizer_name),
-        **options.leader_election_fields(),
         registry=ctx.registry,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import warnings
 from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
@@ -37,6 +38,8 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
+    provision_controller_options,
+    resize_controller_options,
     run,
 )
 
@@ -209,22 +212,22 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> HostPat
 
 
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
-    """Controller options from the runtime's common flags."""
-    return ProvisionControllerOptions(
-        threadiness=options.worker_threads,
-        **options.leader_election_fields(),
+    """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
+    release."""
+    warnings.warn(
+        "pyprovlib.examples.hostpath.cli.controller_options is deprecated: use "
+        "pyprovlib.runtime.provision_controller_options",
+        DeprecationWarning,
+        stacklevel=2,
     )
+    return provision_controller_options(options)
 
 
 def resize_options(options: CommonOptions) -> ResizeControllerOptions:
     """Resize controller options from the runtime's common flags: the process's leader
     election settings (the Lease is the resizer's own, ``external-resizer-<name>``), and no
     Pod informer (nothing is ever expanded, so no in-use handling)."""
-    return ResizeControllerOptions(
-        workers=options.worker_threads,
-        handle_volume_in_use_error=False,
-        **options.leader_election_fields(),
-    )
+    return resize_controller_options(options, handle_volume_in_use_error=False)
 
 
 def make_resize_controller(
@@ -253,7 +256,7 @@ def make_controller(ctx: RuntimeContext) -> Controller:
         ctx.api_client,
         args.provisioner_name,
         make_provisioner(args, ctx.api_client),
-        controller_options(ctx.options),
+        provision_controller_options(ctx.options),
     )
     if not args.resize_events:
         return provision

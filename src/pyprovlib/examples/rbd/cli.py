@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
@@ -26,6 +27,7 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
+    provision_controller_options,
     run,
 )
 
@@ -96,11 +98,15 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> RBDProv
 
 
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
-    """Controller options from the runtime's common flags."""
-    return ProvisionControllerOptions(
-        threadiness=options.worker_threads,
-        **options.leader_election_fields(),
+    """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
+    release."""
+    warnings.warn(
+        "pyprovlib.examples.rbd.cli.controller_options is deprecated: use "
+        "pyprovlib.runtime.provision_controller_options",
+        DeprecationWarning,
+        stacklevel=2,
     )
+    return provision_controller_options(options)
 
 
 def make_controller(ctx: RuntimeContext) -> ProvisionController:
@@ -114,7 +120,10 @@ def make_controller(ctx: RuntimeContext) -> ProvisionController:
         rbd_timeout=args.rbd_timeout,
     )
     return ProvisionController(
-        ctx.api_client, args.provisioner_name, provisioner, controller_options(ctx.options)
+        ctx.api_client,
+        args.provisioner_name,
+        provisioner,
+        provision_controller_options(ctx.options),
     )
 
 
