@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from aiohttp import web
@@ -213,12 +212,7 @@ class EndpointServer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     async def _metrics(self, request: web.Request) -> web.Response:

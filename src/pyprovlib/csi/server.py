@@ -28,7 +28,6 @@ import time
 import traceback
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
-from types import TracebackType
 from typing import Any, Final
 
 import betterproto2
@@ -639,10 +638,5 @@ class CSIServer:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()

@@ -26,7 +26,6 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Hashable
-from types import TracebackType
 from typing import Generic, Protocol, Self, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry
@@ -348,12 +347,7 @@ class WorkQueue(Generic[T]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def _begin_shutdown(self) -> None:
