@@ -587,10 +587,10 @@ class ControlPlane:
             await self._wait_log_line(component, b"running against")
 
     async def _prepare_cluster(self) -> None:
-        from pyprovlib.testing.binder import _Http
+        from pyprovlib.testing.binder import HttpTransport
 
         async with self.api_client() as api:
-            http = _Http(api)
+            http = HttpTransport(api)
             for i in range(1, self.node_count + 1):
                 name = f"{NODE_NAME_PREFIX}{i}"
                 await register_ready_node(http, name)
