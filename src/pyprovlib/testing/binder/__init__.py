@@ -5,15 +5,18 @@ It follows ``pkg/controller/volume/persistentvolume/pv_controller.go``: claims o
 external provisioner get the ``volume.kubernetes.io/storage-provisioner`` annotations (only once a
 node is selected for ``WaitForFirstConsumer`` classes), pre-bound and matching PVs are bound to
 their claims (PV and claim both ``Bound``), PVs whose claim went away are ``Released`` and bound
-claims whose PV went away are ``Lost``. :func:`set_selected_node` plays the scheduler.
+claims whose PV went away are ``Lost``; like kube-controller-manager's protection controllers it
+removes the ``kubernetes.io/pvc-protection`` / ``pv-protection`` finalizers of deleting claims and
+PVs no longer in use. :func:`set_selected_node` plays the scheduler.
 
 It reaches the API server through a kubernetes-asyncio ``ApiClient`` (HTTP), or, when
 :class:`~pyprovlib.testing.server.ApiServer` runs it, through the server's in-process transport
 (the same request pipeline without TCP and HTTP; see :class:`BinderTransport`).
 
 The modules, by concern: ``_controller`` (informers, queue, workers), ``_claims`` (syncClaim and
-binding), ``_volumes`` (syncVolume and reclaiming), ``_writes`` (the binder's caches, writes and
-Events), ``_transport`` (HTTP and in-process access), ``_objects`` (annotations and helpers).
+binding), ``_volumes`` (syncVolume and reclaiming), ``_protection`` (the protection finalizers),
+``_writes`` (the binder's caches, writes and Events), ``_transport`` (HTTP and in-process
+access), ``_objects`` (annotations and helpers).
 """
 
 from __future__ import annotations

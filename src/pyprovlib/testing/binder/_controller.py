@@ -45,6 +45,7 @@ from pyprovlib.testing.binder._objects import (
     describe,
     volume_name_of_claim,
 )
+from pyprovlib.testing.binder._protection import Protection
 from pyprovlib.testing.binder._transport import (
     BinderTransport,
     HttpTransport,
@@ -150,6 +151,7 @@ class PVBinder:
             self.volumes.update, lambda _old, new: self.volumes.update(new), self._volume_gone
         )
         self._claim_sync = ClaimSync(self.api, self.classes)
+        self._protection = Protection(self.api)
         self._volume_sync = VolumeSync(self.api, lambda key: self._queue.add(("claim", key)))
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -297,9 +299,13 @@ class PVBinder:
     async def _sync(self, key: Key) -> None:
         try:
             if key[0] == "claim":
-                await self._claim_sync.sync(key[1])
+                claim = self.claims.get(key[1])
+                if claim is None or not await self._protection.sync_claim(claim):
+                    await self._claim_sync.sync(key[1])
             else:
-                await self._volume_sync.sync(key[1])
+                volume = self.volumes.get(key[1])
+                if volume is None or not await self._protection.sync_volume(volume):
+                    await self._volume_sync.sync(key[1])
             self._queue.forget(key)
         except asyncio.CancelledError:
             raise
