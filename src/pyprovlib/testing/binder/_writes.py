@@ -22,6 +22,7 @@ from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import is_not_found
 from pyprovlib.kube.objects import (
     Obj,
+    finalizers_of,
     name_of,
     namespace_of,
     resource_version,
@@ -39,6 +40,7 @@ from pyprovlib.testing.binder._objects import (
     as_dict,
     as_str,
     copy_obj,
+    is_deleting,
     is_newer,
     quoted,
     storage_quantity,
@@ -143,8 +145,12 @@ class BinderApi:
             raise
         new.setdefault("kind", cache.resource.kind)
         new.setdefault("apiVersion", cache.resource.api_version)
-        # Remember our own write so a late watch event of the old version does not undo it.
-        cache.update(new)
+        if is_deleting(new) and not finalizers_of(new):
+            # The write removed the last finalizer of a deleting object: the server deleted it.
+            cache.remove(new)
+        else:
+            # Remember our own write so a late watch event of the old version does not undo it.
+            cache.update(new)
         return new
 
     async def put_claim(self, claim: Obj) -> Obj:
