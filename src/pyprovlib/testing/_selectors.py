@@ -17,6 +17,7 @@ __all__ = [
     "FieldSelector",
     "LabelSelector",
     "field_getters",
+    "label_selector_from_json",
     "parse_field_selector",
     "parse_label_selector",
     "single_name",
@@ -119,6 +120,32 @@ def parse_label_selector(text: str | None) -> LabelSelector:
             reqs.append(_Requirement(part, "exists", ()))
             continue
         raise bad_request(f"unable to parse requirement: invalid selector {part!r}")
+    return LabelSelector(tuple(reqs))
+
+
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+def label_selector_from_json(selector: Any) -> LabelSelector | None:
+    """A ``metav1.LabelSelector`` (``matchLabels`` AND ``matchExpressions``) as a
+    :class:`LabelSelector` (``LabelSelectorAsSelector``); an empty one matches everything.
+    None when it is malformed (not an object, an unknown operator): it must match nothing."""
+    if not isinstance(selector, dict):
+        return None
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not isinstance(match_labels, dict) or not isinstance(expressions, list):
+        return None
+    reqs = [_Requirement(str(k), "=", (str(v),)) for k, v in match_labels.items()]
+    for expr in expressions:
+        if not isinstance(expr, dict):
+            return None
+        op = _EXPRESSION_OPS.get(str(expr.get("operator")))
+        key, values = expr.get("key"), expr.get("values")
+        if op is None or not isinstance(key, str):
+            return None
+        vals = values if isinstance(values, list) else []
+        reqs.append(_Requirement(key, op, tuple(v for v in vals if isinstance(v, str))))
     return LabelSelector(tuple(reqs))
 
 

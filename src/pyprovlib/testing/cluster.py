@@ -42,7 +42,12 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
     Resource,
 )
-from pyprovlib.testing.binder import ANN_SELECTED_NODE, _Http, claim_class, set_selected_node
+from pyprovlib.testing.binder import (
+    ANN_SELECTED_NODE,
+    HttpTransport,
+    claim_class,
+    set_selected_node,
+)
 
 if TYPE_CHECKING:
     from pyprovlib.testing.controlplane import ControlPlane
@@ -184,7 +189,7 @@ class TestCluster:
             # for this namespace's claims (Released, their provisioner stopped) forever.
             await self._delete_namespace_volumes(http)
 
-    async def _delete_namespace_volumes(self, http: _Http) -> None:
+    async def _delete_namespace_volumes(self, http: HttpTransport) -> None:
         cont = ""
         names: list[str] = []
         while True:
@@ -235,8 +240,8 @@ class TestCluster:
             await self.server.stop()
             self.server = None
 
-    def _http(self) -> _Http:
-        return _Http(self.api_client)
+    def _http(self) -> HttpTransport:
+        return HttpTransport(self.api_client)
 
     # -- helpers that work in both places ----------------------------------------------------
 
@@ -457,7 +462,7 @@ class TestCluster:
         return _IN_MEMORY_NODE
 
 
-async def _delete_quietly(http: _Http, path: str) -> None:
+async def _delete_quietly(http: HttpTransport, path: str) -> None:
     try:
         await http.json("DELETE", path)
     except ApiException as err:

@@ -31,17 +31,13 @@ import atexit
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import aiohttp
 import yaml
@@ -49,7 +45,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
-from pyprovlib.errors import PyprovlibError
+from pyprovlib.testing._components import ControlPlaneError, _Component, _free_port, _Reaper
+from pyprovlib.testing._nodes import _established, _exists, register_ready_node
 
 __all__ = [
     "ENV_KUBEBUILDER_ASSETS",
@@ -75,11 +72,6 @@ directory, removed with it)."""
 
 CRD_DIR = Path(__file__).with_name("crds")
 NODE_NAME_PREFIX = "pyprovlib-node-"
-_TERMINATE_SECONDS = 10.0
-
-
-class ControlPlaneError(PyprovlibError, RuntimeError):
-    """A component did not start (the message names it and ends with its last log lines)."""
 
 
 def assets_from_environment() -> Path | None:
@@ -89,112 +81,6 @@ def assets_from_environment() -> Path | None:
         if value:
             return Path(value)
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-class _Reaper:
-    """The parent's end of the reaper's pipe (see :mod:`pyprovlib.testing._reaper`)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.proc = subprocess.Popen(  # noqa: S603 - argv list, our own module
-            [sys.executable, "-m", "pyprovlib.testing._reaper", str(directory)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            process_group=0,
-            text=True,
-        )
-
-    def _send(self, line: str) -> None:
-        stdin = self.proc.stdin
-        if stdin is None or stdin.closed:
-            return
-        with contextlib.suppress(OSError):
-            stdin.write(line + "\n")
-            stdin.flush()
-
-    def watch(self, pid: int) -> None:
-        self._send(f"watch {pid}")
-
-    def forget(self, pid: int) -> None:
-        self._send(f"forget {pid}")
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@dataclass
-class _Component:
-    name: str
-    argv: list[str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = field(default=None, repr=False)
-
-    def start(self, reaper: _Reaper) -> None:
-        self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(  # noqa: S603 - argv list of a binary the caller named
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            process_group=0,  # so the reaper ends it (and anything it forks) as a group
-        )
-        reaper.watch(self.proc.pid)
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.proc is None else self.proc.pid
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def failure(self, what: str) -> ControlPlaneError:
-        code = None if self.proc is None else self.proc.poll()
-        status = f" (exit status {code})" if code is not None else ""
-        return ControlPlaneError(
-            f"{self.name} {what}{status}; last lines of {self.log_path}:\n{_tail(self.log_path)}"
-        )
-
-    def stop(self, reaper: _Reaper) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=_TERMINATE_SECONDS)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        reaper.forget(proc.pid)
-        self.proc = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
 
 class ControlPlane:
@@ -588,10 +474,10 @@ class ControlPlane:
             await self._wait_log_line(component, b"running against")
 
     async def _prepare_cluster(self) -> None:
-        from pyprovlib.testing.binder import _Http
+        from pyprovlib.testing.binder import HttpTransport
 
         async with self.api_client() as api:
-            http = _Http(api)
+            http = HttpTransport(api)
             for i in range(1, self.node_count + 1):
                 name = f"{NODE_NAME_PREFIX}{i}"
                 await register_ready_node(http, name)
@@ -668,69 +554,6 @@ class ControlPlane:
 def _write_leaf(leaf: Any, cert: Path, key: Path) -> None:
     cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
     key.write_bytes(leaf.private_key_pem.bytes())
-
-
-async def _exists(http: Any, path: str) -> bool:
-    try:
-        await http.json("GET", path)
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
-
-
-async def _established(http: Any, path: str) -> bool:
-    crd = await http.json("GET", path)
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-
-async def register_ready_node(http: Any, name: str, labels: dict[str, str] | None = None) -> Any:
-    """Create a Node as a kubelet registering would, Ready with capacity, and without the
-    ``node.kubernetes.io/not-ready`` taint the apiserver puts on new nodes — so the scheduler
-    places pods on it (they never run: there is no kubelet)."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                **(labels or {}),
-            },
-        },
-    }
-    path = f"/api/v1/nodes/{name}"
-    try:
-        await http.json("POST", "/api/v1/nodes", body=body)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    resources = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    ready = {
-        "type": "Ready",
-        "status": "True",
-        "reason": "KubeletReady",
-        "message": "pyprovlib: a kubelet-less node",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-    }
-    await http.json(
-        "PATCH",
-        f"{path}/status",
-        body={"status": {"conditions": [ready], "capacity": resources, "allocatable": resources}},
-        content_type="application/merge-patch+json",
-    )
-    return await http.json(
-        "PATCH",
-        path,
-        body={"spec": {"taints": None}},
-        content_type="application/merge-patch+json",
-    )
 
 
 # -- one control plane per process (the pytest session's) ----------------------------------------

@@ -16,18 +16,12 @@ OpenAPI and Table output. Tests drive it with the real kubernetes-asyncio client
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import http
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.client.exceptions import ApiException
-from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
 from pyprovlib._logging import get_logger
 from pyprovlib.kube import resources as R
@@ -35,11 +29,19 @@ from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.resources import RESOURCES, Resource
 from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
-from pyprovlib.testing._http import HttpServer, Reply, Request, Stream, WireRequest
+from pyprovlib.testing._http import HttpServer, Reply, Request, Stream
+from pyprovlib.testing._inprocess import InProcessTransport
 from pyprovlib.testing._registry import DeleteOptions, Registry
+from pyprovlib.testing._requests import (
+    Target,
+    parse_target,
+    selectors,
+    table_mode,
+    truthy,
+    validate_list_options,
+    validate_write_options,
+)
 from pyprovlib.testing._selectors import (
-    FieldSelector,
-    LabelSelector,
     parse_field_selector,
     parse_label_selector,
 )
@@ -50,7 +52,8 @@ from pyprovlib.testing._status import (
     method_not_allowed,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Event, Obj, Storage, copy_json, dumps
+from pyprovlib.testing._storage import Obj, Storage, copy_json, dumps
+from pyprovlib.testing._watch import open_watch
 from pyprovlib.testing.faults import Faults, Requests
 
 if TYPE_CHECKING:
@@ -61,8 +64,8 @@ __all__ = ["ApiServer", "InProcessTransport", "StorageView"]
 log = get_logger(__name__)
 
 _JSON = "application/json"
-_BY_GV_PLURAL: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}
 _MAX_BODY_BYTES = 64 * 1024 * 1024
+_TEXT_HEADERS = {"Content-Type": "text/plain; charset=utf-8"}
 _NOT_FOUND_PATH = ApiError(404, "the server could not find the requested resource", "NotFound", {})
 
 
@@ -105,198 +108,6 @@ class StorageView:
     def resource_version(self) -> int:
         """The current global resourceVersion."""
         return self._storage.rv
-
-
-class _Target:
-    """A parsed resource URL."""
-
-    __slots__ = ("name", "namespace", "resource", "subresource", "watch_path")
-
-    def __init__(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        name: str | None,
-        subresource: str | None,
-        watch_path: bool,
-    ) -> None:
-        self.resource = resource
-        self.namespace = namespace
-        self.name = name
-        self.subresource = subresource
-        self.watch_path = watch_path
-
-
-def _parse_target(path: str) -> _Target | None:
-    parts = [p for p in path.split("/") if p]
-    if len(parts) >= 2 and parts[0] == "api":
-        gv, rest = parts[1], parts[2:]
-    elif len(parts) >= 3 and parts[0] == "apis":
-        gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
-    else:
-        return None
-    watch_path = bool(rest) and rest[0] == "watch"
-    if watch_path:
-        rest = rest[1:]
-    if not rest:
-        return None
-    namespace: str | None = None
-    # /api/v1/namespaces/NAME/status is the namespace's subresource, not a collection
-    if rest[0] == "namespaces" and len(rest) >= 3 and not (gv == "v1" and rest[2:] == ["status"]):
-        namespace, rest = rest[1], rest[2:]
-    plural, rest = rest[0], rest[1:]
-    resource = _BY_GV_PLURAL.get((gv, plural))
-    if resource is None or (namespace is not None and not resource.namespaced):
-        return None
-    name = rest[0] if rest else None
-    subresource = rest[1] if len(rest) >= 2 else None
-    if len(rest) > 2 or (subresource is not None and subresource not in resource.subresources):
-        return None
-    if name is not None and resource.namespaced and namespace is None:
-        return None
-    return _Target(resource, namespace, name, subresource, watch_path)
-
-
-_OPTIONS_KIND = {
-    "create": "CreateOptions",
-    "update": "UpdateOptions",
-    "patch": "PatchOptions",
-    "delete": "DeleteOptions",
-    "deletecollection": "DeleteOptions",
-}
-
-
-def _invalid_options(kind: str, causes: list[tuple[str, str, str]]) -> ApiError:
-    """422 Invalid for query options, as the real server words it (``<Kind>.meta.k8s.io``)."""
-    parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
-    return ApiError(
-        422,
-        f'{kind}.meta.k8s.io "" is invalid: {parts}',
-        "Invalid",
-        {
-            "group": "meta.k8s.io",
-            "kind": kind,
-            "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
-        },
-    )
-
-
-def _validate_write_options(verb: str, dry_run: list[str], field_validation: str | None) -> None:
-    """ValidateDryRun and ValidateFieldValidation of Create/Update/Patch/DeleteOptions."""
-    kind = _OPTIONS_KIND.get(verb)
-    if kind is None:
-        return
-    causes: list[tuple[str, str, str]] = []
-    values = [v for v in dry_run if v != ""]
-    if values and values != ["All"]:
-        shown = "[]string{" + ", ".join(f'"{v}"' for v in dry_run) + "}"
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                f'Unsupported value: {shown}: supported values: "All"',
-                "dryRun",
-            )
-        )
-    if kind != "DeleteOptions" and field_validation not in (None, "", "Ignore", "Warn", "Strict"):
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                f'Unsupported value: "{field_validation}": supported values: '
-                '"", "Ignore", "Strict", "Warn"',
-                "fieldValidation",
-            )
-        )
-    if causes:
-        raise _invalid_options(kind, causes)
-
-
-def _validate_watch_options(send_initial: str | None, match: str | None, token: str | None) -> None:
-    """validateWatchOptions: sendInitialEvents and resourceVersionMatch go together."""
-    causes: list[tuple[str, str, str]] = []
-    if send_initial is not None and match != "NotOlderThan":
-        causes.append(
-            (
-                "FieldValueForbidden",
-                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
-                "NotOlderThan",
-                "resourceVersionMatch",
-            )
-        )
-    if match:
-        if send_initial is None:
-            causes.append(
-                (
-                    "FieldValueForbidden",
-                    "Forbidden: resourceVersionMatch is forbidden for watch unless "
-                    "sendInitialEvents is provided",
-                    "resourceVersionMatch",
-                )
-            )
-        if match != "NotOlderThan":
-            causes.append(
-                (
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{match}": supported values: "NotOlderThan"',
-                    "resourceVersionMatch",
-                )
-            )
-        if token:
-            causes.append(
-                (
-                    "FieldValueForbidden",
-                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
-                    "resourceVersionMatch",
-                )
-            )
-    if causes:
-        raise _invalid_options("ListOptions", causes)
-
-
-def _validate_list_options(rv: str | None, match: str | None) -> None:
-    """ListOptions validation of resourceVersion/resourceVersionMatch (422 like the server)."""
-    if not match:
-        return
-    causes: list[tuple[str, str, str]] = []
-    if not rv:
-        causes.append(
-            (
-                "FieldValueForbidden",
-                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-                "resourceVersionMatch",
-            )
-        )
-    elif match == "Exact" and rv == "0":
-        causes.append(
-            (
-                "FieldValueForbidden",
-                'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-                "resourceVersionMatch",
-            )
-        )
-    elif match not in ("Exact", "NotOlderThan"):
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan"',
-                "resourceVersionMatch",
-            )
-        )
-    if causes:
-        parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
-        raise ApiError(
-            422,
-            f'ListOptions.meta.k8s.io "" is invalid: {parts}',
-            "Invalid",
-            {
-                "group": "meta.k8s.io",
-                "kind": "ListOptions",
-                "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
-            },
-        )
-
-
-def _truthy(value: str | None) -> bool:
-    return value is not None and value.lower() in ("true", "1")
 
 
 class ApiServer:
@@ -524,7 +335,7 @@ class ApiServer:
     async def _dispatch(self, request: Request) -> Reply | Stream:
         path = request.path.rstrip("/") or "/"
         if path.startswith(("/api", "/apis")):
-            target = _parse_target(path)
+            target = parse_target(path)
             if target is not None:
                 return await self._resource_request(request, target)
         if request.method not in ("GET", "HEAD"):
@@ -558,11 +369,11 @@ class ApiServer:
             return _discovery.resource_list(f"{parts[1]}/{parts[2]}")
         return None
 
-    async def _resource_request(self, request: Request, target: _Target) -> Reply | Stream:
+    async def _resource_request(self, request: Request, target: Target) -> Reply | Stream:
         q = request.query
         method = request.method
         r = target.resource
-        is_watch = target.watch_path or _truthy(q.get("watch"))
+        is_watch = target.watch_path or truthy(q.get("watch"))
         if target.name is None:
             verb = {
                 "GET": "watch" if is_watch else "list",
@@ -591,7 +402,7 @@ class ApiServer:
         if injected is not None:
             raise injected
         dry_run = q.get("dryRun") == "All"
-        _validate_write_options(verb, q.getall("dryRun", []), q.get("fieldValidation"))
+        validate_write_options(verb, q.getall("dryRun", []), q.get("fieldValidation"))
         ns, name = target.namespace, target.name
 
         if verb == "watch":
@@ -600,7 +411,7 @@ class ApiServer:
             return self._list(request, target)
         if verb == "get":
             obj = self._registry.get(r, ns, name or "")
-            if r is not R.EVENTS_V1 and not self._table_mode(request):
+            if r is not R.EVENTS_V1 and not table_mode(request):
                 return Reply(200, self._storage.encoded_item(r, (ns or "", name or ""), obj))
             return self._respond(request, r, obj)
         if verb == "create":
@@ -692,23 +503,8 @@ class ApiServer:
 
     # --- output ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _table_mode(request: Request) -> bool:
-        accept = request.headers.get("Accept", "")
-        if "as=Table" not in accept:
-            return False
-        for part in accept.split(","):
-            if (
-                "as=Table" in part
-                and "g=meta.k8s.io" in part
-                and "v=v1" in part
-                and "v=v1beta1" not in part
-            ):
-                return True
-        return False
-
     def _respond(self, request: Request, r: Resource, obj: Obj, status: int = 200) -> Reply:
-        if self._table_mode(request):
+        if table_mode(request):
             include = request.query.get("includeObject", "Metadata")
             table = _discovery.to_table(
                 r,
@@ -721,23 +517,16 @@ class ApiServer:
         # A write's response shares its encoding with the watch lines of the same event.
         return Reply(status, self._storage.encoded(obj))
 
-    def _selectors(self, request: Request, r: Resource) -> tuple[LabelSelector, FieldSelector]:
-        q = request.query
-        return (
-            parse_label_selector(q.get("labelSelector")),
-            parse_field_selector(q.get("fieldSelector"), r.group, r.plural),
-        )
-
-    def _list(self, request: Request, target: _Target) -> Reply:
+    def _list(self, request: Request, target: Target) -> Reply:
         q = request.query
         r = target.resource
-        labels, fields = self._selectors(request, r)
+        labels, fields = selectors(request.query, r)
         try:
             limit = max(int(q.get("limit") or 0), 0)  # a negative limit means none
         except ValueError as e:
             raise bad_request(f"invalid limit: {q.get('limit')}") from e
         rv_param = q.get("resourceVersion")
-        _validate_list_options(rv_param, q.get("resourceVersionMatch"))
+        validate_list_options(rv_param, q.get("resourceVersionMatch"))
         if rv_param not in (None, "", "0"):
             try:
                 wanted = int(rv_param or 0)
@@ -775,7 +564,7 @@ class ApiServer:
             meta["continue"] = result.continue_token
             if result.remaining is not None:
                 meta["remainingItemCount"] = result.remaining
-        if self._table_mode(request):
+        if table_mode(request):
             include = q.get("includeObject", "Metadata")
             return self._json(_discovery.to_table(r, result.items, self.clock.now(), include, meta))
         # Stored objects keep their encoding until they change: a relist re-encodes nothing
@@ -792,291 +581,12 @@ class ApiServer:
 
     # --- watch -------------------------------------------------------------------------------
 
-    def _watch(self, request: Request, target: _Target) -> Stream:
-        q = request.query
-        r = target.resource
-        labels, fields = self._selectors(request, r)
-        if target.name is not None:
-            # a watch on one object is a watch with metadata.name=<name>
-            name_sel = parse_field_selector(f"metadata.name={target.name}", r.group, r.plural)
-            fields = FieldSelector(fields.terms + name_sel.terms)
-        rv_param = q.get("resourceVersion") or ""
-        _validate_watch_options(
-            q.get("sendInitialEvents"), q.get("resourceVersionMatch"), q.get("continue")
+    def _watch(self, request: Request, target: Target) -> Stream:
+        return open_watch(
+            self._storage,
+            self.clock,
+            self.bookmark_interval,
+            request,
+            target,
+            table=table_mode(request),
         )
-        send_initial = _truthy(q.get("sendInitialEvents"))
-        try:
-            timeout = float(q["timeoutSeconds"]) if q.get("timeoutSeconds") else None
-        except ValueError as e:
-            raise bad_request(f"invalid timeoutSeconds: {q.get('timeoutSeconds')}") from e
-        bookmarks = _truthy(q.get("allowWatchBookmarks"))
-        table = self._table_mode(request)
-        include = q.get("includeObject", "Metadata")
-        if rv_param not in ("", "0"):
-            try:
-                since = int(rv_param)
-            except ValueError as e:
-                raise bad_request(f"invalid resource version: {rv_param}") from e
-        else:
-            since = self._storage.rv
-        expired: ApiError | None = None
-        if rv_param not in ("", "0"):
-            try:
-                self._storage.check_rv(since)
-            except ApiError as e:
-                expired = e
-        return Stream(
-            self._watch_chunks(
-                r,
-                target.namespace,
-                labels,
-                fields,
-                rv_param=rv_param,
-                since=since,
-                send_initial=send_initial,
-                timeout=timeout,
-                bookmarks=bookmarks,
-                table=table,
-                include=include,
-                expired=expired,
-            )
-        )
-
-    async def _watch_chunks(
-        self,
-        r: Resource,
-        namespace: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-        *,
-        rv_param: str,
-        since: int,
-        send_initial: bool,
-        timeout: float | None,  # noqa: ASYNC109
-        bookmarks: bool,
-        table: bool,
-        include: str,
-        expired: ApiError | None,
-    ) -> AsyncGenerator[bytes, None]:
-        """The watch stream's bytes: the backlog first (or b"" to open the stream), then the
-        matching events as they happen, bookmarks, and the end."""
-        if expired is not None:
-            yield dumps({"type": "ERROR", "object": expired.body()}) + b"\n"
-            return
-        # events.k8s.io/v1 Events are a view of the stored core/v1 Events
-        stored = R.EVENTS if r is R.EVENTS_V1 else r
-        convert = core_to_v1 if r is R.EVENTS_V1 else None
-        first_table = [True]
-        selective = bool(namespace or labels.requirements or fields.terms)
-
-        def encode(event_type: str, obj: Obj, shared: Event | None = None) -> bytes:
-            if table:
-                t = _discovery.to_table(
-                    r,
-                    [obj],
-                    self.clock.now(),
-                    include,
-                    {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                    with_columns=first_table[0],
-                )
-                first_table[0] = False
-                return dumps({"type": event_type, "object": t}) + b"\n"
-            if shared is not None and shared.type == event_type and shared.obj is obj:
-                return shared.line()
-            return dumps({"type": event_type, "object": obj}) + b"\n"
-
-        def matches(obj: Obj | None) -> bool:
-            if obj is None:
-                return False
-            if not selective:
-                return True
-            if namespace and (obj.get("metadata") or {}).get("namespace") != namespace:
-                return False
-            return labels.matches(obj) and fields.matches(obj)
-
-        def filtered(event: Event) -> bytes | None:
-            obj, old = event.obj, event.old
-            if convert is not None:
-                obj = convert(obj)
-                old = convert(old) if old is not None else None
-            now_in = matches(obj)
-            if event.type == "ADDED":
-                return encode("ADDED", obj, event) if now_in else None
-            if event.type == "DELETED":
-                return encode("DELETED", obj, event) if now_in or matches(old) else None
-            was_in = matches(old)
-            if now_in and was_in:
-                return encode("MODIFIED", obj, event)
-            if now_in:
-                return encode("ADDED", obj)
-            if was_in and old is not None:
-                gone = copy_json(old)
-                gone["metadata"]["resourceVersion"] = str(event.rv)
-                return encode("DELETED", gone)
-            return None
-
-        # subscribe and take the backlog in one synchronous step: no gap, no duplicate
-        watcher = self._storage.subscribe(stored)
-        try:
-            backlog: list[bytes] = []
-            if rv_param in ("", "0") or send_initial:
-                for _k, current in self._storage.iter_from(stored, namespace, None):
-                    shown = convert(current) if convert is not None else current
-                    if matches(shown):
-                        backlog.append(encode("ADDED", shown))
-                if send_initial:
-                    backlog.append(
-                        dumps(
-                            {
-                                "type": "BOOKMARK",
-                                "object": {
-                                    "kind": r.kind,
-                                    "apiVersion": r.api_version,
-                                    "metadata": {
-                                        "resourceVersion": str(self._storage.rv),
-                                        "annotations": {"k8s.io/initial-events-end": "true"},
-                                    },
-                                },
-                            }
-                        )
-                        + b"\n"
-                    )
-            else:
-                for past in self._storage.events_after(stored, since):
-                    line = filtered(past)
-                    if line is not None:
-                        backlog.append(line)
-
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout if timeout else None
-            next_bookmark = loop.time() + self.bookmark_interval
-            yield b"".join(backlog)
-            while True:
-                # Everything that happened since the last wake-up goes out as one write.
-                chunk = [line for e in watcher.take() if (line := filtered(e)) is not None]
-                if chunk:
-                    yield b"".join(chunk)
-                if watcher.closed:
-                    break
-                now = loop.time()
-                if deadline is not None and now >= deadline:
-                    break
-                if bookmarks and now >= next_bookmark:
-                    yield (
-                        dumps(
-                            {
-                                "type": "BOOKMARK",
-                                "object": {
-                                    "kind": r.kind,
-                                    "apiVersion": r.api_version,
-                                    "metadata": {"resourceVersion": str(self._storage.rv)},
-                                },
-                            }
-                        )
-                        + b"\n"
-                    )
-                    next_bookmark = now + self.bookmark_interval
-                wait = None
-                if deadline is not None:
-                    wait = deadline - now
-                if bookmarks:
-                    wait = (
-                        min(wait, next_bookmark - now) if wait is not None else next_bookmark - now
-                    )
-                await watcher.wait(wait)
-        finally:
-            self._storage.unsubscribe(watcher)
-
-
-_TEXT_HEADERS = {"Content-Type": "text/plain; charset=utf-8"}
-
-
-class InProcessTransport:
-    """How the PV binder started by :class:`ApiServer` reaches that server: every request goes
-    through the same pipeline as an HTTP one — request counters, injected faults and latency,
-    decoding, validation, the registry, watch streams with their bookmarks and 410s — and
-    comes back as the same bytes; only TCP and HTTP framing are skipped, whose client and
-    server sides cost more CPU than the request itself. Requests fail with a connection error
-    while the server is not listening (during :meth:`ApiServer.restart`), as over HTTP.
-
-    Implements :class:`pyprovlib.testing.binder.BinderTransport`.
-    """
-
-    def __init__(self, server: ApiServer, user_agent: str) -> None:
-        self._server = server
-        self._user_agent = user_agent
-
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        query: Mapping[str, Any] | None,
-        body: Any,
-        content_type: str,
-    ) -> Reply | Stream:
-        # A request is a trip through the event loop, as over a socket: a binder sync of
-        # several writes must not hold the loop (and every other client) for all of them.
-        await asyncio.sleep(0)
-        if not self._server.listening:
-            raise aiohttp.ClientConnectionError(
-                f"cannot connect to the API server at {self._server.url}: not listening"
-            )
-        raw = b"" if body is None else dumps(body)
-        headers = {"Content-Type": content_type, "Accept": _JSON, "User-Agent": self._user_agent}
-        request = WireRequest(
-            method,
-            path,
-            query=MultiDict((k, str(v)) for k, v in (query or {}).items()),
-            headers=headers,
-            content_type=content_type,
-            body=raw,
-        )
-        return await self._server._serve(request)
-
-    @staticmethod
-    def _raise(reply: Reply) -> None:
-        try:
-            reason = http.HTTPStatus(reply.status).phrase
-        except ValueError:
-            reason = ""
-        err = ApiException(status=reply.status, reason=reason)
-        err.body = reply.body
-        err.headers = CIMultiDictProxy(CIMultiDict(reply.headers))
-        raise err
-
-    async def json(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = _JSON,
-    ) -> Obj:
-        """Send one request; the decoded JSON object of a 2xx answer, else ApiException."""
-        reply = await self._send(method, path, query, body, content_type)
-        if isinstance(reply, Stream):
-            await reply.chunks.aclose()
-            raise RuntimeError(f"{method} {path} answered with a stream")
-        if not 200 <= reply.status <= 299:
-            self._raise(reply)
-        out = json.loads(reply.body)
-        return out if isinstance(out, dict) else {}
-
-    @contextlib.asynccontextmanager
-    async def stream(
-        self, path: str, *, query: Mapping[str, Any] | None = None
-    ) -> AsyncIterator[AsyncIterator[bytes]]:
-        """Open a watch: the stream's bytes until it ends (ApiException when refused)."""
-        reply = await self._send("GET", path, query, None, _JSON)
-        if isinstance(reply, Reply):
-            if not 200 <= reply.status <= 299:
-                self._raise(reply)
-
-            async def one() -> AsyncIterator[bytes]:
-                yield reply.body
-
-            yield one()
-            return
-        async with contextlib.aclosing(reply.chunks) as chunks:
-            yield chunks
