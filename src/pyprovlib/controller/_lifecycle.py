@@ -107,6 +107,11 @@ class ControllerLifecycle:
         returns (and releases the Lease)."""
         self._stop_requested.set()
 
+    @property
+    def stop_requested(self) -> bool:
+        """True once :meth:`stop` was called (whoever called it)."""
+        return self._stop_requested.is_set()
+
     def healthy(self) -> bool:
         """False once :meth:`run` failed (lost its Lease or crashed)."""
         return not self._failed

@@ -146,7 +146,9 @@ async def running(
         yield controller
         if task.done():
             task.result()  # surface the failure
-            raise AssertionError(f"{controller!r} stopped on its own, before stop()")
+            # The block may stop the controller itself (a leader stepping down, say).
+            if not getattr(controller, "stop_requested", False):
+                raise AssertionError(f"{controller!r} stopped on its own, before stop()")
     finally:
         controller.stop()
         try:
