@@ -10,12 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 from pyprovlib.attacher import AttachError, AttachVolume
-from pyprovlib.kube.errors import ApiException
+from pyprovlib.kube.errors import ApiException, api_error_text
 from pyprovlib.kube.objects import Obj, annotations_of, meta
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import Store
@@ -120,20 +119,6 @@ def should_enqueue_va_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> 
     if status or "status" in old:
         sanitized["status"] = status
     return sanitized != old
-
-
-def api_error_text(err: BaseException) -> str:
-    """A short description of an API error: the Status message, not the whole body."""
-    if isinstance(err, ApiException):
-        body: Any = err.body
-        try:
-            decoded = json.loads(body) if body else None
-        except (TypeError, ValueError):
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
-            return str(decoded["message"])
-        return f"{err.status} {err.reason}".strip()
-    return str(err) or type(err).__name__
 
 
 def mask_secrets(text: str, secrets: Mapping[str, str]) -> str:

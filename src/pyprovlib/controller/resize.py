@@ -30,7 +30,6 @@ upstream's defaults.
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import Mapping
 from typing import Any, Final
@@ -81,7 +80,7 @@ from pyprovlib.controller.resize_status import ResizeStatusWriter
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
-from pyprovlib.kube.errors import ApiException
+from pyprovlib.kube.errors import ApiException, api_error_text
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, name_of, namespace_of, uid_of
@@ -141,25 +140,11 @@ class DelayRetryError(PyprovlibError):
 # -- pure helpers --------------------------------------------------------------------------------
 
 
-def _api_error_text(err: BaseException) -> str:
-    """A short description of an API error: the Status message, not the whole body."""
-    if isinstance(err, ApiException):
-        body: Any = err.body
-        try:
-            decoded = json.loads(body) if body else None
-        except (TypeError, ValueError):
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
-            return str(decoded["message"])
-        return f"{err.status} {err.reason}".strip()
-    return str(err) or type(err).__name__
-
-
 def _error_text(err: BaseException) -> str:
     if isinstance(err, ResizeError):
         return scrub_text(err.message)
     if isinstance(err, ApiException):
-        return _api_error_text(err)
+        return api_error_text(err)
     if is_user_bug(err):
         return scrub_text(describe_user_error(err))
     return scrub_text(str(err) or type(err).__name__)
@@ -453,7 +438,7 @@ class ResizeController(ControllerLifecycle):
             )
         except ApiException as err:
             raise RuntimeError(
-                f"marking pvc {key} as resizing failed: {_api_error_text(err)}"
+                f"marking pvc {key} as resizing failed: {api_error_text(err)}"
             ) from None
 
         if key in self._in_use_errors and self._in_use(key):
@@ -514,7 +499,7 @@ class ResizeController(ControllerLifecycle):
                 except ApiException as api_err:
                     raise ResizeError(
                         f"resizing failed in controller with {_error_text(resize_err)} but "
-                        f"failed to update PVC {key} with: {_api_error_text(api_err)}",
+                        f"failed to update PVC {key} with: {api_error_text(api_err)}",
                         code=resize_err.code,
                     ) from None
             else:
@@ -542,7 +527,7 @@ class ResizeController(ControllerLifecycle):
             await self._writes.update_pv_capacity(pv, new_capacity)
         except ApiException as err:
             raise RuntimeError(
-                f'error updating pv "{name_of(pv)}" by resizer: {_api_error_text(err)}'
+                f'error updating pv "{name_of(pv)}" by resizer: {api_error_text(err)}'
             ) from None
         try:
             if result.node_expansion_required:
@@ -551,7 +536,7 @@ class ResizeController(ControllerLifecycle):
                 await self._writes.mark_expansion_finished(pvc, new_capacity)
         except ApiException as err:
             raise RuntimeError(
-                f"mark PVC {key} after expansion failed: {_api_error_text(err)}"
+                f"mark PVC {key} after expansion failed: {api_error_text(err)}"
             ) from None
 
     async def _expand(

@@ -9,12 +9,20 @@ would load the whole provisioning stack into the attacher and resizer processes.
 from __future__ import annotations
 
 import asyncio
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from pyprovlib.csi.connection import CSIConnection, parse_endpoint
-from pyprovlib.runtime.app import LeaderElected, StartupError
+from prometheus_client import REGISTRY
 
-__all__ = ["SidecarController", "check_csi_address"]
+from pyprovlib.csi.connection import (
+    ConnectionOptions,
+    CSIConnection,
+    CSIMetrics,
+    default_csi_metrics,
+    parse_endpoint,
+)
+from pyprovlib.runtime.app import LeaderElected, RuntimeContext, StartupError
+
+__all__ = ["SidecarController", "check_csi_address", "open_driver"]
 
 
 def check_csi_address(address: str) -> None:
@@ -33,6 +41,19 @@ def check_csi_address(address: str) -> None:
     raise StartupError(
         f"--csi-address {address}: {path} is {kind}, not a unix socket; point --csi-address "
         "at the socket the CSI driver listens on (or remove the file so the driver can create it)"
+    )
+
+
+async def open_driver(ctx: RuntimeContext, **options: Any) -> CSIConnection:
+    """A sidecar's connection to its driver, from the parsed flags: ``--csi-address``
+    checked, then waited for as upstream does, calls timed out after ``--timeout``, metrics
+    in the context's registry. ``options`` are further
+    :class:`~pyprovlib.csi.connection.ConnectionOptions` fields."""
+    args = ctx.args
+    check_csi_address(args.csi_address)
+    metrics = default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
+    return await CSIConnection.open(
+        args.csi_address, ConnectionOptions(timeout=args.timeout, **options), metrics=metrics
     )
 
 

@@ -13,6 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 __all__ = [
     "ApiException",
+    "api_error_text",
     "is_already_exists",
     "is_conflict",
     "is_gone",
@@ -97,3 +98,18 @@ def retry_after_seconds(err: BaseException) -> float | None:
         except (TypeError, ValueError, AttributeError):
             return None
     return None
+
+
+def api_error_text(err: BaseException) -> str:
+    """A short description of an error for a status, an event or a log line: an API error's
+    ``Status`` message (not the whole body), else the exception's text."""
+    if isinstance(err, ApiException):
+        body: Any = err.body
+        try:
+            decoded = json.loads(body) if body else None
+        except (TypeError, ValueError):
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get("message"), str):
+            return str(decoded["message"])
+        return f"{err.status} {err.reason}".strip()
+    return str(err) or type(err).__name__

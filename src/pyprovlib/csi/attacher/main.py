@@ -7,18 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import REGISTRY
-
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
+from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
 from pyprovlib.csi.attacher.controller import CSIAttacher
 from pyprovlib.csi.attacher.options import controller_options, parser
 from pyprovlib.csi.connection import (
-    ConnectionOptions,
     CSIConnection,
-    CSIMetrics,
-    default_csi_metrics,
 )
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.runtime import RuntimeContext, run
@@ -71,16 +66,7 @@ def build_controller(
 async def build(ctx: RuntimeContext) -> AttacherSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-attacher's
     ``main``)."""
-    args = ctx.args
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-    )
-    check_csi_address(args.csi_address)
-    connection = await CSIConnection.open(
-        args.csi_address,
-        ConnectionOptions(timeout=args.timeout),
-        metrics=metrics,
-    )
+    connection = await open_driver(ctx)
     try:
         controller = build_controller(ctx, connection)
     except BaseException:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
+from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
+from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner.controller import CSIProvisioner
 from pyprovlib.csi.provisioner.options import (
     build_parser,
@@ -118,14 +118,7 @@ def build_controller(
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
-    check_csi_address(args.csi_address)
-    connection = await CSIConnection.open(
-        args.csi_address,
-        ConnectionOptions(
-            timeout=args.timeout,
-            exit_on_connection_loss=args.exit_on_connection_loss,
-        ),
-    )
+    connection = await open_driver(ctx, exit_on_connection_loss=args.exit_on_connection_loss)
     try:
         controller, provisioner, factory = build_controller(ctx, connection)
     except BaseException:

@@ -8,15 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prometheus_client import REGISTRY
-
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.csi._sidecar_controller import SidecarController, check_csi_address
+from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
 from pyprovlib.csi.connection import (
-    ConnectionOptions,
     CSIConnection,
-    CSIMetrics,
-    default_csi_metrics,
 )
 from pyprovlib.csi.resizer.controller import CSIResizer, choose_resizer
 from pyprovlib.csi.resizer.options import controller_options, parser
@@ -55,16 +50,7 @@ def build_controller(
 async def build(ctx: RuntimeContext) -> ResizerSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-resizer's
     ``main``)."""
-    args = ctx.args
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-    )
-    check_csi_address(args.csi_address)
-    connection = await CSIConnection.open(
-        args.csi_address,
-        ConnectionOptions(timeout=args.timeout),
-        metrics=metrics,
-    )
+    connection = await open_driver(ctx)
     try:
         controller = build_controller(ctx, connection)
     except BaseException:
@@ -74,7 +60,7 @@ async def build(ctx: RuntimeContext) -> ResizerSidecar:
         "CSI resizer",
         driver=connection.driver_name,
         resizer=type(controller.resizer).__name__,
-        csi_address=args.csi_address,
+        csi_address=ctx.args.csi_address,
     )
     return ResizerSidecar(connection, controller)
 
