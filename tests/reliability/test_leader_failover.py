@@ -295,7 +295,12 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
                     await wait_until(
                         lambda: group.leader() is not None, timeout=60, message="a leader"
                     )
+                    # A random moment of its term; under load the lease may change hands
+                    # meanwhile, so whoever leads after the pause is the one killed.
                     await asyncio.sleep(rng.uniform(0.2, 1.0))
+                    await wait_until(
+                        lambda: group.leader() is not None, timeout=60, message="a leader"
+                    )
                     leader = group.leader()
                     assert leader is not None
                     await group.kill(leader)
