@@ -1,4 +1,5 @@
-"""pyprovlib uses aiohttp and grpclib through their public API only (DESIGN.md, issue 19).
+"""pyprovlib uses aiohttp, grpclib and betterproto2 through their public API only (DESIGN.md,
+issue 19).
 
 An AST scan over every module in src/pyprovlib (the generated csi/_proto excepted) fails on:
 an import of a private module or name of either library (a ``_``-prefixed part, or a module
@@ -16,13 +17,14 @@ from pathlib import Path
 
 import aiohttp
 import aiohttp.web
+import betterproto2
 import grpclib.client
 import grpclib.server
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pyprovlib"
 
-DEPENDENCIES = ("aiohttp", "grpclib")
+DEPENDENCIES = ("aiohttp", "grpclib", "betterproto2")
 
 # The modules each library documents as its API (aiohttp's reference, grpclib's API docs).
 PUBLIC_MODULES = frozenset(
@@ -50,6 +52,8 @@ PUBLIC_MODULES = frozenset(
         "grpclib.reflection.service",
         "grpclib.encoding.base",
         "grpclib.encoding.proto",
+        "betterproto2",
+        "betterproto2.casing",  # the name casing its generated code and users share
     }
 )
 
@@ -68,6 +72,7 @@ def _private_attributes() -> frozenset[str]:
         grpclib.client.Channel,
         grpclib.server.Server,
         grpclib.server.Stream,
+        betterproto2.Message,
     ]
     names: set[str] = set()
     for cls in classes:

@@ -8,6 +8,11 @@ checks the encoding against the message's field table first, as protobuf's own p
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 import betterproto2
@@ -90,45 +95,95 @@ def _check_packed(payload: bytes, number: int, wire: int) -> None:
         raise MalformedError(f"field {number}: packed values of a partial size")
 
 
-def check_wire(data: bytes, cls: type[betterproto2.Message], depth: int = 0) -> None:
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    meta: betterproto2.FieldMetadata
+    nested: Callable[[], _Table] | None
+    """The field table of a message or map-entry value, built on first use (types may recurse)."""
+
+
+_Table = dict[int, _Field]
+
+
+def _message_class(hint: Any) -> type[betterproto2.Message] | None:
+    """The message class in a field's type hint (``X``, ``X | None``, ``list[X]``)."""
+    if isinstance(hint, type) and issubclass(hint, betterproto2.Message):
+        return hint
+    for arg in typing.get_args(hint):
+        found = _message_class(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _nested(meta: betterproto2.FieldMetadata, hint: Any) -> Callable[[], _Table] | None:
+    if meta.proto_type == "message":
+        sub = meta.unwrap() if meta.unwrap is not None else _message_class(hint)
+        if sub is None:
+            return None
+        message = sub
+        return lambda: _table(message)
+    if meta.proto_type == "map" and meta.map_meta is not None:
+        # A map entry is a message of its own: key = 1, value = 2.
+        key, value = meta.map_meta
+        args = typing.get_args(hint)
+        entry = {
+            1: _Field("key", key, None),
+            2: _Field("value", value, _nested(value, args[1] if len(args) == 2 else None)),
+        }
+        return lambda: entry
+    return None
+
+
+@functools.cache
+def _table(cls: type[betterproto2.Message]) -> _Table:
+    """``cls``'s fields by number, from betterproto2's public per-field metadata
+    (``FieldMetadata.get`` over the dataclass fields) and the class's type hints."""
+    hints = typing.get_type_hints(cls)
+    table: _Table = {}
+    for field in dataclasses.fields(typing.cast(Any, cls)):  # generated dataclasses
+        meta = betterproto2.FieldMetadata.get(field)
+        table[meta.number] = _Field(field.name, meta, _nested(meta, hints.get(field.name)))
+    return table
+
+
+def check_wire(data: bytes, cls: type[betterproto2.Message]) -> None:
     """Raise :class:`MalformedError` unless ``data`` is a valid encoding of ``cls``.
 
     betterproto2 parses leniently: a truncated field is cut short, a field of the wrong wire
     type lands in the message with the wrong Python type, bad wire types are skipped. A
     handler must never see such a message (a truncated volume name is another volume)."""
+    _check(data, _table(cls), 0)
+
+
+def _check(data: bytes, table: _Table, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise MalformedError("messages nested too deeply")
-    # betterproto2's per-class field table (a class property its typing does not express).
-    meta: Any = getattr(cls, "_betterproto")  # noqa: B009
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
         if not 1 <= number <= _MAX_FIELD_NUMBER:
             raise MalformedError(f"invalid field number {number}")
-        name = meta.field_name_by_number.get(number)
+        field = table.get(number)
         start, pos = _skip_value(data, pos, number, wire)
-        if name is None:
+        if field is None:
             continue  # an unknown field: kept as such, as protobuf does
-        field = meta.meta_by_field_name[name]
-        expected = _WIRE_OF[field.proto_type]
+        name, meta = field.name, field.meta
+        expected = _WIRE_OF[meta.proto_type]
         payload = data[start:pos]
         if wire != expected:
-            if wire == _WIRE_LEN and field.repeated and expected != _WIRE_LEN:
+            if wire == _WIRE_LEN and meta.repeated and expected != _WIRE_LEN:
                 _check_packed(payload, number, expected)
                 continue
             raise MalformedError(
                 f"field {name} ({number}) has wire type {wire}, expected {expected}"
             )
-        if field.proto_type == "string":
+        if meta.proto_type == "string":
             try:
                 payload.decode("utf-8")
             except UnicodeDecodeError:
                 raise MalformedError(f"field {name} ({number}) is not valid UTF-8") from None
-        elif field.proto_type == "message":
-            sub: type[betterproto2.Message] = (
-                field.unwrap() if field.unwrap is not None else meta.cls_by_field[name]
-            )
-            check_wire(payload, sub, depth + 1)
-        elif field.proto_type == "map":
-            check_wire(payload, meta.cls_by_field[name], depth + 1)
+        elif field.nested is not None:
+            _check(payload, field.nested(), depth + 1)
