@@ -383,6 +383,7 @@ async def run_once(
             )
             await asyncio.sleep(1.0)
         cpu0 = _proc_cpu(sidecar.pid) or 0.0
+        rss_warm = _proc_status_kb(sidecar.pid, "VmRSS") or 0
         sent: dict[str, float] = {}
 
         async def create(i: int) -> None:
@@ -403,6 +404,7 @@ async def run_once(
             spy.send_signal(signal.SIGINT)
             await spy.wait()
         hwm = _proc_status_kb(sidecar.pid, "VmHWM") or 0
+        rss_settled = _proc_status_kb(sidecar.pid, "VmRSS") or 0
         latencies = [watch.seen[(namespace, name)] - t for name, t in sent.items()]
         last_claim = max(sent.values())
         after_last = max(watch.seen[k] for k in keys) - last_claim
@@ -433,6 +435,8 @@ async def run_once(
         "events_per_volume": round(events_written / args.volumes, 2),
         "events_settled_s": round(events_s, 2),
         "peak_rss_mb": round(hwm / 1024, 1),
+        "rss_before_mb": round(rss_warm / 1024, 1),
+        "rss_settled_mb": round(rss_settled / 1024, 1),
         "directory": str(directory),
         "stages": stages,
     }
@@ -525,7 +529,9 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         f"({result['cpu_settled_s_per_1000']:.2f}s settled, "
                         f"{result['events_per_volume']:.2f} events per volume by "
                         f"{result['events_settled_s']:.1f}s), "
-                        f"peak RSS {result['peak_rss_mb']:.1f} MB",
+                        f"peak RSS {result['peak_rss_mb']:.1f} MB "
+                        f"({result['rss_before_mb']:.1f} before the claims, "
+                        f"{result['rss_settled_mb']:.1f} settled)",
                         flush=True,
                     )
                     results.append(result)
@@ -547,6 +553,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "cpu_settled_s_per_1000",
                 "events_per_volume",
                 "peak_rss_mb",
+                "rss_before_mb",
+                "rss_settled_mb",
             )
         }
     return {

@@ -36,12 +36,13 @@ def _uid_of_pv_name(name: str) -> str:
 
 def install(path: str) -> None:
     from pyprovlib.controller.provision import ProvisionController
+    from pyprovlib.controller.provision.claims import ClaimSync
     from pyprovlib.csi.connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
     from pyprovlib.kube.rest import ResourceClient
 
     enqueue_claim = ProvisionController._enqueue_claim
-    process_claim = ProvisionController._process_claim
+    process_claim = ClaimSync.process
     enqueue_volume = ProvisionController._enqueue_volume
     provision = CSIProvisioner.provision
     create_volume = CSIConnection.create_volume
@@ -91,7 +92,7 @@ def install(path: str) -> None:
             _mark(uid, "pv_answered")
 
     ProvisionController._enqueue_claim = traced_enqueue_claim  # type: ignore[method-assign]
-    ProvisionController._process_claim = traced_process_claim  # type: ignore[method-assign]
+    ClaimSync.process = traced_process_claim  # type: ignore[method-assign]
     ProvisionController._enqueue_volume = traced_enqueue_volume  # type: ignore[method-assign]
     CSIProvisioner.provision = traced_provision  # type: ignore[method-assign]
     CSIConnection.create_volume = traced_create_volume  # type: ignore[method-assign]

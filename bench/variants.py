@@ -115,6 +115,14 @@ def _pool(size: int) -> None:
     Configuration.__init__ = smaller_pool  # type: ignore[method-assign]
 
 
+def _uvloop() -> None:
+    import asyncio
+
+    import uvloop  # not a pyprovlib dependency: `pip install uvloop` to measure this variant
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 VARIANTS = {
     "pool16": functools.partial(_pool, 16),
     "pool32": functools.partial(_pool, 32),
@@ -122,6 +130,7 @@ VARIANTS = {
     "quietlogs": _quietlogs,
     "writers1": functools.partial(_writers, 1),
     "writers4": functools.partial(_writers, 4),
+    "uvloop": _uvloop,
 }
 
 
