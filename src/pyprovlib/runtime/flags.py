@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-from pyprovlib._version import __version__
 from pyprovlib.runtime.flag_parser import (
     ENV_PREFIX,
     UNSUPPORTED_UPSTREAM_FLAGS,
@@ -30,6 +29,7 @@ from pyprovlib.runtime.flag_parser import (
     add_bool_flag,
     add_duration_flag,
     add_flag,
+    add_version_flag,
     env_name,
 )
 from pyprovlib.runtime.flag_values import (
@@ -186,12 +186,7 @@ def common_parser(
         values[key] = _seconds(key, value) if key in _DURATION_DESTS else value
 
     parser = RuntimeArgumentParser(prog=prog, description=description)
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"%(prog)s {__version__}",
-        help="print the version and exit",
-    )
+    add_version_flag(parser)
 
     kube = parser.add_argument_group("Kubernetes API")
     add_flag(
