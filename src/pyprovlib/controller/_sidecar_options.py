@@ -4,9 +4,13 @@ checks of the timing fields both have."""
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from pyprovlib.errors import InvalidOptionsError
+
+if TYPE_CHECKING:
+    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.resize_options import ResizeControllerOptions
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -23,19 +27,10 @@ DEFAULT_RETRY_PERIOD: Final = 5.0
 """csi-lib-utils' leader election retry period."""
 
 
-class _SidecarTiming(Protocol):
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def retry_interval_start(self) -> float: ...
-    @property
-    def retry_interval_max(self) -> float: ...
-    @property
-    def resync_period(self) -> float: ...
-
-
 def check_sidecar_options(
-    options: _SidecarTiming, workers_field: str, error: type[InvalidOptionsError]
+    options: AttachControllerOptions | ResizeControllerOptions,
+    workers_field: str,
+    error: type[InvalidOptionsError],
 ) -> None:
     """Raise ``error`` when the worker count (the field ``workers_field``), the call timeout,
     the retry intervals or the resync period of ``options`` is out of range."""

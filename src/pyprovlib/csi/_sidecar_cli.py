@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyprovlib.csi._sidecar_controller import open_driver
 from pyprovlib.csi.connection import CSIConnection
@@ -20,6 +20,10 @@ from pyprovlib.runtime import (
     common_parser,
 )
 
+if TYPE_CHECKING:
+    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.resize_options import ResizeControllerOptions
+
 __all__ = ["DEFAULT_CSI_ADDRESS", "build_on_driver", "sidecar_option_fields", "sidecar_parser"]
 
 DEFAULT_CSI_ADDRESS = "/run/csi/socket"
@@ -28,43 +32,24 @@ DEFAULT_CSI_ADDRESS = "/run/csi/socket"
 T = TypeVar("T")
 
 
-class SidecarDefaults(Protocol):
-    """Where a sidecar's flag defaults come from: its controller options' defaults
-    (``AttachControllerOptions()``, ``ResizeControllerOptions()``), so a flag's default and
-    the option's cannot disagree (the worker count is named differently in each)."""
-
-    @property
-    def resync_period(self) -> float: ...
-    @property
-    def timeout(self) -> float: ...
-    @property
-    def retry_interval_start(self) -> float: ...
-    @property
-    def retry_interval_max(self) -> float: ...
-    @property
-    def lease_duration(self) -> float: ...
-    @property
-    def renew_deadline(self) -> float: ...
-    @property
-    def retry_period(self) -> float: ...
-
-
 def sidecar_parser(
     prog: str,
     description: str,
     *,
     title: str,
-    defaults: SidecarDefaults,
+    defaults: AttachControllerOptions | ResizeControllerOptions,
     worker_threads: int,
     resync: tuple[str, str],
     timeout_help: str,
     retried: str,
 ) -> tuple[RuntimeArgumentParser, argparse._ArgumentGroup]:
-    """The common flags with the sidecar's ``defaults`` and ``worker_threads``, then, in the
-    group ``title``, the flags the attacher and the resizer share: ``--csi-address``, the
-    resync flag (``resync``: its name and help), ``--timeout`` and the retry intervals of
-    ``retried`` (what is retried, e.g. "a failed attach or detach"). Returns the parser and
-    the group, for the sidecar's own flags."""
+    """The common flags, then, in the group ``title``, the flags the attacher and the resizer
+    share: ``--csi-address``, the resync flag (``resync``: its name and help), ``--timeout``
+    and the retry intervals of ``retried`` (what is retried, e.g. "a failed attach or
+    detach"). Their defaults are those of the sidecar's controller options (``defaults``, an
+    instance with its class's defaults), so a flag and its option cannot disagree; the worker
+    count, named differently in each, comes as ``worker_threads``. Returns the parser and the
+    group, for the sidecar's own flags."""
     parser = common_parser(
         prog,
         description,
