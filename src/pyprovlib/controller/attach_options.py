@@ -10,6 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pyprovlib.controller._sidecar_options import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+    check_sidecar_options,
+)
 from pyprovlib.errors import InvalidOptionsError
 
 if TYPE_CHECKING:
@@ -46,12 +52,6 @@ DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
 """Longest retry delay (``--retry-interval-max``)."""
 DEFAULT_RECONCILE_SYNC: Final = 60.0
 """How often attachments are compared with the backend's (``--reconcile-sync``)."""
-DEFAULT_LEASE_DURATION: Final = 15.0
-"""csi-lib-utils' leader election lease duration."""
-DEFAULT_RENEW_DEADLINE: Final = 10.0
-"""csi-lib-utils' leader election renew deadline."""
-DEFAULT_RETRY_PERIOD: Final = 5.0
-"""csi-lib-utils' leader election retry period."""
 FINALIZER_PREFIX: Final = "external-attacher/"
 """Finalizers are ``external-attacher/<sanitized driver name>``."""
 LEASE_NAME_PREFIX: Final = "external-attacher-leader-"
@@ -112,22 +112,8 @@ class AttachControllerOptions:
     registry: CollectorRegistry | None = None
 
     def __post_init__(self) -> None:
-        if self.worker_threads < 1:
-            raise InvalidAttachOptionsError(
-                f"worker_threads must be at least 1, got {self.worker_threads}"
-            )
-        if self.timeout <= 0:
-            raise InvalidAttachOptionsError(f"timeout must be positive, got {self.timeout}")
-        if self.retry_interval_start <= 0 or self.retry_interval_max < self.retry_interval_start:
-            raise InvalidAttachOptionsError(
-                "retry intervals must satisfy 0 < retry_interval_start <= retry_interval_max, "
-                f"got {self.retry_interval_start} and {self.retry_interval_max}"
-            )
+        check_sidecar_options(self, "worker_threads", InvalidAttachOptionsError)
         if self.reconcile_sync <= 0:
             raise InvalidAttachOptionsError(
                 f"reconcile_sync must be positive, got {self.reconcile_sync}"
-            )
-        if self.resync_period < 0:
-            raise InvalidAttachOptionsError(
-                f"resync_period must not be negative, got {self.resync_period}"
             )

@@ -9,6 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from pyprovlib.controller._sidecar_options import (
+    DEFAULT_LEASE_DURATION,
+    DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD,
+    check_sidecar_options,
+)
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.errors import InvalidOptionsError
 
@@ -43,12 +49,6 @@ DEFAULT_RETRY_INTERVAL_START: Final = 1.0
 DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
 """Longest retry delay (``--retry-interval-max``); also how long an infeasible expansion
 waits before it is tried again at the same size (upstream's slow set)."""
-DEFAULT_LEASE_DURATION: Final = 15.0
-"""csi-lib-utils' leader election lease duration."""
-DEFAULT_RENEW_DEADLINE: Final = 10.0
-"""csi-lib-utils' leader election renew deadline."""
-DEFAULT_RETRY_PERIOD: Final = 5.0
-"""csi-lib-utils' leader election retry period."""
 LEASE_NAME_PREFIX: Final = "external-resizer-"
 """The leader election Lease is ``external-resizer-<sanitized resizer name>``."""
 
@@ -90,16 +90,4 @@ class ResizeControllerOptions:
     registry: CollectorRegistry | None = None
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise InvalidResizeOptionsError(f"workers must be at least 1, got {self.workers}")
-        if self.timeout <= 0:
-            raise InvalidResizeOptionsError(f"timeout must be positive, got {self.timeout}")
-        if self.retry_interval_start <= 0 or self.retry_interval_max < self.retry_interval_start:
-            raise InvalidResizeOptionsError(
-                "retry intervals must satisfy 0 < retry_interval_start <= retry_interval_max, "
-                f"got {self.retry_interval_start} and {self.retry_interval_max}"
-            )
-        if self.resync_period < 0:
-            raise InvalidResizeOptionsError(
-                f"resync_period must not be negative, got {self.resync_period}"
-            )
+        check_sidecar_options(self, "workers", InvalidResizeOptionsError)

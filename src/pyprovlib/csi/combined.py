@@ -26,7 +26,6 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY
 
 from pyprovlib._logging import get_logger
-from pyprovlib._version import __version__
 from pyprovlib.controller._lifecycle import ControllerLifecycle
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.controller.options import ProvisionControllerOptions
@@ -51,6 +50,7 @@ from pyprovlib.runtime import (
     format_duration,
     run,
 )
+from pyprovlib.runtime.flag_parser import add_version_flag
 
 __all__ = [
     "CONTROLLERS",
@@ -180,12 +180,7 @@ class CombinedArgumentParser(RuntimeArgumentParser):
             + "\n".join(differing),
             allow_abbrev=False,
         )
-        self.add_argument(
-            "--version",
-            action="version",
-            version=f"%(prog)s {__version__}",
-            help="print the version and exit",
-        )
+        add_version_flag(self)
         group = self.add_argument_group("one process")
         add_flag(
             self,
@@ -432,21 +427,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
                 others = ",".join(n for n in enabled if n != name)
                 hint = f"--controllers={others}" if others else "another driver"
                 raise type(err)(f"{err}; without the {name}: {hint}") from None
-        options = ctx.options
-        fields = options.leader_election_fields()
         combined = CSIControllers(
             ctx.api_client,
             connection,
             factory,
             controllers,
-            CombinedOptions(
-                resync_period=resync,
-                leader_election=fields["leader_election"],
-                leader_election_namespace=fields["leader_election_namespace"],
-                lease_duration=fields["lease_duration"],
-                renew_deadline=fields["renew_deadline"],
-                retry_period=fields["retry_period"],
-            ),
+            CombinedOptions(resync_period=resync, **ctx.options.leader_election_fields()),
             lease=lease_name(connection.driver_name),
             background=background,
         )

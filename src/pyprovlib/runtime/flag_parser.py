@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from pyprovlib._version import __version__
 from pyprovlib.runtime.flag_values import format_duration, parse_bool, parse_duration
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "add_bool_flag",
     "add_duration_flag",
     "add_flag",
+    "add_version_flag",
     "env_name",
 ]
 
@@ -268,6 +270,16 @@ def add_bool_flag(
         help=_escape(help + _help_suffix(str(default).lower(), names, "")),
     )
     parser.bind_env(dest, flag, names, parse_bool)
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    """``--version``: print the program's name and pyprovlib's version, and exit."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {__version__}",
+        help="print the version and exit",
+    )
 
 
 def add_duration_flag(

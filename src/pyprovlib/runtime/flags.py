@@ -16,13 +16,13 @@ options are built from :class:`CommonOptions` by :mod:`pyprovlib.runtime.control
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict
 
-from pyprovlib._version import __version__
 from pyprovlib.runtime.flag_parser import (
     ENV_PREFIX,
     UNSUPPORTED_UPSTREAM_FLAGS,
@@ -30,6 +30,7 @@ from pyprovlib.runtime.flag_parser import (
     add_bool_flag,
     add_duration_flag,
     add_flag,
+    add_version_flag,
     env_name,
 )
 from pyprovlib.runtime.flag_values import (
@@ -129,23 +130,11 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
     return convert
 
 
-_COMMON_DEFAULTS: dict[str, object] = {
-    "kubeconfig": None,
-    "leader_election": False,
-    "leader_election_namespace": "",
-    "leader_election_lease_duration": 15.0,
-    "leader_election_renew_deadline": 10.0,
-    "leader_election_retry_period": 2.0,
-    "kube_api_qps": 5.0,
-    "kube_api_burst": 10,
-    "http_endpoint": "",
-    "metrics_address": "",
-    "metrics_path": "/metrics",
-    "log_format": "auto",
-    "log_level": "info",
-    "worker_threads": 4,
-    "shutdown_grace_period": 30.0,
-}
+def _common_defaults() -> dict[str, object]:
+    # The flags' defaults are CommonOptions' field defaults, written once there. --v has none
+    # to override: unset means "leave --log-level as it is".
+    return {f.name: f.default for f in dataclasses.fields(CommonOptions) if f.name != "v"}
+
 
 _DURATION_DESTS = frozenset(
     {
@@ -177,21 +166,14 @@ def common_parser(
     ``leader_election_retry_period``, ...); durations may be given as seconds or Go duration
     strings. The overrides show in ``--help``. Read the result with :func:`parse_common`.
     """
-    values = dict(_COMMON_DEFAULTS)
+    values = _common_defaults()
     for key, value in (defaults or {}).items():
         if key not in values:
-            raise ValueError(
-                f"unknown default {key!r}; known: {', '.join(sorted(_COMMON_DEFAULTS))}"
-            )
+            raise ValueError(f"unknown default {key!r}; known: {', '.join(sorted(values))}")
         values[key] = _seconds(key, value) if key in _DURATION_DESTS else value
 
     parser = RuntimeArgumentParser(prog=prog, description=description)
-    parser.add_argument(
-        "--version",
-        action="version",
-        version=f"%(prog)s {__version__}",
-        help="print the version and exit",
-    )
+    add_version_flag(parser)
 
     kube = parser.add_argument_group("Kubernetes API")
     add_flag(

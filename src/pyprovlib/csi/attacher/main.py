@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
+from pyprovlib.csi._sidecar_cli import build_on_driver
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.attacher.controller import CSIAttacher
 from pyprovlib.csi.attacher.options import controller_options, parser
 from pyprovlib.csi.connection import (
@@ -66,12 +67,7 @@ def build_controller(
 async def build(ctx: RuntimeContext) -> AttacherSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-attacher's
     ``main``)."""
-    connection = await open_driver(ctx)
-    try:
-        controller = build_controller(ctx, connection)
-    except BaseException:
-        connection.close()
-        raise
+    connection, controller = await build_on_driver(ctx, build_controller)
     return AttacherSidecar(connection, controller)
 
 

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
+from pyprovlib.csi._sidecar_cli import build_on_driver
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner.controller import CSIProvisioner
 from pyprovlib.csi.provisioner.options import (
@@ -118,12 +119,9 @@ def build_controller(
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
-    connection = await open_driver(ctx, exit_on_connection_loss=args.exit_on_connection_loss)
-    try:
-        controller, provisioner, factory = build_controller(ctx, connection)
-    except BaseException:
-        connection.close()
-        raise
+    connection, (controller, provisioner, factory) = await build_on_driver(
+        ctx, build_controller, exit_on_connection_loss=args.exit_on_connection_loss
+    )
     ctx.log.info(
         "CSI provisioner",
         driver=connection.driver_name,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
+from pyprovlib.csi._sidecar_cli import build_on_driver
+from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.connection import (
     CSIConnection,
 )
@@ -50,12 +51,7 @@ def build_controller(
 async def build(ctx: RuntimeContext) -> ResizerSidecar:
     """Connect to the driver and build the sidecar from the parsed flags (external-resizer's
     ``main``)."""
-    connection = await open_driver(ctx)
-    try:
-        controller = build_controller(ctx, connection)
-    except BaseException:
-        connection.close()
-        raise
+    connection, controller = await build_on_driver(ctx, build_controller)
     ctx.log.info(
         "CSI resizer",
         driver=connection.driver_name,

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
-import warnings
 from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_namespace
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.examples._cli import (
+    add_dir_mode_flag,
+    add_provisioner_name_flag,
+    deprecated_controller_options,
+    parse_checked,
+    parse_mode,
+    provision_controller,
+)
 from pyprovlib.examples.hostpath.helper_pod import (
     DEFAULT_HELPER_IMAGE,
     DEFAULT_HELPER_TIMEOUT,
@@ -38,7 +43,6 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
-    provision_controller_options,
     resize_controller_options,
     run,
 )
@@ -59,17 +63,6 @@ MODES = ("node", "helper-pod")
 """How the provisioner reaches the node's disk."""
 
 
-def parse_mode(text: str) -> int:
-    """Parse an octal permission mode such as ``0777`` or ``750``."""
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode such as 0777") from None
-    if not 0 <= mode <= 0o7777:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range (0000..7777)")
-    return mode
-
-
 def _mode_choice(text: str) -> str:
     if text not in MODES:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(MODES)}, got {text!r}")
@@ -84,15 +77,7 @@ def build_parser() -> RuntimeArgumentParser:
         "the scheduler picked (StorageClass volumeBindingMode: WaitForFirstConsumer).",
     )
     group = parser.add_argument_group("hostpath provisioner")
-    add_flag(
-        parser,
-        "--provisioner-name",
-        default=DEFAULT_PROVISIONER_NAME,
-        help="the name StorageClasses give in 'provisioner:'",
-        extra_env=("PROVISIONER_NAME",),
-        metavar="NAME",
-        group=group,
-    )
+    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--mode",
@@ -114,16 +99,7 @@ def build_parser() -> RuntimeArgumentParser:
         metavar="NODE",
         group=group,
     )
-    add_flag(
-        parser,
-        "--dir-mode",
-        default=DEFAULT_DIR_MODE,
-        type=parse_mode,
-        help="permissions of new volume directories, octal",
-        default_text=f"{DEFAULT_DIR_MODE:04o}",
-        metavar="MODE",
-        group=group,
-    )
+    add_dir_mode_flag(parser, group, DEFAULT_DIR_MODE)
     add_flag(
         parser,
         "--helper-image",
@@ -214,13 +190,7 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> HostPat
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
     release."""
-    warnings.warn(
-        "pyprovlib.examples.hostpath.cli.controller_options is deprecated: use "
-        "pyprovlib.runtime.provision_controller_options",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return provision_controller_options(options)
+    return deprecated_controller_options(__name__, options)
 
 
 def resize_options(options: CommonOptions) -> ResizeControllerOptions:
@@ -252,12 +222,7 @@ def make_controller(ctx: RuntimeContext) -> Controller:
         node=args.node_name or None,
         resize_events=args.resize_events,
     )
-    provision = ProvisionController(
-        ctx.api_client,
-        args.provisioner_name,
-        make_provisioner(args, ctx.api_client),
-        provision_controller_options(ctx.options),
-    )
+    provision = provision_controller(ctx, make_provisioner(args, ctx.api_client))
     if not args.resize_events:
         return provision
     return CompositeController(provision, make_resize_controller(args, ctx.api_client, ctx.options))
@@ -265,12 +230,10 @@ def make_controller(ctx: RuntimeContext) -> Controller:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
+    args_list, args = parse_checked(parser, check_arguments, argv)
     if args.demo:
         from pyprovlib.examples.hostpath.demo import run_demo
 
         return asyncio.run(run_demo(dir_mode=args.dir_mode))
-    return run(make_controller, argv=argv, parser=parser)
+    return run(make_controller, argv=args_list, parser=parser)

@@ -5,16 +5,20 @@ environment, as upstream), the provisioner they describe, and the ProvisionContr
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples._cli import (
+    add_dir_mode_flag,
+    add_provisioner_name_flag,
+    deprecated_controller_options,
+    provision_controller,
+    run_checked,
+)
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
-from pyprovlib.examples.hostpath.cli import parse_mode
 from pyprovlib.examples.nfs.provisioner import (
     DEFAULT_DIR_MODE,
     DEFAULT_MOUNT_PATH,
@@ -27,8 +31,6 @@ from pyprovlib.runtime import (
     RuntimeContext,
     add_flag,
     common_parser,
-    provision_controller_options,
-    run,
 )
 
 __all__ = ["build_parser", "controller_options", "main", "make_controller", "make_provisioner"]
@@ -44,15 +46,7 @@ def build_parser() -> RuntimeArgumentParser:
         defaults={"leader_election": True},
     )
     group = parser.add_argument_group("NFS provisioner")
-    add_flag(
-        parser,
-        "--provisioner-name",
-        default=DEFAULT_PROVISIONER_NAME,
-        help="the name StorageClasses give in 'provisioner:'",
-        extra_env=("PROVISIONER_NAME",),
-        metavar="NAME",
-        group=group,
-    )
+    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--nfs-server",
@@ -81,16 +75,7 @@ def build_parser() -> RuntimeArgumentParser:
         metavar="PATH",
         group=group,
     )
-    add_flag(
-        parser,
-        "--dir-mode",
-        default=DEFAULT_DIR_MODE,
-        type=parse_mode,
-        help="permissions of new volume directories, octal",
-        default_text=f"{DEFAULT_DIR_MODE:04o}",
-        metavar="MODE",
-        group=group,
-    )
+    add_dir_mode_flag(parser, group, DEFAULT_DIR_MODE)
     return parser
 
 
@@ -120,13 +105,7 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> NFSProv
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
     release."""
-    warnings.warn(
-        "pyprovlib.examples.nfs.cli.controller_options is deprecated: use "
-        "pyprovlib.runtime.provision_controller_options",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return provision_controller_options(options)
+    return deprecated_controller_options(__name__, options)
 
 
 def make_controller(ctx: RuntimeContext) -> ProvisionController:
@@ -139,18 +118,9 @@ def make_controller(ctx: RuntimeContext) -> ProvisionController:
         export=args.nfs_path,
         mount=args.nfs_mount_path,
     )
-    return ProvisionController(
-        ctx.api_client,
-        args.provisioner_name,
-        make_provisioner(args, ctx.api_client),
-        provision_controller_options(ctx.options),
-    )
+    return provision_controller(ctx, make_provisioner(args, ctx.api_client))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    return run(make_controller, argv=argv, parser=parser)
+    return run_checked(build_parser(), check_arguments, make_controller, argv)

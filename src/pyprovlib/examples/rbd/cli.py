@@ -5,14 +5,18 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import warnings
 from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.examples._cli import (
+    add_provisioner_name_flag,
+    deprecated_controller_options,
+    provision_controller,
+    run_checked,
+)
 from pyprovlib.examples.rbd.provisioner import DEFAULT_PROVISIONER_NAME, RBDProvisioner
 from pyprovlib.examples.rbd.rbd_cli import (
     DEFAULT_BINARY,
@@ -27,8 +31,6 @@ from pyprovlib.runtime import (
     add_duration_flag,
     add_flag,
     common_parser,
-    provision_controller_options,
-    run,
 )
 
 __all__ = [
@@ -51,15 +53,7 @@ def build_parser() -> RuntimeArgumentParser:
         defaults={"leader_election": True},
     )
     group = parser.add_argument_group("RBD provisioner")
-    add_flag(
-        parser,
-        "--provisioner-name",
-        default=DEFAULT_PROVISIONER_NAME,
-        help="the name StorageClasses give in 'provisioner:'",
-        extra_env=("PROVISIONER_NAME",),
-        metavar="NAME",
-        group=group,
-    )
+    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--rbd-binary",
@@ -100,13 +94,7 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> RBDProv
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
     release."""
-    warnings.warn(
-        "pyprovlib.examples.rbd.cli.controller_options is deprecated: use "
-        "pyprovlib.runtime.provision_controller_options",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return provision_controller_options(options)
+    return deprecated_controller_options(__name__, options)
 
 
 def make_controller(ctx: RuntimeContext) -> ProvisionController:
@@ -119,18 +107,9 @@ def make_controller(ctx: RuntimeContext) -> ProvisionController:
         rbd=provisioner.runner.resolve_binary(),
         rbd_timeout=args.rbd_timeout,
     )
-    return ProvisionController(
-        ctx.api_client,
-        args.provisioner_name,
-        provisioner,
-        provision_controller_options(ctx.options),
-    )
+    return provision_controller(ctx, provisioner)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_arguments(parser, args)
-    return run(make_controller, argv=argv, parser=parser)
+    return run_checked(build_parser(), check_arguments, make_controller, argv)

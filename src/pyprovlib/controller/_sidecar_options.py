@@ -1,0 +1,51 @@
+"""What the options of the controllers behind the CSI sidecars share (attach and resize, as
+external-attacher and external-resizer do): csi-lib-utils' leader-election timings, and the
+checks of the timing fields both have."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from pyprovlib.errors import InvalidOptionsError
+
+if TYPE_CHECKING:
+    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.resize_options import ResizeControllerOptions
+
+__all__ = [
+    "DEFAULT_LEASE_DURATION",
+    "DEFAULT_RENEW_DEADLINE",
+    "DEFAULT_RETRY_PERIOD",
+    "check_sidecar_options",
+]
+
+DEFAULT_LEASE_DURATION: Final = 15.0
+"""csi-lib-utils' leader election lease duration."""
+DEFAULT_RENEW_DEADLINE: Final = 10.0
+"""csi-lib-utils' leader election renew deadline."""
+DEFAULT_RETRY_PERIOD: Final = 5.0
+"""csi-lib-utils' leader election retry period."""
+
+
+def check_sidecar_options(
+    options: AttachControllerOptions | ResizeControllerOptions,
+    workers_field: str,
+    error: type[InvalidOptionsError],
+) -> None:
+    """Raise ``error`` when the worker count (the field ``workers_field``), the call timeout,
+    the retry intervals or the resync period of ``options`` is out of range."""
+    workers = getattr(options, workers_field)
+    if workers < 1:
+        raise error(f"{workers_field} must be at least 1, got {workers}")
+    if options.timeout <= 0:
+        raise error(f"timeout must be positive, got {options.timeout}")
+    if (
+        options.retry_interval_start <= 0
+        or options.retry_interval_max < options.retry_interval_start
+    ):
+        raise error(
+            "retry intervals must satisfy 0 < retry_interval_start <= retry_interval_max, "
+            f"got {options.retry_interval_start} and {options.retry_interval_max}"
+        )
+    if options.resync_period < 0:
+        raise error(f"resync_period must not be negative, got {options.resync_period}")
