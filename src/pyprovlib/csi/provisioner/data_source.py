@@ -159,7 +159,7 @@ class SourceGuard:
                     if not holders:
                         del self.holders[source]
                     raise PreparationError(
-                        f"cannot protect {self.what} {source[0]}/{source[1]} with the "
+                        f"cannot protect {self._describe(source)} with the "
                         f"{self.finalizer} finalizer: {err.status} {err.reason}"
                     ) from None
 
@@ -173,17 +173,26 @@ class SourceGuard:
             if holders:
                 return
             del self.holders[source]
-            try:
-                await self.set_finalizer(source, present=False)
-            except ApiException as err:
-                # Left in place, the finalizer only delays the source's deletion (until the
-                # sweep removes it); say so.
-                self._log.warning(
-                    "cannot remove a data source protection finalizer",
-                    finalizer=self.finalizer,
-                    source=f"{self.what} {source[0]}/{source[1]}",
-                    error=f"{err.status} {err.reason}",
-                )
+            await self._remove_finalizer(source, "cannot remove a data source protection finalizer")
+
+    async def _remove_finalizer(self, source: tuple[str, str], failure: str) -> bool:
+        """Remove the finalizer from ``source``; when the API server refuses, log ``failure``
+        and return False. Left in place, the finalizer only delays the source's deletion
+        (until the sweep removes it); the warning says so."""
+        try:
+            await self.set_finalizer(source, present=False)
+        except ApiException as err:
+            self._log.warning(
+                failure,
+                finalizer=self.finalizer,
+                source=self._describe(source),
+                error=f"{err.status} {err.reason}",
+            )
+            return False
+        return True
+
+    def _describe(self, source: tuple[str, str]) -> str:
+        return f"{self.what} {source[0]}/{source[1]}"
 
     async def set_finalizer(self, source: tuple[str, str], *, present: bool) -> None:
         """Add or remove the finalizer (read-modify-write, retried on conflicts)."""
@@ -236,21 +245,15 @@ class SourceGuard:
             async with self.lock:
                 if key in self.holders:
                     continue  # a restore or clone started meanwhile
-                try:
-                    await self.set_finalizer(key, present=False)
-                except ApiException as err:
-                    self._log.warning(
-                        "cannot remove a stale data source protection finalizer",
-                        finalizer=self.finalizer,
-                        source=f"{self.what} {key[0]}/{key[1]}",
-                        error=f"{err.status} {err.reason}",
-                    )
+                if not await self._remove_finalizer(
+                    key, "cannot remove a stale data source protection finalizer"
+                ):
                     continue
             removed += 1
             self._log.info(
                 "removed a stale data source protection finalizer",
                 finalizer=self.finalizer,
-                source=f"{self.what} {key[0]}/{key[1]}",
+                source=self._describe(key),
             )
         return removed
 
