@@ -18,7 +18,7 @@ from pyprovlib.controller.attach_resolve import NODE_ID_ANNOTATION, api_error_te
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube.rest import PatchType, ResourceClient
 
 __all__ = ["AttachWriter"]
 
@@ -127,19 +127,29 @@ class AttachWriter:
             )
         if not ops:
             return va
-        try:
-            updated = await self.vas.patch(name_of(va), ops, patch_type="json")
-        except ApiException as err:
-            raise AttachError(f"could not save VolumeAttachment: {api_error_text(err)}") from None
-        self.wrote(updated)
-        return updated
+        return await self._patch_va(va, ops, "could not save VolumeAttachment", patch_type="json")
 
     async def mark_as_attached(self, va: Obj, metadata: dict[str, str] | None) -> Obj:
         body = {"status": {"attached": True, "attachmentMetadata": metadata, "attachError": None}}
+        return await self._patch_va(va, body, "failed to mark as attached", subresource="status")
+
+    async def _patch_va(
+        self,
+        va: Obj,
+        body: Any,
+        failure: str,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Obj:
+        """Patch ``va`` and record the write; an API error becomes an AttachError saying
+        ``failure`` and why."""
         try:
-            updated = await self.vas.patch(name_of(va), body, subresource="status")
+            updated = await self.vas.patch(
+                name_of(va), body, patch_type=patch_type, subresource=subresource
+            )
         except ApiException as err:
-            raise AttachError(f"failed to mark as attached: {api_error_text(err)}") from None
+            raise AttachError(f"{failure}: {api_error_text(err)}") from None
         self.wrote(updated)
         return updated
 

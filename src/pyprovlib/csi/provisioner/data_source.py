@@ -554,11 +554,9 @@ class DataSources:
             )
 
     async def sweep_clone_protection(self) -> int:
-        """Remove the cloning-protection finalizer from claims that no clone needs any more
-        (upstream's CloningProtectionController): a finalizer left by a process that stopped
-        mid-clone would otherwise block the source's deletion forever. A source is still
-        needed while a clone of it is in flight here, or any claim naming it as dataSource is
-        not yet Bound. Returns how many finalizers were removed."""
+        """Does the work of :meth:`CSIProvisioner.sweep_clone_protection
+        <pyprovlib.csi.provisioner.controller.CSIProvisioner.sweep_clone_protection>`
+        (documented there)."""
         claims = await self._claim_cache.list()
         pending = pending_clone_sources(claims)
 
@@ -572,12 +570,9 @@ class DataSources:
         return await self.clone_guard.sweep(claims, still_needed)
 
     async def sweep_snapshot_protection(self) -> int:
-        """Remove the snapshot-source protection finalizer from VolumeSnapshots that no
-        restore needs any more (upstream's SnapshotFinalizerController): none is in flight here
-        and no claim naming the snapshot as its data source is still pending. Does nothing for
-        a driver without CREATE_DELETE_SNAPSHOT, or when VolumeSnapshots cannot be listed (the
-        snapshot CRDs are not installed, or RBAC does not allow it). Returns how many
-        finalizers were removed."""
+        """Does the work of :meth:`CSIProvisioner.sweep_snapshot_protection
+        <pyprovlib.csi.provisioner.controller.CSIProvisioner.sweep_snapshot_protection>`
+        (documented there)."""
         if not self.supports_snapshot:
             return 0
         try:
