@@ -131,6 +131,17 @@ def pending_clone_sources(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str,
     return pending_sources(claims, "PersistentVolumeClaim")
 
 
+async def _read(
+    client: ResourceClient, name: str, namespace: str | None = None, *, failure: str
+) -> Obj:
+    """GET ``name`` through ``client``; an API error becomes a PreparationError saying
+    ``failure`` and the status (provisioning is retried)."""
+    try:
+        return await client.get(name, namespace)
+    except ApiException as err:
+        raise PreparationError(f"{failure}: {err.status} {err.reason}") from None
+
+
 class SourceGuard:
     """A finalizer held on data sources (clone source claims, VolumeSnapshots) while volumes
     are being created from them: added before the first CreateVolume from a source, removed
@@ -363,12 +374,12 @@ class DataSources:
         self, claim: Mapping[str, Any], data_source: SourceRef, requested: int, block: bool
     ) -> v1.VolumeContentSource:
         namespace, name = data_source.key
-        try:
-            source = await self._claims.get(name, namespace)
-        except ApiException as err:
-            raise PreparationError(
-                f"error getting clone source claim {namespace}/{name}: {err.status} {err.reason}"
-            ) from None
+        source = await _read(
+            self._claims,
+            name,
+            namespace,
+            failure=f"error getting clone source claim {namespace}/{name}",
+        )
         source_meta = source.get("metadata") or {}
         source_spec = source.get("spec") or {}
         if source_meta.get("deletionTimestamp"):
@@ -399,13 +410,12 @@ class DataSources:
                 f"claim: requested {requested} but source is {source_bytes}"
             )
         volume_name = source_spec.get("volumeName", "")
-        try:
-            source_pv = await self._volumes.get(volume_name)
-        except ApiException as err:
-            raise PreparationError(
-                f"error getting the PV {volume_name!r} of clone source claim "
-                f"{namespace}/{name}: {err.status} {err.reason}"
-            ) from None
+        source_pv = await _read(
+            self._volumes,
+            volume_name,
+            failure=f"error getting the PV {volume_name!r} of clone source claim "
+            f"{namespace}/{name}",
+        )
         claim_ref = (source_pv.get("spec") or {}).get("claimRef") or {}
         if claim_ref.get("uid") != source_meta.get("uid"):
             raise PreparationError(
@@ -456,13 +466,11 @@ class DataSources:
                 f"{what} is not bound to a VolumeSnapshotContent yet; provisioning is retried "
                 "until the snapshot controller binds it"
             )
-        try:
-            content = await self._snapshot_contents.get(content_name)
-        except ApiException as err:
-            raise PreparationError(
-                f"{what} is not bound: error getting its VolumeSnapshotContent {content_name}: "
-                f"{err.status} {err.reason}"
-            ) from None
+        content = await _read(
+            self._snapshot_contents,
+            content_name,
+            failure=f"{what} is not bound: error getting its VolumeSnapshotContent {content_name}",
+        )
         content_spec = content.get("spec") or {}
         ref = content_spec.get("volumeSnapshotRef") or {}
         if (ref.get("uid"), ref.get("namespace"), ref.get("name")) != (
