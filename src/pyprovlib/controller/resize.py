@@ -30,8 +30,9 @@ upstream's defaults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
@@ -148,6 +149,16 @@ def _error_text(err: BaseException) -> str:
     if is_user_bug(err):
         return scrub_text(describe_user_error(err))
     return scrub_text(str(err) or type(err).__name__)
+
+
+@contextlib.contextmanager
+def _api_error_as_failure(failure: str) -> Iterator[None]:
+    """An API error in the block fails the sync with ``failure`` and why (retried with
+    backoff)."""
+    try:
+        yield
+    except ApiException as err:
+        raise RuntimeError(f"{failure}: {api_error_text(err)}") from None
 
 
 # -- the controller ------------------------------------------------------------------------------
@@ -432,14 +443,10 @@ class ResizeController(ControllerLifecycle):
                 )
             update_status = False
 
-        try:
+        with _api_error_as_failure(f"marking pvc {key} as resizing failed"):
             pvc = await self._writes.mark_controller_resize_in_progress(
                 pvc, new_size, update_status
             )
-        except ApiException as err:
-            raise RuntimeError(
-                f"marking pvc {key} as resizing failed: {api_error_text(err)}"
-            ) from None
 
         if key in self._in_use_errors and self._in_use(key):
             message = (
@@ -523,21 +530,13 @@ class ResizeController(ControllerLifecycle):
             capacity=size_text(new_capacity),
             node_expansion_required=result.node_expansion_required,
         )
-        try:
+        with _api_error_as_failure(f'error updating pv "{name_of(pv)}" by resizer'):
             await self._writes.update_pv_capacity(pv, new_capacity)
-        except ApiException as err:
-            raise RuntimeError(
-                f'error updating pv "{name_of(pv)}" by resizer: {api_error_text(err)}'
-            ) from None
-        try:
+        with _api_error_as_failure(f"mark PVC {key} after expansion failed"):
             if result.node_expansion_required:
                 await self._writes.mark_for_pending_node_expansion(pvc)
             else:
                 await self._writes.mark_expansion_finished(pvc, new_capacity)
-        except ApiException as err:
-            raise RuntimeError(
-                f"mark PVC {key} after expansion failed: {api_error_text(err)}"
-            ) from None
 
     async def _expand(
         self, pv: Obj, volume: V1PersistentVolume, new_size: Quantity
