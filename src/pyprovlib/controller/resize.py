@@ -33,14 +33,18 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
-from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller._lifecycle import (
+    EVENT_FLUSH_TIMEOUT,
+    ControllerLifecycle,
+    LeaderElectionLostError,
+)
 from pyprovlib.controller.resize_claims import (
     ANN_NODE_EXPANSION_NOT_REQUIRED,
     ANN_STORAGE_RESIZER,
@@ -124,9 +128,6 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
-
-EVENT_FLUSH_TIMEOUT: Final = 5.0
-"""How long a graceful stop waits for buffered events to be written."""
 
 
 class DelayRetryError(PyprovlibError):
@@ -249,19 +250,10 @@ class ResizeController(ControllerLifecycle):
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""
         with self._running():
             self._log.info("starting external resizer")
-            failure: Exception | None = None
-            async with asyncio.TaskGroup() as tg:
-                events = tg.create_task(self.recorder.run(), name="resizer-events")
-                try:
-                    await self._run_elected()
-                except Exception as err:  # re-raised as is below, not as an ExceptionGroup
-                    failure = err
-                else:
-                    if not await self.recorder.flush(EVENT_FLUSH_TIMEOUT):
-                        self._log.warning("not every event could be written before stopping")
-                events.cancel()
-            if failure is not None:
-                raise failure
+            await self._run_elected_beside(
+                {"resizer-events": self.recorder.run},
+                graceful_tail=lambda: self._flush_events(self.recorder),
+            )
         self._log.info("external resizer stopped")
 
     async def _run_controller(self) -> None:
