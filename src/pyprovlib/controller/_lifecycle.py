@@ -5,8 +5,10 @@ Lease, run the informers it owns, wait for their caches, and drain work queues w
 :class:`ControllerLifecycle` is a base class: a controller calls its ``__init__`` with its
 options and the Lease name, implements :meth:`~ControllerLifecycle._run_controller` (informers,
 workers, until :attr:`~ControllerLifecycle._stop_requested`) and wraps the body of its
-``run`` in :meth:`~ControllerLifecycle._running`. It holds what was written three times before
-(in the provision, attach and resize controllers) and nothing specific to storage.
+``run`` in :meth:`~ControllerLifecycle._running` (with
+:meth:`~ControllerLifecycle._run_elected_beside` when background tasks, such as the event
+recorder, run beside the control loops). It holds what was written three times before (in the
+provision, attach and resize controllers) and nothing specific to storage.
 
 Private on purpose: subclasses use its underscored state (``_stop_requested``, ``_synced``), so
 it is not yet a contract for users' own controllers. Should it become one, it would move to a
