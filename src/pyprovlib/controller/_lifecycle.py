@@ -5,8 +5,10 @@ Lease, run the informers it owns, wait for their caches, and drain work queues w
 :class:`ControllerLifecycle` is a base class: a controller calls its ``__init__`` with its
 options and the Lease name, implements :meth:`~ControllerLifecycle._run_controller` (informers,
 workers, until :attr:`~ControllerLifecycle._stop_requested`) and wraps the body of its
-``run`` in :meth:`~ControllerLifecycle._running`. It holds what was written three times before
-(in the provision, attach and resize controllers) and nothing specific to storage.
+``run`` in :meth:`~ControllerLifecycle._running` (with
+:meth:`~ControllerLifecycle._run_elected_beside` when background tasks, such as the event
+recorder, run beside the control loops). It holds what was written three times before (in the
+provision, attach and resize controllers) and nothing specific to storage.
 
 Private on purpose: subclasses use its underscored state (``_stop_requested``, ``_synced``), so
 it is not yet a contract for users' own controllers. Should it become one, it would move to a
@@ -19,8 +21,8 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -31,7 +33,18 @@ from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
 
-__all__ = ["ControllerLifecycle", "LeaderElectionLostError", "LifecycleOptions"]
+if TYPE_CHECKING:
+    from pyprovlib.kube.events import EventRecorder
+
+__all__ = [
+    "EVENT_FLUSH_TIMEOUT",
+    "ControllerLifecycle",
+    "LeaderElectionLostError",
+    "LifecycleOptions",
+]
+
+EVENT_FLUSH_TIMEOUT: Final = 5.0
+"""Seconds a graceful stop waits for pending events to be written."""
 
 
 class LeaderElectionLostError(PyprovlibError, RuntimeError):
@@ -171,6 +184,34 @@ class ControllerLifecycle:
             await self._run_with_leader_election()
         else:
             await self._run_controller()
+
+    async def _run_elected_beside(
+        self,
+        background: Mapping[str, Callable[[], Coroutine[Any, Any, object]]],
+        graceful_tail: Callable[[], Awaitable[None]],
+    ) -> None:
+        """:meth:`_run_elected` with the ``background`` tasks (by task name) running beside it
+        and cancelled once it ended. After a graceful end ``graceful_tail`` runs first (while
+        the background still runs: writing the events that are left, say). An error of the
+        control loops is re-raised as is, not wrapped in an ExceptionGroup."""
+        failure: Exception | None = None
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(run(), name=name) for name, run in background.items()]
+            try:
+                await self._run_elected()
+            except Exception as err:
+                failure = err
+            else:
+                await graceful_tail()
+            for task in tasks:
+                task.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _flush_events(self, recorder: EventRecorder) -> None:
+        """Write the events ``recorder`` still holds, for up to :data:`EVENT_FLUSH_TIMEOUT`."""
+        if not await recorder.flush(EVENT_FLUSH_TIMEOUT):
+            self._log.warning("not every event could be written before stopping")
 
     # -- leader election -----------------------------------------------------------------------
 

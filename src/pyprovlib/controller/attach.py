@@ -330,19 +330,7 @@ class AttachController(ControllerLifecycle):
             async with self._timeout("attach", volume.volume_id, node.name):
                 metadata = await attacher.attach(volume, node, readonly, volume.volume_attributes)
         except Exception as err:
-            message = mask_secrets(self._error_message(err), secrets)
-            if is_user_bug(err):
-                log_user_bug(
-                    logger,
-                    "attach failed: the attacher raised an unexpected exception",
-                    err,
-                    mask=functools.partial(mask_secrets, secrets=secrets),
-                )
-            try:
-                await self._writes.save_error(va, "attachError", message, _error_code(err))
-            except Exception as save_err:
-                logger.info("failed to save attach error", error=api_error_text(save_err))
-            raise AttachError(f"failed to attach: {message}") from None
+            raise await self._record_failure("attach", va, err, secrets, logger) from None
         logger.info("attached")
         await self._writes.mark_as_attached(va, dict(metadata) if metadata else None)
 
@@ -362,21 +350,28 @@ class AttachController(ControllerLifecycle):
             async with self._timeout("detach", volume.volume_id, node.name):
                 await attacher.detach(volume, node)
         except Exception as err:
-            message = mask_secrets(self._error_message(err), secrets)
-            if is_user_bug(err):
-                log_user_bug(
-                    logger,
-                    "detach failed: the attacher raised an unexpected exception",
-                    err,
-                    mask=functools.partial(mask_secrets, secrets=secrets),
-                )
-            try:
-                await self._writes.save_error(va, "detachError", message, _error_code(err))
-            except Exception as save_err:
-                logger.info("failed to save detach error", error=api_error_text(save_err))
-            raise AttachError(f"failed to detach: {message}") from None
+            raise await self._record_failure("detach", va, err, secrets, logger) from None
         logger.info("detached")
         await self._writes.mark_as_detached(va)
+
+    async def _record_failure(
+        self, op: str, va: Obj, err: Exception, secrets: Mapping[str, str], logger: Any
+    ) -> AttachError:
+        """Record why ``op`` ("attach" or "detach") failed in the VA's ``status.<op>Error``,
+        with the volume's ``secrets`` masked, and return the error that retries the sync."""
+        message = mask_secrets(self._error_message(err), secrets)
+        if is_user_bug(err):
+            log_user_bug(
+                logger,
+                f"{op} failed: the attacher raised an unexpected exception",
+                err,
+                mask=functools.partial(mask_secrets, secrets=secrets),
+            )
+        try:
+            await self._writes.save_error(va, f"{op}Error", message, _error_code(err))
+        except Exception as save_err:
+            logger.info(f"failed to save {op} error", error=api_error_text(save_err))
+        return AttachError(f"failed to {op}: {message}")
 
     def _timeout(self, op: str, volume_id: str, node: str) -> _OperationTimeout:
         return _OperationTimeout(self.options.timeout, op, volume_id, node)

@@ -11,6 +11,7 @@ import base64
 import binascii
 import copy
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final
 
 from pyprovlib.attacher import AttachError, AttachVolume
@@ -142,24 +143,17 @@ class ResolvedSource:
         self.csi = csi
 
 
+@dataclass(eq=False)
 class VolumeResolver:
     """Resolves VolumeAttachments of the driver ``driver_name`` from the PersistentVolume and
     CSINode caches (``pvs``, ``csinodes``), reading Secrets through ``secrets``."""
 
-    def __init__(
-        self,
-        driver_name: str,
-        default_fs_type: str,
-        *,
-        pvs: Store,
-        csinodes: Store,
-        secrets: ResourceClient,
-    ) -> None:
-        self.driver_name = driver_name
-        self.default_fs_type = default_fs_type
-        self._pvs = pvs
-        self._csinodes = csinodes
-        self._secrets = secrets
+    driver_name: str
+    default_fs_type: str
+    _: KW_ONLY
+    pvs: Store
+    csinodes: Store
+    secrets: ResourceClient
 
     def resolve(self, va: Mapping[str, Any]) -> ResolvedSource:
         source = source_of(va)
@@ -170,7 +164,7 @@ class VolumeResolver:
                 raise AttachError(
                     "both InlineCSIVolumeSource and PersistentVolumeName specified in VA source"
                 )
-            pv = self._pvs.get_by_key(pv_name)
+            pv = self.pvs.get_by_key(pv_name)
             if pv is None:
                 raise AttachError(f'persistentvolume "{pv_name}" not found')
             csi = spec_of(pv).get("csi")
@@ -217,7 +211,7 @@ class VolumeResolver:
         if not namespace:
             raise AttachError(f'controllerPublishSecretRef "{name}" names no namespace')
         try:
-            secret = await self._secrets.get(name, namespace)
+            secret = await self.secrets.get(name, namespace)
         except ApiException as err:
             raise AttachError(
                 f'failed to load secret "{namespace}/{name}": {api_error_text(err)}'
@@ -239,7 +233,7 @@ class VolumeResolver:
         """The driver's ID of the VA's node, from the node's CSINode; for a detach (or the
         reconciler) the ID remembered on the VA is the fallback (upstream's ``getNodeID``)."""
         node_name = str(spec_of(va).get("nodeName") or "")
-        csinode = self._csinodes.get_by_key(node_name)
+        csinode = self.csinodes.get_by_key(node_name)
         if csinode is None:
             error = f'csinode.storage.k8s.io "{node_name}" not found'
         else:

@@ -10,6 +10,7 @@ intermediate write; its newer version is on its way through the watch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from pyprovlib.attacher import AttachError
@@ -17,30 +18,23 @@ from pyprovlib.controller.attach_resolve import NODE_ID_ANNOTATION, api_error_te
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube.rest import PatchType, ResourceClient
 
 __all__ = ["AttachWriter"]
 
 
+@dataclass(eq=False)
 class AttachWriter:
     """Writes the attach controller's finalizer ``finalizer`` and VolumeAttachment statuses
     through ``vas`` and ``pvs``, remembering the resourceVersions it wrote."""
 
-    def __init__(
-        self,
-        finalizer: str,
-        *,
-        vas: ResourceClient,
-        pvs: ResourceClient,
-        clock: Clock,
-        log: Any,
-    ) -> None:
-        self.finalizer = finalizer
-        self._vas = vas
-        self._pvs = pvs
-        self._clock = clock
-        self._log = log
-        self._written: dict[str, list[str]] = {}
+    finalizer: str
+    _: KW_ONLY
+    vas: ResourceClient
+    pvs: ResourceClient
+    clock: Clock
+    log: Any
+    _written: dict[str, list[str]] = field(default_factory=dict, init=False)
 
     # -- the record of our own writes ------------------------------------------------------
 
@@ -99,8 +93,8 @@ class AttachWriter:
     async def add_pv_finalizer(self, pv: Obj) -> Obj:
         if self.finalizer in finalizers_of(pv):
             return pv
-        updated = await self._pvs.patch(name_of(pv), self.add_finalizer_ops(pv), patch_type="json")
-        self._log.debug("added finalizer to PersistentVolume", pv=name_of(pv))
+        updated = await self.pvs.patch(name_of(pv), self.add_finalizer_ops(pv), patch_type="json")
+        self.log.debug("added finalizer to PersistentVolume", pv=name_of(pv))
         return updated
 
     async def add_va_finalizer_and_node_id(self, va: Obj, node_id: str) -> Obj:
@@ -133,19 +127,29 @@ class AttachWriter:
             )
         if not ops:
             return va
-        try:
-            updated = await self._vas.patch(name_of(va), ops, patch_type="json")
-        except ApiException as err:
-            raise AttachError(f"could not save VolumeAttachment: {api_error_text(err)}") from None
-        self.wrote(updated)
-        return updated
+        return await self._patch_va(va, ops, "could not save VolumeAttachment", patch_type="json")
 
     async def mark_as_attached(self, va: Obj, metadata: dict[str, str] | None) -> Obj:
         body = {"status": {"attached": True, "attachmentMetadata": metadata, "attachError": None}}
+        return await self._patch_va(va, body, "failed to mark as attached", subresource="status")
+
+    async def _patch_va(
+        self,
+        va: Obj,
+        body: Any,
+        failure: str,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+    ) -> Obj:
+        """Patch ``va`` and record the write; an API error becomes an AttachError saying
+        ``failure`` and why."""
         try:
-            updated = await self._vas.patch(name_of(va), body, subresource="status")
+            updated = await self.vas.patch(
+                name_of(va), body, patch_type=patch_type, subresource=subresource
+            )
         except ApiException as err:
-            raise AttachError(f"failed to mark as attached: {api_error_text(err)}") from None
+            raise AttachError(f"{failure}: {api_error_text(err)}") from None
         self.wrote(updated)
         return updated
 
@@ -158,29 +162,29 @@ class AttachWriter:
             return
         try:
             if has_finalizer:
-                va = await self._vas.patch(
+                va = await self.vas.patch(
                     name_of(va), self.remove_finalizer_ops(va), patch_type="json"
                 )
                 self.wrote(va)
-                self._log.debug("removed VolumeAttachment finalizer", va=name_of(va))
+                self.log.debug("removed VolumeAttachment finalizer", va=name_of(va))
             body = {"status": {"attached": False, "detachError": None, "attachmentMetadata": None}}
-            self.wrote(await self._vas.patch(name_of(va), body, subresource="status"))
+            self.wrote(await self.vas.patch(name_of(va), body, subresource="status"))
         except ApiException as err:
             if is_not_found(err):
                 return  # finalizer gone, the VA went with it
             raise AttachError(f"could not mark as detached: {api_error_text(err)}") from None
 
     async def save_error(self, va: Obj, field: str, message: str, code: int | None) -> None:
-        error: Obj = {"time": _rfc3339(self._clock), "message": message}
+        error: Obj = {"time": _rfc3339(self.clock), "message": message}
         if code is not None:
             error["errorCode"] = code
         self.wrote(
-            await self._vas.patch(name_of(va), {"status": {field: error}}, subresource="status")
+            await self.vas.patch(name_of(va), {"status": {field: error}}, subresource="status")
         )
 
     async def remove_pv_finalizer(self, pv: Obj) -> None:
         """Remove our finalizer from ``pv`` (guarded: fails when the list changed meanwhile)."""
-        await self._pvs.patch(name_of(pv), self.remove_finalizer_ops(pv), patch_type="json")
+        await self.pvs.patch(name_of(pv), self.remove_finalizer_ops(pv), patch_type="json")
 
 
 def _json_pointer(token: str) -> str:

@@ -14,6 +14,7 @@ client's default buckets, so dashboards built for the Go sidecars read these unc
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -46,55 +47,47 @@ class ProvisionMetrics:
         subsystem: str = CONTROLLER_SUBSYSTEM,
     ) -> None:
         self.registry = registry
-        self.provision_total = Counter(
+        counter = functools.partial(Counter, subsystem=subsystem, registry=registry)
+        histogram = functools.partial(
+            Histogram, subsystem=subsystem, registry=registry, buckets=GO_DEFAULT_BUCKETS
+        )
+        per_claim = ("class", "source")
+        per_volume = ("class",)
+        self.provision_total = counter(
             "persistentvolumeclaim_provision_total",
             "Total number of persistent volumes provisioned succesfully. Broken down by storage "
             "class name and source of the claim.",
-            ["class", "source"],
-            subsystem=subsystem,
-            registry=registry,
+            per_claim,
         )
-        self.provision_failed_total = Counter(
+        self.provision_failed_total = counter(
             "persistentvolumeclaim_provision_failed_total",
             "Total number of persistent volume provision failed attempts. Broken down by "
             "storage class name and source of the claim.",
-            ["class", "source"],
-            subsystem=subsystem,
-            registry=registry,
+            per_claim,
         )
-        self.provision_duration_seconds = Histogram(
+        self.provision_duration_seconds = histogram(
             "persistentvolumeclaim_provision_duration_seconds",
             "Latency in seconds to provision persistent volumes. Failed provisioning attempts "
             "are ignored. Broken down by storage class name and source of the claim.",
-            ["class", "source"],
-            subsystem=subsystem,
-            registry=registry,
-            buckets=GO_DEFAULT_BUCKETS,
+            per_claim,
         )
-        self.delete_total = Counter(
+        self.delete_total = counter(
             "persistentvolume_delete_total",
             "Total number of persistent volumes deleted succesfully. Broken down by storage "
             "class name.",
-            ["class"],
-            subsystem=subsystem,
-            registry=registry,
+            per_volume,
         )
-        self.delete_failed_total = Counter(
+        self.delete_failed_total = counter(
             "persistentvolume_delete_failed_total",
             "Total number of persistent volume delete failed attempts. Broken down by storage "
             "class name.",
-            ["class"],
-            subsystem=subsystem,
-            registry=registry,
+            per_volume,
         )
-        self.delete_duration_seconds = Histogram(
+        self.delete_duration_seconds = histogram(
             "persistentvolume_delete_duration_seconds",
             "Latency in seconds to delete persistent volumes. Failed deletion attempts are "
             "ignored. Broken down by storage class name.",
-            ["class"],
-            subsystem=subsystem,
-            registry=registry,
-            buckets=GO_DEFAULT_BUCKETS,
+            per_volume,
         )
 
     def provision_succeeded(self, class_name: str, source: str, seconds: float) -> None:

@@ -30,16 +30,21 @@ upstream's defaults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
-from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller._lifecycle import (
+    EVENT_FLUSH_TIMEOUT,
+    ControllerLifecycle,
+    LeaderElectionLostError,
+)
 from pyprovlib.controller.resize_claims import (
     ANN_NODE_EXPANSION_NOT_REQUIRED,
     ANN_STORAGE_RESIZER,
@@ -124,9 +129,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-EVENT_FLUSH_TIMEOUT: Final = 5.0
-"""How long a graceful stop waits for buffered events to be written."""
-
 
 class DelayRetryError(PyprovlibError):
     """A sync that must be retried after ``delay`` seconds, not with the usual backoff
@@ -148,6 +150,16 @@ def _error_text(err: BaseException) -> str:
     if is_user_bug(err):
         return scrub_text(describe_user_error(err))
     return scrub_text(str(err) or type(err).__name__)
+
+
+@contextlib.contextmanager
+def _api_error_as_failure(failure: str) -> Iterator[None]:
+    """An API error in the block fails the sync with ``failure`` and why (retried with
+    backoff)."""
+    try:
+        yield
+    except ApiException as err:
+        raise RuntimeError(f"{failure}: {api_error_text(err)}") from None
 
 
 # -- the controller ------------------------------------------------------------------------------
@@ -238,19 +250,10 @@ class ResizeController(ControllerLifecycle):
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""
         with self._running():
             self._log.info("starting external resizer")
-            failure: Exception | None = None
-            async with asyncio.TaskGroup() as tg:
-                events = tg.create_task(self.recorder.run(), name="resizer-events")
-                try:
-                    await self._run_elected()
-                except Exception as err:  # re-raised as is below, not as an ExceptionGroup
-                    failure = err
-                else:
-                    if not await self.recorder.flush(EVENT_FLUSH_TIMEOUT):
-                        self._log.warning("not every event could be written before stopping")
-                events.cancel()
-            if failure is not None:
-                raise failure
+            await self._run_elected_beside(
+                {"resizer-events": self.recorder.run},
+                graceful_tail=lambda: self._flush_events(self.recorder),
+            )
         self._log.info("external resizer stopped")
 
     async def _run_controller(self) -> None:
@@ -432,14 +435,10 @@ class ResizeController(ControllerLifecycle):
                 )
             update_status = False
 
-        try:
+        with _api_error_as_failure(f"marking pvc {key} as resizing failed"):
             pvc = await self._writes.mark_controller_resize_in_progress(
                 pvc, new_size, update_status
             )
-        except ApiException as err:
-            raise RuntimeError(
-                f"marking pvc {key} as resizing failed: {api_error_text(err)}"
-            ) from None
 
         if key in self._in_use_errors and self._in_use(key):
             message = (
@@ -523,21 +522,13 @@ class ResizeController(ControllerLifecycle):
             capacity=size_text(new_capacity),
             node_expansion_required=result.node_expansion_required,
         )
-        try:
+        with _api_error_as_failure(f'error updating pv "{name_of(pv)}" by resizer'):
             await self._writes.update_pv_capacity(pv, new_capacity)
-        except ApiException as err:
-            raise RuntimeError(
-                f'error updating pv "{name_of(pv)}" by resizer: {api_error_text(err)}'
-            ) from None
-        try:
+        with _api_error_as_failure(f"mark PVC {key} after expansion failed"):
             if result.node_expansion_required:
                 await self._writes.mark_for_pending_node_expansion(pvc)
             else:
                 await self._writes.mark_expansion_finished(pvc, new_capacity)
-        except ApiException as err:
-            raise RuntimeError(
-                f"mark PVC {key} after expansion failed: {api_error_text(err)}"
-            ) from None
 
     async def _expand(
         self, pv: Obj, volume: V1PersistentVolume, new_size: Quantity

@@ -7,6 +7,7 @@ node-expansion-not-required annotation, the PV's new capacity, and the claim's e
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pyprovlib.controller.resize_claims import (
@@ -38,24 +39,16 @@ from pyprovlib.kube.rest import ResourceClient
 __all__ = ["ResizeStatusWriter"]
 
 
+@dataclass(eq=False, kw_only=True)
 class ResizeStatusWriter:
     """Writes a claim's resize status through ``pvcs``, a volume's capacity through ``pvs``,
     and events through ``recorder``."""
 
-    def __init__(
-        self,
-        *,
-        pvcs: ResourceClient,
-        pvs: ResourceClient,
-        recorder: EventRecorder,
-        clock: Clock,
-        log: Any,
-    ) -> None:
-        self._pvcs = pvcs
-        self._pvs = pvs
-        self.recorder = recorder
-        self._clock = clock
-        self._log = log
+    pvcs: ResourceClient
+    pvs: ResourceClient
+    recorder: EventRecorder
+    clock: Clock
+    log: Any
 
     def event(self, pvc: Obj, type_: str, reason: str, message: str) -> None:
         self.recorder.event(event_target(pvc, "PersistentVolumeClaim"), type_, reason, message)
@@ -65,7 +58,7 @@ class ResizeStatusWriter:
             "type": kind,
             "status": "True",
             "lastProbeTime": None,
-            "lastTransitionTime": self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTransitionTime": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         if message:
             condition["message"] = message
@@ -93,7 +86,7 @@ class ResizeStatusWriter:
         body: Obj = {"status": status}
         if metadata:
             body["metadata"] = metadata
-        return await self._pvcs.patch(
+        return await self.pvcs.patch(
             name_of(pvc), body, namespace=namespace_of(pvc), subresource="status"
         )
 
@@ -145,7 +138,7 @@ class ResizeStatusWriter:
         updated = await self._patch_claim(
             pvc, status, annotation=False, check_resource_version=True
         )
-        self._log.info("claim needs a file system resize on the node", claim=claim_key(pvc))
+        self.log.info("claim needs a file system resize on the node", claim=claim_key(pvc))
         self.event(
             pvc,
             EVENT_TYPE_NORMAL,
@@ -164,7 +157,7 @@ class ResizeStatusWriter:
             # JSON merge patch: null removes the key, or the whole map when nothing else is in it.
             status["allocatedResourceStatuses"] = {STORAGE: None} if len(statuses) > 1 else None
         updated = await self._patch_claim(pvc, status, annotation=True, check_resource_version=True)
-        self._log.info("claim expansion finished", claim=claim_key(pvc))
+        self.log.info("claim expansion finished", claim=claim_key(pvc))
         self.event(
             pvc, EVENT_TYPE_NORMAL, REASON_VOLUME_RESIZE_SUCCESSFUL, "Resize volume succeeded"
         )
@@ -172,4 +165,4 @@ class ResizeStatusWriter:
 
     async def update_pv_capacity(self, pv: Obj, capacity: Quantity) -> Obj:
         body: Obj = {"spec": {"capacity": {STORAGE: size_text(capacity)}}}
-        return await self._pvs.patch(name_of(pv), body)
+        return await self.pvs.patch(name_of(pv), body)

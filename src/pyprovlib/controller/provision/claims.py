@@ -255,12 +255,9 @@ class ClaimSync(ProtectedClaimSync):
     async def provision_claim_operation(
         self, claim: Obj, deadline: float | None = None, *, undo: bool = False
     ) -> tuple[ProvisioningState, Exception | None]:
-        """One provisioning attempt (upstream's ``provisionClaimOperation``). Returns the state
-        the backend is in and None on success, a stop marker when the claim must not be retried,
-        or the error to retry on.
-
-        With ``undo`` (a deleted claim whose volume may have been created meanwhile) the volume
-        is finished and then deleted with ``provisioner.delete`` instead of saved as a PV."""
+        """Does the work of :meth:`ProvisionController.provision_claim_operation
+        <pyprovlib.controller.provision.ProvisionController.provision_claim_operation>`
+        (documented there)."""
         class_name = get_claim_class(claim)
         key = claim_key(claim)
         logger = self._ctx.log.bind(claim=key, **{"class": class_name})

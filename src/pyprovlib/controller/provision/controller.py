@@ -10,13 +10,14 @@ worker's, taken on the object the cache holds when the key is processed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from typing import Final
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller._lifecycle import ControllerLifecycle
+from pyprovlib.controller._lifecycle import EVENT_FLUSH_TIMEOUT, ControllerLifecycle
 from pyprovlib.controller.endpoint import EndpointServer, controller_checks
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
 from pyprovlib.controller.options import ProvisionControllerOptions
@@ -56,8 +57,6 @@ __all__ = ["EVENT_FLUSH_TIMEOUT", "STORE_DRAIN_TIMEOUT", "ProvisionController"]
 
 log = get_logger("pyprovlib.controller.provision")
 
-EVENT_FLUSH_TIMEOUT: Final = 5.0
-"""Seconds a graceful stop waits for pending events to be written."""
 STORE_DRAIN_TIMEOUT: Final = 10.0
 """Seconds a graceful stop spends on a last attempt to save PVs the queue store holds."""
 
@@ -226,27 +225,18 @@ class ProvisionController(ControllerLifecycle):
         self._log.info("provisioner controller stopped", component=self.component)
 
     async def _run_with_background(self) -> None:
-        failure: Exception | None = None
-        async with asyncio.TaskGroup() as tg:
-            background = [
-                tg.create_task(self.recorder.run(), name="events"),
-                tg.create_task(
-                    self.volume_store.run(DEFAULT_STORE_THREADINESS), name="volume-store"
-                ),
-            ]
-            try:
-                await self._run_elected()
-            except Exception as err:  # re-raised as is below, not as an ExceptionGroup
-                failure = err
-            else:
-                # Graceful tail: PVs still queued get a last chance, events get written.
-                await self.volume_store.drain(STORE_DRAIN_TIMEOUT)
-                if not await self.recorder.flush(EVENT_FLUSH_TIMEOUT):
-                    self._log.warning("not every event could be written before stopping")
-            for task in background:
-                task.cancel()
-        if failure is not None:
-            raise failure
+        async def graceful_tail() -> None:
+            # PVs still queued get a last chance, events get written.
+            await self.volume_store.drain(STORE_DRAIN_TIMEOUT)
+            await self._flush_events(self.recorder)
+
+        await self._run_elected_beside(
+            {
+                "events": self.recorder.run,
+                "volume-store": functools.partial(self.volume_store.run, DEFAULT_STORE_THREADINESS),
+            },
+            graceful_tail,
+        )
 
     async def _run_controller(self) -> None:
         """Informers, then workers, until stop (upstream's ``run`` closure)."""

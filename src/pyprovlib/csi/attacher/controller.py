@@ -15,6 +15,7 @@ __all__ = [
     "CSIAttacher",
     "UnsupportedAccessModeError",
     "csi_access_mode",
+    "has_capabilities",
     "volume_capability",
 ]
 
@@ -24,6 +25,16 @@ _Mode = v1.VolumeCapabilityAccessModeMode
 
 class UnsupportedAccessModeError(AttachError):
     """The PV's access modes have no CSI equivalent (e.g. ReadOnlyMany with ReadWriteOnce)."""
+
+
+def has_capabilities(
+    connection: CSIConnection, *required: _Caps, override: bool | None = None
+) -> bool:
+    """A sidecar's ``supports_*`` setting: ``override`` when given, else whether the driver
+    reported every ``required`` controller capability."""
+    if override is not None:
+        return override
+    return all(cap in connection.controller_capabilities for cap in required)
 
 
 def csi_access_mode(access_modes: Collection[str], single_node_multi_writer: bool) -> _Mode:
@@ -98,22 +109,18 @@ class CSIAttacher(Attacher):
         max_entries: int = 0,
         timeout: float | None = None,
     ) -> None:
-        caps = connection.controller_capabilities
         self.connection = connection
-        self.supports_publish_readonly = (
-            _Caps.PUBLISH_READONLY in caps
-            if supports_publish_readonly is None
-            else supports_publish_readonly
+        self.supports_publish_readonly = has_capabilities(
+            connection, _Caps.PUBLISH_READONLY, override=supports_publish_readonly
         )
-        self.supports_single_node_multi_writer = (
-            _Caps.SINGLE_NODE_MULTI_WRITER in caps
-            if supports_single_node_multi_writer is None
-            else supports_single_node_multi_writer
+        self.supports_single_node_multi_writer = has_capabilities(
+            connection, _Caps.SINGLE_NODE_MULTI_WRITER, override=supports_single_node_multi_writer
         )
-        self._lists = (
-            _Caps.LIST_VOLUMES in caps and _Caps.LIST_VOLUMES_PUBLISHED_NODES in caps
-            if supports_list_published_nodes is None
-            else supports_list_published_nodes
+        self._lists = has_capabilities(
+            connection,
+            _Caps.LIST_VOLUMES,
+            _Caps.LIST_VOLUMES_PUBLISHED_NODES,
+            override=supports_list_published_nodes,
         )
         if max_entries < 0:
             raise ValueError(f"max_entries must not be negative, got {max_entries}")

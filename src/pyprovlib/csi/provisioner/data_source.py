@@ -131,6 +131,17 @@ def pending_clone_sources(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str,
     return pending_sources(claims, "PersistentVolumeClaim")
 
 
+async def _read(
+    client: ResourceClient, name: str, namespace: str | None = None, *, failure: str
+) -> Obj:
+    """GET ``name`` through ``client``; an API error becomes a PreparationError saying
+    ``failure`` and the status (provisioning is retried)."""
+    try:
+        return await client.get(name, namespace)
+    except ApiException as err:
+        raise PreparationError(f"{failure}: {err.status} {err.reason}") from None
+
+
 class SourceGuard:
     """A finalizer held on data sources (clone source claims, VolumeSnapshots) while volumes
     are being created from them: added before the first CreateVolume from a source, removed
@@ -159,7 +170,7 @@ class SourceGuard:
                     if not holders:
                         del self.holders[source]
                     raise PreparationError(
-                        f"cannot protect {self.what} {source[0]}/{source[1]} with the "
+                        f"cannot protect {self._describe(source)} with the "
                         f"{self.finalizer} finalizer: {err.status} {err.reason}"
                     ) from None
 
@@ -173,17 +184,26 @@ class SourceGuard:
             if holders:
                 return
             del self.holders[source]
-            try:
-                await self.set_finalizer(source, present=False)
-            except ApiException as err:
-                # Left in place, the finalizer only delays the source's deletion (until the
-                # sweep removes it); say so.
-                self._log.warning(
-                    "cannot remove a data source protection finalizer",
-                    finalizer=self.finalizer,
-                    source=f"{self.what} {source[0]}/{source[1]}",
-                    error=f"{err.status} {err.reason}",
-                )
+            await self._remove_finalizer(source, "cannot remove a data source protection finalizer")
+
+    async def _remove_finalizer(self, source: tuple[str, str], failure: str) -> bool:
+        """Remove the finalizer from ``source``; when the API server refuses, log ``failure``
+        and return False. Left in place, the finalizer only delays the source's deletion
+        (until the sweep removes it); the warning says so."""
+        try:
+            await self.set_finalizer(source, present=False)
+        except ApiException as err:
+            self._log.warning(
+                failure,
+                finalizer=self.finalizer,
+                source=self._describe(source),
+                error=f"{err.status} {err.reason}",
+            )
+            return False
+        return True
+
+    def _describe(self, source: tuple[str, str]) -> str:
+        return f"{self.what} {source[0]}/{source[1]}"
 
     async def set_finalizer(self, source: tuple[str, str], *, present: bool) -> None:
         """Add or remove the finalizer (read-modify-write, retried on conflicts)."""
@@ -236,21 +256,15 @@ class SourceGuard:
             async with self.lock:
                 if key in self.holders:
                     continue  # a restore or clone started meanwhile
-                try:
-                    await self.set_finalizer(key, present=False)
-                except ApiException as err:
-                    self._log.warning(
-                        "cannot remove a stale data source protection finalizer",
-                        finalizer=self.finalizer,
-                        source=f"{self.what} {key[0]}/{key[1]}",
-                        error=f"{err.status} {err.reason}",
-                    )
+                if not await self._remove_finalizer(
+                    key, "cannot remove a stale data source protection finalizer"
+                ):
                     continue
             removed += 1
             self._log.info(
                 "removed a stale data source protection finalizer",
                 finalizer=self.finalizer,
-                source=f"{self.what} {key[0]}/{key[1]}",
+                source=self._describe(key),
             )
         return removed
 
@@ -360,12 +374,12 @@ class DataSources:
         self, claim: Mapping[str, Any], data_source: SourceRef, requested: int, block: bool
     ) -> v1.VolumeContentSource:
         namespace, name = data_source.key
-        try:
-            source = await self._claims.get(name, namespace)
-        except ApiException as err:
-            raise PreparationError(
-                f"error getting clone source claim {namespace}/{name}: {err.status} {err.reason}"
-            ) from None
+        source = await _read(
+            self._claims,
+            name,
+            namespace,
+            failure=f"error getting clone source claim {namespace}/{name}",
+        )
         source_meta = source.get("metadata") or {}
         source_spec = source.get("spec") or {}
         if source_meta.get("deletionTimestamp"):
@@ -396,13 +410,12 @@ class DataSources:
                 f"claim: requested {requested} but source is {source_bytes}"
             )
         volume_name = source_spec.get("volumeName", "")
-        try:
-            source_pv = await self._volumes.get(volume_name)
-        except ApiException as err:
-            raise PreparationError(
-                f"error getting the PV {volume_name!r} of clone source claim "
-                f"{namespace}/{name}: {err.status} {err.reason}"
-            ) from None
+        source_pv = await _read(
+            self._volumes,
+            volume_name,
+            failure=f"error getting the PV {volume_name!r} of clone source claim "
+            f"{namespace}/{name}",
+        )
         claim_ref = (source_pv.get("spec") or {}).get("claimRef") or {}
         if claim_ref.get("uid") != source_meta.get("uid"):
             raise PreparationError(
@@ -453,13 +466,11 @@ class DataSources:
                 f"{what} is not bound to a VolumeSnapshotContent yet; provisioning is retried "
                 "until the snapshot controller binds it"
             )
-        try:
-            content = await self._snapshot_contents.get(content_name)
-        except ApiException as err:
-            raise PreparationError(
-                f"{what} is not bound: error getting its VolumeSnapshotContent {content_name}: "
-                f"{err.status} {err.reason}"
-            ) from None
+        content = await _read(
+            self._snapshot_contents,
+            content_name,
+            failure=f"{what} is not bound: error getting its VolumeSnapshotContent {content_name}",
+        )
         content_spec = content.get("spec") or {}
         ref = content_spec.get("volumeSnapshotRef") or {}
         if (ref.get("uid"), ref.get("namespace"), ref.get("name")) != (
@@ -551,11 +562,9 @@ class DataSources:
             )
 
     async def sweep_clone_protection(self) -> int:
-        """Remove the cloning-protection finalizer from claims that no clone needs any more
-        (upstream's CloningProtectionController): a finalizer left by a process that stopped
-        mid-clone would otherwise block the source's deletion forever. A source is still
-        needed while a clone of it is in flight here, or any claim naming it as dataSource is
-        not yet Bound. Returns how many finalizers were removed."""
+        """Does the work of :meth:`CSIProvisioner.sweep_clone_protection
+        <pyprovlib.csi.provisioner.controller.CSIProvisioner.sweep_clone_protection>`
+        (documented there)."""
         claims = await self._claim_cache.list()
         pending = pending_clone_sources(claims)
 
@@ -569,12 +578,9 @@ class DataSources:
         return await self.clone_guard.sweep(claims, still_needed)
 
     async def sweep_snapshot_protection(self) -> int:
-        """Remove the snapshot-source protection finalizer from VolumeSnapshots that no
-        restore needs any more (upstream's SnapshotFinalizerController): none is in flight here
-        and no claim naming the snapshot as its data source is still pending. Does nothing for
-        a driver without CREATE_DELETE_SNAPSHOT, or when VolumeSnapshots cannot be listed (the
-        snapshot CRDs are not installed, or RBAC does not allow it). Returns how many
-        finalizers were removed."""
+        """Does the work of :meth:`CSIProvisioner.sweep_snapshot_protection
+        <pyprovlib.csi.provisioner.controller.CSIProvisioner.sweep_snapshot_protection>`
+        (documented there)."""
         if not self.supports_snapshot:
             return 0
         try:

@@ -193,38 +193,45 @@ def secret_reference(
         name_params[_TOKEN_PVC_NAME] = metadata.get("name", "")
         for key, value in (metadata.get("annotations") or {}).items():
             name_params[f"pvc.annotations['{key}']"] = value
-    try:
-        namespace = resolve_template(namespace_template, namespace_params)
-    except ValueError as err:
-        raise ValueError(
-            f"error resolving value {namespace_template!r} of {params.namespace_key}: {err}"
-        ) from None
-    if not _DNS1123_LABEL.match(namespace) or len(namespace) > 63:
-        if namespace_template != namespace:
-            raise ValueError(
-                f"{params.namespace_key} {namespace_template!r} resolved to {namespace!r} "
-                "which is not a valid namespace name (a DNS-1123 label)"
-            )
-        raise ValueError(
-            f"{params.namespace_key} {namespace_template!r} is not a valid namespace name"
-            " (a DNS-1123 label)"
-        )
-    try:
-        name = resolve_template(name_template, name_params)
-    except ValueError as err:
-        raise ValueError(
-            f"error resolving value {name_template!r} of {params.name_key}: {err}"
-        ) from None
-    if not _DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
-        if name_template != name:
-            raise ValueError(
-                f"{params.name_key} {name_template!r} resolved to {name!r} which is not a "
-                "valid secret name (a DNS-1123 subdomain)"
-            )
-        raise ValueError(
-            f"{params.name_key} {name_template!r} is not a valid secret name (a DNS-1123 subdomain)"
-        )
+    namespace = _resolve_checked(
+        namespace_template,
+        namespace_params,
+        params.namespace_key,
+        pattern=_DNS1123_LABEL,
+        max_length=63,
+        what="namespace name (a DNS-1123 label)",
+    )
+    name = _resolve_checked(
+        name_template,
+        name_params,
+        params.name_key,
+        pattern=_DNS1123_SUBDOMAIN,
+        max_length=253,
+        what="secret name (a DNS-1123 subdomain)",
+    )
     return SecretRef(name, namespace)
+
+
+def _resolve_checked(
+    template: str,
+    params: Mapping[str, str],
+    key: str,
+    *,
+    pattern: re.Pattern[str],
+    max_length: int,
+    what: str,
+) -> str:
+    """``template`` (the class parameter ``key``) resolved with ``params``; raises ValueError
+    unless the result is a valid ``what`` (matches ``pattern``, at most ``max_length`` long)."""
+    try:
+        value = resolve_template(template, params)
+    except ValueError as err:
+        raise ValueError(f"error resolving value {template!r} of {key}: {err}") from None
+    if pattern.match(value) and len(value) <= max_length:
+        return value
+    if template != value:
+        raise ValueError(f"{key} {template!r} resolved to {value!r} which is not a valid {what}")
+    raise ValueError(f"{key} {template!r} is not a valid {what}")
 
 
 async def read_secret(secrets: ResourceClient, ref: SecretRef) -> dict[str, str]:

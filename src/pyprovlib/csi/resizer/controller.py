@@ -19,7 +19,11 @@ from kubernetes_asyncio.client import ApiClient, V1CSIPersistentVolumeSource, V1
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.attacher.controller import UnsupportedAccessModeError, csi_access_mode
+from pyprovlib.csi.attacher.controller import (
+    UnsupportedAccessModeError,
+    csi_access_mode,
+    has_capabilities,
+)
 from pyprovlib.csi.connection import GO_STATUS_NAMES, CSICallError, CSIConnection
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.errors import PyprovlibError
@@ -113,10 +117,8 @@ class CSIResizer(Resizer):
         self.connection = connection
         self.name = connection.driver_name
         self.timeout = timeout
-        self.supports_single_node_multi_writer = (
-            _Caps.SINGLE_NODE_MULTI_WRITER in connection.controller_capabilities
-            if supports_single_node_multi_writer is None
-            else supports_single_node_multi_writer
+        self.supports_single_node_multi_writer = has_capabilities(
+            connection, _Caps.SINGLE_NODE_MULTI_WRITER, override=supports_single_node_multi_writer
         )
         self._secrets = ResourceClient(api_client, SECRETS)
         self._classes = ResourceClient(api_client, STORAGE_CLASSES)
