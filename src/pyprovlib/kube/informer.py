@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import KW_ONLY, InitVar, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -633,7 +633,6 @@ def _rv(obj: Obj) -> object:
 _InformerKey = tuple[Resource, str | None, str | None, str | None]
 
 
-@dataclass(eq=False)
 class SharedInformerFactory:
     """Hands out one :class:`SharedInformer` per (resource, namespace, selectors) and runs them.
 
@@ -641,21 +640,24 @@ class SharedInformerFactory:
     starts, in ``tg``, every informer not started yet; cancelling ``tg`` stops them.
     """
 
-    api_client: ApiClient
-    _: KW_ONLY
-    resync_period: float = 0.0
-    clock: InitVar[Clock | None] = None
-    page_size: int = DEFAULT_PAGE_SIZE
-    backoff_initial: float = 0.8
-    backoff_cap: float = 30.0
-    _clock: Clock = field(init=False, repr=False)
-    _informers: dict[_InformerKey, SharedInformer] = field(
-        init=False, repr=False, default_factory=dict
-    )
-    _started: set[_InformerKey] = field(init=False, repr=False, default_factory=set)
-
-    def __post_init__(self, clock: Clock | None) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        resync_period: float = 0.0,
+        clock: Clock | None = None,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        backoff_initial: float = 0.8,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.api_client = api_client
+        self.resync_period = resync_period
         self._clock = clock or RealClock()
+        self.page_size = page_size
+        self.backoff_initial = backoff_initial
+        self.backoff_cap = backoff_cap
+        self._informers: dict[_InformerKey, SharedInformer] = {}
+        self._started: set[_InformerKey] = set()
 
     def informer_for(
         self,
