@@ -75,6 +75,14 @@ class WatchExpiredError(WatchError):
     """The watch's resourceVersion is too old (Status code 410 Gone/Expired): relist."""
 
 
+async def _read_body(response: aiohttp.ClientResponse) -> bytes:
+    """The whole body of ``response``; the connection goes back to the pool either way."""
+    try:
+        return await response.content.read()
+    finally:
+        response.release()
+
+
 def _api_exception(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
     exc = ApiException(status=status, reason=reason)
     # kubernetes-asyncio's own call path leaves the body decoded to str; match it.
@@ -205,10 +213,7 @@ class ResourceClient:
             request_timeout=client_timeout,
         )
         if not 200 <= response.status <= 299:
-            try:
-                data = await response.content.read()
-            finally:
-                response.release()
+            data = await _read_body(response)
             raise _api_exception(response.status, response.reason, data, response.headers)
         return response
 
@@ -222,10 +227,7 @@ class ResourceClient:
         content_type: str = "application/json",
     ) -> Any:
         response = await self._send(method, path, query, body, content_type=content_type)
-        try:
-            data = await response.content.read()
-        finally:
-            response.release()
+        data = await _read_body(response)
         return json.loads(data.decode("utf-8")) if data else None
 
     def _namespace(self, namespace: str | None) -> str | None:
