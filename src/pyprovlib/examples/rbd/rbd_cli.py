@@ -185,22 +185,18 @@ class Watcher:
     client: str
 
 
+@dataclass(eq=False, repr=False)
 class RbdError(PyprovlibError):
     """An ``rbd`` command failed. ``detail`` is rbd's stderr, redacted and trimmed."""
 
-    def __init__(
-        self,
-        op: str,
-        target: str,
-        detail: str,
-        returncode: int | None = None,
-    ) -> None:
-        self.op = op
-        self.target = target
-        self.detail = detail
-        self.returncode = returncode
-        code = f" (exit {returncode})" if returncode is not None else ""
-        super().__init__(f"rbd {op} {target} failed{code}: {detail}")
+    op: str
+    target: str
+    detail: str
+    returncode: int | None = None
+
+    def __post_init__(self) -> None:
+        code = f" (exit {self.returncode})" if self.returncode is not None else ""
+        super().__init__(f"rbd {self.op} {self.target} failed{code}: {self.detail}")
 
 
 class RbdNotFoundError(RbdError):
