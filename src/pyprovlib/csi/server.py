@@ -21,6 +21,7 @@ the docs (docs/reference/csi.md, "What the server kit checks").
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import pathlib
 import socket
@@ -28,7 +29,7 @@ import time
 import traceback
 import weakref
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import betterproto2
 import grpclib.const
@@ -59,6 +60,7 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+M = TypeVar("M", bound=betterproto2.Message)
 
 DEFAULT_MAX_RECEIVE_MESSAGE_LENGTH: Final = 4 * 1024 * 1024
 """grpc-go's default limit on the size of a received message (4 MiB)."""
@@ -134,6 +136,14 @@ class IdentityService(v1.IdentityBase):
         return v1.ProbeResponse(ready=await self.is_ready())
 
 
+def _declared(
+    capability: Callable[..., M], rpc: Callable[..., Any], types: Iterable[enum.Enum]
+) -> list[M]:
+    """A service's ``*GetCapabilities`` answer: one ``capability(rpc=rpc(type=t))`` per
+    declared RPC type, in the enum's order so that the answer is stable."""
+    return [capability(rpc=rpc(type=t)) for t in sorted(types, key=lambda t: t.value)]
+
+
 class ControllerService(v1.ControllerBase):
     """Base for a driver's Controller service; RPCs not overridden answer UNIMPLEMENTED."""
 
@@ -145,10 +155,9 @@ class ControllerService(v1.ControllerBase):
     ) -> v1.ControllerGetCapabilitiesResponse:
         """The controller capabilities declared in the constructor."""
         return v1.ControllerGetCapabilitiesResponse(
-            capabilities=[
-                v1.ControllerServiceCapability(rpc=v1.ControllerServiceCapabilityRpc(type=t))
-                for t in sorted(self.capabilities, key=lambda t: t.value)
-            ]
+            capabilities=_declared(
+                v1.ControllerServiceCapability, v1.ControllerServiceCapabilityRpc, self.capabilities
+            )
         )
 
 
@@ -173,10 +182,9 @@ class NodeService(v1.NodeBase):
     ) -> v1.NodeGetCapabilitiesResponse:
         """The node capabilities declared in the constructor."""
         return v1.NodeGetCapabilitiesResponse(
-            capabilities=[
-                v1.NodeServiceCapability(rpc=v1.NodeServiceCapabilityRpc(type=t))
-                for t in sorted(self.capabilities, key=lambda t: t.value)
-            ]
+            capabilities=_declared(
+                v1.NodeServiceCapability, v1.NodeServiceCapabilityRpc, self.capabilities
+            )
         )
 
     async def node_get_info(self, message: v1.NodeGetInfoRequest) -> v1.NodeGetInfoResponse:
@@ -205,12 +213,11 @@ class GroupControllerService(v1.GroupControllerBase):
     ) -> v1.GroupControllerGetCapabilitiesResponse:
         """The group controller capabilities declared in the constructor."""
         return v1.GroupControllerGetCapabilitiesResponse(
-            capabilities=[
-                v1.GroupControllerServiceCapability(
-                    rpc=v1.GroupControllerServiceCapabilityRpc(type=t)
-                )
-                for t in sorted(self.capabilities, key=lambda t: t.value)
-            ]
+            capabilities=_declared(
+                v1.GroupControllerServiceCapability,
+                v1.GroupControllerServiceCapabilityRpc,
+                self.capabilities,
+            )
         )
 
 

@@ -7,10 +7,13 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
-__all__ = ["Clock", "FakeClock", "RealClock"]
+__all__ = ["Clock", "FakeClock", "RealClock", "run_within"]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -110,6 +113,23 @@ class FakeClock:
     def _drop_cancelled(self) -> None:
         while self._sleepers and self._sleepers[0][2].done():
             heapq.heappop(self._sleepers)
+
+
+async def run_within(aw: Awaitable[T], seconds: float, clock: Clock) -> asyncio.Future[T]:
+    """Await ``aw`` for at most ``seconds`` of ``clock``, so a hung request cannot hold its
+    caller. Returns the finished task: cancelled when the time ran out, else holding the
+    result or the exception. Both tasks are owned here and cancelled/awaited before returning.
+    """
+    work = asyncio.ensure_future(aw)
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (work, timer):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(work, timer, return_exceptions=True)
+    return work
 
 
 async def _settle(rounds: int = 5) -> None:

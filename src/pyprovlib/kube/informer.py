@@ -14,7 +14,7 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
@@ -94,22 +94,16 @@ class ListerWatcher(Protocol):
         ...
 
 
+@dataclass(eq=False)
 class ResourceListerWatcher:
     """A :class:`ListerWatcher` over a :class:`ResourceClient`, scoped by namespace and
     selectors."""
 
-    def __init__(
-        self,
-        client: ResourceClient,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> None:
-        self.client = client
-        self.namespace = namespace
-        self.label_selector = label_selector
-        self.field_selector = field_selector
+    client: ResourceClient
+    _: KW_ONLY
+    namespace: str | None = None
+    label_selector: str | None = None
+    field_selector: str | None = None
 
     async def list(
         self, *, resource_version: str | None, limit: int | None, continue_: str | None

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
-from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.clock import Clock, RealClock, run_within
 from pyprovlib.kube.config import request_json
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import LEASES
@@ -263,15 +263,7 @@ class LeaderElector:
 
     async def _attempt(self, budget: float) -> bool:
         # One try bounded by the clock, so a hung request counts as a failed renewal.
-        attempt = asyncio.ensure_future(self._try_acquire_or_renew())
-        timer = asyncio.ensure_future(self._clock.sleep(budget))
-        try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (attempt, timer):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(attempt, timer, return_exceptions=True)
+        attempt = await run_within(self._try_acquire_or_renew(), budget, self._clock)
         ok = False
         if attempt.cancelled():
             self._log.debug("lease request timed out", budget=budget)
@@ -385,16 +377,10 @@ class LeaderElector:
         now = format_micro_time(self._clock.now())
         # client-go's release: empty holder, a 1 s lease, transitions kept.
         released = LeaderElectionRecord("", 1, now, now, self._observed.record.leader_transitions)
-        attempt = asyncio.ensure_future(self._update(self._lease, released))
-        timer = asyncio.ensure_future(self._clock.sleep(self.config.renew_deadline))
-        try:
-            await asyncio.wait({attempt, timer}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (attempt, timer):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(attempt, timer, return_exceptions=True)
-        if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
+        attempt = await run_within(
+            self._update(self._lease, released), self.config.renew_deadline, self._clock
+        )
+        if not attempt.cancelled() and attempt.exception() is None:
             self._lease = attempt.result()
             self._set_observed(released)
             self._log.info("released the lease")

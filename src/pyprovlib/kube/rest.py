@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.config import READ_IDLE_TIMEOUT, send_request
+from pyprovlib.kube.config import READ_IDLE_TIMEOUT, request_json, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
 
@@ -123,9 +123,7 @@ class WatchStream:
                 # the read fails, and the informer resumes from its last resourceVersion.
                 sock_read=READ_IDLE_TIMEOUT,
             )
-            self._response = await self._client._send(
-                "GET", self._path, self._query, client_timeout=timeout
-            )
+            self._response = await self._client._stream(self._path, self._query, timeout)
         return self._response
 
     async def __anext__(self) -> Obj:
@@ -184,25 +182,14 @@ class ResourceClient:
 
     # -- transport ---------------------------------------------------------------------------
 
-    async def _send(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-        client_timeout: aiohttp.ClientTimeout | None = None,
+    async def _stream(
+        self, path: str, query: list[tuple[str, str]], client_timeout: aiohttp.ClientTimeout
     ) -> aiohttp.ClientResponse:
-        """Send a request; return the open response on 2xx, raise ``ApiException`` otherwise."""
+        """GET whose body the caller reads as it arrives (a watch): the open response on 2xx,
+        ``ApiException`` otherwise. Requests answered whole go through
+        :func:`~pyprovlib.kube.config.request_json`."""
         response = await send_request(
-            self.api_client,
-            method,
-            path,
-            body=body,
-            content_type=content_type,
-            query=query,
-            request_timeout=client_timeout,
+            self.api_client, "GET", path, query=query, request_timeout=client_timeout
         )
         if not 200 <= response.status <= 299:
             try:
@@ -212,22 +199,6 @@ class ResourceClient:
             raise _api_exception(response.status, response.reason, data, response.headers)
         return response
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        query: list[tuple[str, str]] | None = None,
-        body: Any = None,
-        *,
-        content_type: str = "application/json",
-    ) -> Any:
-        response = await self._send(method, path, query, body, content_type=content_type)
-        try:
-            data = await response.content.read()
-        finally:
-            response.release()
-        return json.loads(data.decode("utf-8")) if data else None
-
     def _namespace(self, namespace: str | None) -> str | None:
         return namespace if self.resource.namespaced else None
 
@@ -235,8 +206,8 @@ class ResourceClient:
 
     async def get(self, name: str, namespace: str | None = None) -> Obj:
         """GET one object."""
-        result: Obj = await self._call("GET", self.resource.path(self._namespace(namespace), name))
-        return result
+        path = self.resource.path(self._namespace(namespace), name)
+        return await request_json(self.api_client, "GET", path)
 
     async def list(
         self,
@@ -260,8 +231,8 @@ class ResourceClient:
             query.append(("continue", continue_))
         if resource_version is not None:
             query.append(("resourceVersion", resource_version))
-        result: Obj = await self._call("GET", self.resource.path(self._namespace(namespace)), query)
-        return result
+        path = self.resource.path(self._namespace(namespace))
+        return await request_json(self.api_client, "GET", path, query=query)
 
     def watch(
         self,
@@ -301,8 +272,7 @@ class ResourceClient:
     async def create(self, obj: Obj, namespace: str | None = None) -> Obj:
         """POST ``obj`` to its collection (namespace from the argument or ``obj``'s metadata)."""
         ns = self._namespace(namespace or namespace_of(obj))
-        result: Obj = await self._call("POST", self.resource.path(ns), body=obj)
-        return result
+        return await request_json(self.api_client, "POST", self.resource.path(ns), body=obj)
 
     def _object_path(self, obj: Obj, subresource: str | None = None) -> str:
         name = name_of(obj)
@@ -312,13 +282,12 @@ class ResourceClient:
 
     async def replace(self, obj: Obj) -> Obj:
         """PUT ``obj`` (optimistic concurrency through its ``metadata.resourceVersion``)."""
-        result: Obj = await self._call("PUT", self._object_path(obj), body=obj)
-        return result
+        return await request_json(self.api_client, "PUT", self._object_path(obj), body=obj)
 
     async def replace_status(self, obj: Obj) -> Obj:
         """PUT ``obj`` to its ``status`` subresource."""
-        result: Obj = await self._call("PUT", self._object_path(obj, "status"), body=obj)
-        return result
+        path = self._object_path(obj, "status")
+        return await request_json(self.api_client, "PUT", path, body=obj)
 
     async def patch(
         self,
@@ -335,8 +304,9 @@ class ResourceClient:
         except KeyError:
             raise ValueError(f"unknown patch type {patch_type!r}") from None
         path = self.resource.path(self._namespace(namespace), name, subresource)
-        result: Obj = await self._call("PATCH", path, body=body, content_type=content_type)
-        return result
+        return await request_json(
+            self.api_client, "PATCH", path, body=body, content_type=content_type
+        )
 
     async def delete(
         self,
@@ -357,8 +327,8 @@ class ResourceClient:
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
         path = self.resource.path(self._namespace(namespace), name)
-        result = await self._call("DELETE", path, body=options)
-        if not isinstance(result, dict) or result.get("kind") == "Status":
+        result = await request_json(self.api_client, "DELETE", path, body=options)
+        if not result or result.get("kind") == "Status":
             return None
         return result
 

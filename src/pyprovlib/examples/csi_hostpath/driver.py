@@ -109,6 +109,16 @@ def _checked_path(value: str, field: str) -> str:
     return value
 
 
+def _check_fits(size: int, source_size: int, source: str) -> None:
+    """OUT_OF_RANGE when a volume of ``size`` bytes cannot hold its ``source`` (a snapshot or
+    a volume to clone)."""
+    if source_size > size:
+        raise CSIError(
+            Status.OUT_OF_RANGE,
+            f"the volume ({size} bytes) is smaller than its {source} ({source_size} bytes)",
+        )
+
+
 def _timestamp(ns: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC)
 
@@ -251,24 +261,14 @@ class HostPathController(ControllerService):
                 snapshot = state.snapshots.get(source.snapshot.snapshot_id)
                 if snapshot is None or not valid_id(source.snapshot.snapshot_id):
                     raise CSIError(Status.NOT_FOUND, "the source snapshot does not exist")
-                if snapshot.size_bytes > size:
-                    raise CSIError(
-                        Status.OUT_OF_RANGE,
-                        f"the volume ({size} bytes) is smaller than its snapshot "
-                        f"({snapshot.size_bytes} bytes)",
-                    )
+                _check_fits(size, snapshot.size_bytes, "snapshot")
                 volume.source_snapshot_id = snapshot.snapshot_id
                 copy_from = state.snapshot_path(snapshot.snapshot_id)
             elif source is not None and source.volume is not None:
                 origin = state.volumes.get(source.volume.volume_id)
                 if origin is None or not valid_id(source.volume.volume_id):
                     raise CSIError(Status.NOT_FOUND, "the source volume does not exist")
-                if origin.capacity_bytes > size:
-                    raise CSIError(
-                        Status.OUT_OF_RANGE,
-                        f"the volume ({size} bytes) is smaller than its source "
-                        f"({origin.capacity_bytes} bytes)",
-                    )
+                _check_fits(size, origin.capacity_bytes, "source")
                 volume.source_volume_id = origin.volume_id
                 copy_from = state.volume_path(origin.volume_id)
             if self.driver.used() + size > options.capacity:
@@ -576,6 +576,21 @@ class HostPathNode(NodeService):
         )
         self.driver = driver
 
+    async def _record(self, paths: list[str], path: str) -> None:
+        """Create the directory the CO named and record it among a volume's staged or
+        published ``paths`` (saved before the answer goes out); under the driver's lock."""
+        await asyncio.to_thread(os.makedirs, path, 0o750, True)
+        if path not in paths:
+            paths.append(path)
+            await self.driver.save()
+
+    async def _forget(self, paths: list[str], path: str) -> None:
+        """Drop ``path`` from a volume's staged or published ``paths``; under the driver's
+        lock."""
+        if path in paths:
+            paths.remove(path)
+            await self.driver.save()
+
     async def node_stage_volume(
         self, message: v1.NodeStageVolumeRequest
     ) -> v1.NodeStageVolumeResponse:
@@ -584,10 +599,7 @@ class HostPathNode(NodeService):
         check_volume_capability(message.volume_capability, block=False)
         async with self.driver.lock:
             volume = self.driver.volume(message.volume_id)
-            await asyncio.to_thread(os.makedirs, path, 0o750, True)
-            if path not in volume.staged_paths:
-                volume.staged_paths.append(path)
-                await self.driver.save()
+            await self._record(volume.staged_paths, path)
         return v1.NodeStageVolumeResponse()
 
     async def node_unstage_volume(
@@ -597,9 +609,8 @@ class HostPathNode(NodeService):
         path = _checked_path(message.staging_target_path, "staging_target_path")
         async with self.driver.lock:
             volume = self.driver.state.volumes.get(message.volume_id)
-            if volume is not None and path in volume.staged_paths:
-                volume.staged_paths.remove(path)
-                await self.driver.save()
+            if volume is not None:
+                await self._forget(volume.staged_paths, path)
         return v1.NodeUnstageVolumeResponse()
 
     async def node_publish_volume(
@@ -622,10 +633,7 @@ class HostPathNode(NodeService):
                     f"volume {volume.volume_id} is single-writer and already published "
                     "at another target path",
                 )
-            await asyncio.to_thread(os.makedirs, path, 0o750, True)
-            if path not in volume.published_paths:
-                volume.published_paths.append(path)
-                await self.driver.save()
+            await self._record(volume.published_paths, path)
         return v1.NodePublishVolumeResponse()
 
     async def node_unpublish_volume(
@@ -635,9 +643,8 @@ class HostPathNode(NodeService):
         path = _checked_path(message.target_path, "target_path")
         async with self.driver.lock:
             volume = self.driver.state.volumes.get(message.volume_id)
-            if volume is not None and path in volume.published_paths:
-                volume.published_paths.remove(path)
-                await self.driver.save()
+            if volume is not None:
+                await self._forget(volume.published_paths, path)
             # The spec: the plugin deletes what it created at the target path. Only an empty
             # directory goes (rmdir): whatever else is there is not ours to remove.
             try:

@@ -43,6 +43,7 @@ from pyprovlib.examples._paths import (
     validate_base_path,
     validate_component,
 )
+from pyprovlib.examples._storage_class import class_parameters, read_class_of_volume
 from pyprovlib.kube.errors import is_not_found
 from pyprovlib.provisioner import (
     IgnoredError,
@@ -117,14 +118,7 @@ class HostPathParameters:
 
 def parse_parameters(storage_class: V1StorageClass) -> HostPathParameters:
     """Validate a StorageClass's parameters; :class:`ProvisioningError` says what to fix."""
-    name = storage_class.metadata.name if storage_class.metadata else "?"
-    params: dict[str, str] = dict(storage_class.parameters or {})
-    unknown = sorted(set(params) - _KNOWN_PARAMETERS)
-    if unknown:
-        raise ProvisioningError(
-            f"StorageClass {name!r} has unknown parameter(s) {', '.join(unknown)}; "
-            f"the hostpath provisioner accepts only {', '.join(sorted(_KNOWN_PARAMETERS))}"
-        )
+    name, params = class_parameters(storage_class, _KNOWN_PARAMETERS, "hostpath")
     base_path = params.get(PARAM_BASE_PATH, DEFAULT_BASE_PATH)
     try:
         validate_base_path(base_path, f"parameter {PARAM_BASE_PATH}")
@@ -354,17 +348,13 @@ class HostPathProvisioner(Provisioner):
         class_name = volume.spec.storage_class_name if volume.spec else None
         if not class_name:
             return "delete"
-        try:
-            sc = await self._storage.read_storage_class(class_name)
-        except ApiException as err:
-            if is_not_found(err):
-                raise RuntimeError(
-                    f"PersistentVolume {volume.metadata.name}: StorageClass {class_name!r} is "
-                    f"gone and the PV has no {ANNOTATION_ON_DELETE} annotation, so it is not "
-                    "known whether to delete or retain the data; recreate the class or "
-                    "annotate the PV"
-                ) from err
-            raise
+        sc = await read_class_of_volume(
+            self._storage,
+            volume.metadata.name,
+            class_name,
+            fix=f"the PV has no {ANNOTATION_ON_DELETE} annotation either, so it is not known "
+            "whether to delete or retain the data; recreate the class or annotate the PV",
+        )
         return parse_parameters(sc).on_delete
 
     async def delete(self, volume: V1PersistentVolume) -> None:

@@ -26,7 +26,6 @@ from kubernetes_asyncio.client import (
     V1PersistentVolumeSpec,
     V1StorageClass,
 )
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
 from pyprovlib.examples._paths import (
@@ -37,7 +36,7 @@ from pyprovlib.examples._paths import (
     split_relative_path,
     validate_base_path,
 )
-from pyprovlib.kube.errors import is_not_found
+from pyprovlib.examples._storage_class import class_parameters, read_class_of_volume
 from pyprovlib.provisioner import (
     IgnoredError,
     Provisioner,
@@ -110,14 +109,7 @@ def _parse_bool(value: str) -> bool | None:
 
 def parse_parameters(storage_class: V1StorageClass) -> NFSParameters:
     """Validate a StorageClass's parameters; :class:`ProvisioningError` says what to fix."""
-    name = storage_class.metadata.name if storage_class.metadata else "?"
-    params: dict[str, str] = dict(storage_class.parameters or {})
-    unknown = sorted(set(params) - _KNOWN_PARAMETERS)
-    if unknown:
-        raise ProvisioningError(
-            f"StorageClass {name!r} has unknown parameter(s) {', '.join(unknown)}; the NFS "
-            f"provisioner accepts only {', '.join(sorted(_KNOWN_PARAMETERS))}"
-        )
+    name, params = class_parameters(storage_class, _KNOWN_PARAMETERS, "NFS")
     on_delete = params.get(PARAM_ON_DELETE)
     if on_delete is not None and on_delete not in ("delete", "retain"):
         raise ProvisioningError(
@@ -282,15 +274,12 @@ class NFSProvisioner(Provisioner):
             )
         if self._storage is None:
             raise RuntimeError("the NFS provisioner needs an API client to delete volumes")
-        try:
-            sc = await self._storage.read_storage_class(class_name)
-        except ApiException as err:
-            if is_not_found(err):
-                raise RuntimeError(
-                    f"PersistentVolume {volume.metadata.name}: StorageClass {class_name!r} not "
-                    "found; recreate it so the onDelete/archiveOnDelete policy is known"
-                ) from err
-            raise
+        sc = await read_class_of_volume(
+            self._storage,
+            volume.metadata.name,
+            class_name,
+            fix="recreate it so the onDelete/archiveOnDelete policy is known",
+        )
         try:
             return parse_parameters(sc)
         except ProvisioningError as err:

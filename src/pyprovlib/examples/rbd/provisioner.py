@@ -34,6 +34,7 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
+from pyprovlib.examples._storage_class import read_class_of_volume, reject_unknown_parameters
 from pyprovlib.examples.rbd.rbd_cli import (
     MIB,
     CephCredentials,
@@ -197,11 +198,7 @@ def parse_parameters(storage_class: V1StorageClass, *, for_delete: bool = False)
             unknown.append(str(key))
         else:
             raw[canonical] = str(value)
-    if unknown:
-        raise ProvisioningError(
-            f"StorageClass {name!r} has unknown parameter(s) {', '.join(sorted(unknown))}; the "
-            f"RBD provisioner accepts only {', '.join(sorted(_PARAMS.values()))}"
-        )
+    reject_unknown_parameters(name, unknown, _PARAMS.values(), "RBD")
 
     def bad(message: str) -> ProvisioningError:
         return ProvisioningError(f"StorageClass {name!r}: {message}")
@@ -477,15 +474,9 @@ class RBDProvisioner(Provisioner, BlockProvisioner):
                 f"PersistentVolume {pv_name} has no StorageClass; the admin Secret that "
                 "manages its image is unknown"
             )
-        try:
-            sc = await self._storage.read_storage_class(class_name)
-        except ApiException as err:
-            if is_not_found(err):
-                raise RuntimeError(
-                    f"PersistentVolume {pv_name}: StorageClass {class_name!r} not found; "
-                    "recreate it so the Ceph admin Secret is known"
-                ) from None
-            raise
+        sc = await read_class_of_volume(
+            self._storage, pv_name, class_name, fix="recreate it so the Ceph admin Secret is known"
+        )
         try:
             params = parse_parameters(sc, for_delete=True)
         except ProvisioningError as err:

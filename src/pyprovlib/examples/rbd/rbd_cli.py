@@ -185,22 +185,18 @@ class Watcher:
     client: str
 
 
+@dataclass(eq=False, repr=False)
 class RbdError(PyprovlibError):
     """An ``rbd`` command failed. ``detail`` is rbd's stderr, redacted and trimmed."""
 
-    def __init__(
-        self,
-        op: str,
-        target: str,
-        detail: str,
-        returncode: int | None = None,
-    ) -> None:
-        self.op = op
-        self.target = target
-        self.detail = detail
-        self.returncode = returncode
-        code = f" (exit {returncode})" if returncode is not None else ""
-        super().__init__(f"rbd {op} {target} failed{code}: {detail}")
+    op: str
+    target: str
+    detail: str
+    returncode: int | None = None
+
+    def __post_init__(self) -> None:
+        code = f" (exit {self.returncode})" if self.returncode is not None else ""
+        super().__init__(f"rbd {self.op} {self.target} failed{code}: {self.detail}")
 
 
 class RbdNotFoundError(RbdError):
@@ -408,22 +404,44 @@ class RbdRunner:
             )
         raise _BY_ERRNO.get(code, RbdError)(op, target, detail, code)
 
+    async def _image_json(
+        self,
+        op: str,
+        monitors: Sequence[str],
+        credentials: CephCredentials,
+        pool: str,
+        image: str,
+    ) -> dict[str, Any] | None:
+        """``rbd <op> --format=json`` on an image, decoded; None when the image does not
+        exist."""
+        args = [op, "--pool", pool, "--image", image, "--format=json"]
+        out = await self._on_image(op, monitors, credentials, pool, image, args=args)
+        return None if out is None else _parse_json(op, _target(pool, image), out)
+
+    async def _on_image(
+        self,
+        op: str,
+        monitors: Sequence[str],
+        credentials: CephCredentials,
+        pool: str,
+        image: str,
+        *,
+        args: list[str],
+    ) -> str | None:
+        """:meth:`run` an rbd command on an image; None when the image does not exist."""
+        try:
+            return await self.run(op, _target(pool, image), monitors, credentials, args)
+        except RbdNotFoundError:
+            return None
+
     async def info(
         self, monitors: Sequence[str], credentials: CephCredentials, pool: str, image: str
     ) -> ImageInfo | None:
         """``rbd info --format=json``; None when the image does not exist."""
         target = _target(pool, image)
-        try:
-            out = await self.run(
-                "info",
-                target,
-                monitors,
-                credentials,
-                ["info", "--pool", pool, "--image", image, "--format=json"],
-            )
-        except RbdNotFoundError:
+        data = await self._image_json("info", monitors, credentials, pool, image)
+        if data is None:
             return None
-        data = _parse_json("info", target, out)
         try:
             return ImageInfo(
                 name=str(data["name"]),
@@ -462,17 +480,9 @@ class RbdRunner:
         """The image's watchers (``rbd status --format=json``); None when the image does not
         exist."""
         target = _target(pool, image)
-        try:
-            out = await self.run(
-                "status",
-                target,
-                monitors,
-                credentials,
-                ["status", "--pool", pool, "--image", image, "--format=json"],
-            )
-        except RbdNotFoundError:
+        data = await self._image_json("status", monitors, credentials, pool, image)
+        if data is None:
             return None
-        data = _parse_json("status", target, out)
         watchers = data.get("watchers") or []
         if not isinstance(watchers, list):
             raise RbdError("status", target, "unexpected output: watchers is not a list")
@@ -487,17 +497,9 @@ class RbdRunner:
     ) -> bool:
         """``rbd rm``; False when the image was already gone. :class:`RbdBusyError` while it
         has watchers."""
-        try:
-            await self.run(
-                "rm",
-                _target(pool, image),
-                monitors,
-                credentials,
-                ["rm", "--no-progress", "--pool", pool, "--image", image],
-            )
-        except RbdNotFoundError:
-            return False
-        return True
+        args = ["rm", "--no-progress", "--pool", pool, "--image", image]
+        out = await self._on_image("rm", monitors, credentials, pool, image, args=args)
+        return out is not None
 
     async def resize(
         self,
