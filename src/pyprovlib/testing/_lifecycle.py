@@ -33,8 +33,9 @@ class Listener(StartStop):
     """A :class:`StartStop` service listening on ``host`` and ``port``, where port 0 asks for
     any free port and ``start()`` records the one it got."""
 
-    host: str
-    _port: int
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self._port = port
 
     @property
     def port(self) -> int:

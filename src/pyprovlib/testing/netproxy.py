@@ -130,10 +130,9 @@ class TcpProxy(Listener):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(host, port)
         self.target_host = target_host
         self.target_port = target_port
-        self.host = host
-        self._port = port
         self.stats = ProxyStats()
         """Counters (connections, bytes) since the proxy was created."""
         self._mode: PartitionMode | None = None

@@ -124,8 +124,7 @@ class ApiServer(Listener):
         clock: Clock | None = None,
         binder_resync_period: float | None = None,
     ) -> None:
-        self.host = host
-        self._port = port
+        super().__init__(host, port)
         self._want_binder = binder
         self._binder_resync_period = binder_resync_period
         self.bookmark_interval = bookmark_interval
