@@ -180,43 +180,13 @@ def crd_schema_causes(resource: Resource, obj: dict[str, Any], *, status: bool) 
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
     if resource is R.VOLUME_SNAPSHOTS:
-        source = spec.get("source")
-        if isinstance(source, dict):
-            given = [
-                k for k in ("volumeSnapshotContentName", "persistentVolumeClaimName") if k in source
-            ]
-            if len(given) != 1:
-                causes.append(
-                    invalid_value(
-                        "spec.source",
-                        "object",
-                        "exactly one of volumeSnapshotContentName and persistentVolumeClaimName "
-                        "must be set",
-                    )
-                )
-        if spec.get("volumeSnapshotClassName") == "":
-            causes.append(
-                invalid_value(
-                    "spec.volumeSnapshotClassName",
-                    "",
-                    "volumeSnapshotClassName must not be the empty string when set",
-                )
-            )
+        causes += _one_source(spec, "volumeSnapshotContentName", "persistentVolumeClaimName")
+        causes += _class_name_set(spec)
     elif resource is R.VOLUME_SNAPSHOT_CONTENTS:
         policy = spec.get("deletionPolicy")
         if isinstance(policy, str) and policy not in _DELETION_POLICIES:
             causes.append(unsupported("spec.deletionPolicy", policy, _DELETION_POLICIES))
-        source = spec.get("source")
-        if isinstance(source, dict):
-            given = [k for k in ("volumeHandle", "snapshotHandle") if k in source]
-            if len(given) != 1:
-                causes.append(
-                    invalid_value(
-                        "spec.source",
-                        "object",
-                        "exactly one of volumeHandle and snapshotHandle must be set",
-                    )
-                )
+        causes += _one_source(spec, "volumeHandle", "snapshotHandle")
         ref = spec.get("volumeSnapshotRef")
         if isinstance(ref, dict) and not ("name" in ref and "namespace" in ref):
             causes.append(
@@ -227,19 +197,35 @@ def crd_schema_causes(resource: Resource, obj: dict[str, Any], *, status: bool) 
                     "must be set",
                 )
             )
-        if spec.get("volumeSnapshotClassName") == "":
-            causes.append(
-                invalid_value(
-                    "spec.volumeSnapshotClassName",
-                    "",
-                    "volumeSnapshotClassName must not be the empty string when set",
-                )
-            )
+        causes += _class_name_set(spec)
     elif resource is R.VOLUME_SNAPSHOT_CLASSES:
         policy = obj.get("deletionPolicy")
         if isinstance(policy, str) and policy not in _DELETION_POLICIES:
             causes.append(unsupported("deletionPolicy", policy, _DELETION_POLICIES))
     return causes
+
+
+def _one_source(spec: dict[str, Any], first: str, second: str) -> list[Cause]:
+    """The CRD's rule that ``spec.source`` names exactly one of two sources."""
+    source = spec.get("source")
+    if not isinstance(source, dict) or (first in source) != (second in source):
+        return []
+    return [
+        invalid_value("spec.source", "object", f"exactly one of {first} and {second} must be set")
+    ]
+
+
+def _class_name_set(spec: dict[str, Any]) -> list[Cause]:
+    """The CRD's rule that ``spec.volumeSnapshotClassName``, when set, is not empty."""
+    if spec.get("volumeSnapshotClassName") != "":
+        return []
+    return [
+        invalid_value(
+            "spec.volumeSnapshotClassName",
+            "",
+            "volumeSnapshotClassName must not be the empty string when set",
+        )
+    ]
 
 
 def crd_immutable_causes(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 from aiohttp import HttpVersion11, web
@@ -74,38 +75,30 @@ class Request(Protocol):
 Handler = Callable[[Request], Awaitable[Reply | Stream]]
 
 
+@dataclass(slots=True, eq=False)
 class WireRequest:
     """A request with its whole body read (off the wire, or built in process)."""
 
-    __slots__ = ("_body", "content_type", "headers", "method", "path", "query", "version")
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: MultiMapping[str],
-        headers: CIMultiDict[str] | Mapping[str, str],
-        body: bytes,
-        version: str = "HTTP/1.1",
-        content_type: str | None = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query
-        self.headers = headers
-        self.version = version
-        self._body = body
-        if content_type is None:
-            # the media type alone, empty when the request names none (aiohttp's
-            # request.content_type would say application/octet-stream)
-            raw = headers.get("Content-Type", "")
-            content_type = raw.split(";", 1)[0].strip().lower() if raw else ""
-        self.content_type = content_type
+    method: str
+    path: str
+    _: KW_ONLY
+    query: MultiMapping[str]
+    headers: CIMultiDict[str] | Mapping[str, str]
+    body: bytes
+    content_type: str
+    """The media type alone, empty when the request names none (see :func:`media_type`)."""
+    version: str = "HTTP/1.1"
 
     async def read(self) -> bytes:
         """The whole body."""
-        return self._body
+        return self.body
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """The media type of a ``Content-Type`` header, without parameters; empty when there is
+    none (aiohttp's ``request.content_type`` would say application/octet-stream)."""
+    raw = headers.get("Content-Type", "")
+    return raw.split(";", 1)[0].strip().lower() if raw else ""
 
 
 class HttpServer:
@@ -175,6 +168,7 @@ class HttpServer:
             query=request.query,
             headers=request.headers,
             body=body,
+            content_type=media_type(request.headers),
             version="HTTP/1.1" if request.version == HttpVersion11 else "HTTP/1.0",
         )
         reply = await self.handler(wire)

@@ -4,8 +4,10 @@ validates as kube-apiserver does (422 Invalid naming the option), selectors and 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pyprovlib.kube.resources import RESOURCES, Resource
+from pyprovlib.testing._causes import Cause, forbidden, unsupported
 from pyprovlib.testing._http import Request
 from pyprovlib.testing._selectors import (
     FieldSelector,
@@ -29,24 +31,15 @@ __all__ = [
 _BY_GV_PLURAL: dict[tuple[str, str], Resource] = {(r.api_version, r.plural): r for r in RESOURCES}
 
 
+@dataclass(slots=True, eq=False)
 class Target:
     """A parsed resource URL."""
 
-    __slots__ = ("name", "namespace", "resource", "subresource", "watch_path")
-
-    def __init__(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        name: str | None,
-        subresource: str | None,
-        watch_path: bool,
-    ) -> None:
-        self.resource = resource
-        self.namespace = namespace
-        self.name = name
-        self.subresource = subresource
-        self.watch_path = watch_path
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool
 
 
 def parse_target(path: str) -> Target | None:
@@ -88,7 +81,7 @@ _OPTIONS_KIND = {
 }
 
 
-def _invalid_options(kind: str, causes: list[tuple[str, str, str]]) -> ApiError:
+def _invalid_options(kind: str, causes: list[Cause]) -> ApiError:
     """422 Invalid for query options, as the real server words it (``<Kind>.meta.k8s.io``)."""
     parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
     return ApiError(
@@ -103,14 +96,18 @@ def _invalid_options(kind: str, causes: list[tuple[str, str, str]]) -> ApiError:
     )
 
 
+_MATCH = "resourceVersionMatch"
+
+
 def validate_write_options(verb: str, dry_run: list[str], field_validation: str | None) -> None:
     """ValidateDryRun and ValidateFieldValidation of Create/Update/Patch/DeleteOptions."""
     kind = _OPTIONS_KIND.get(verb)
     if kind is None:
         return
-    causes: list[tuple[str, str, str]] = []
+    causes: list[Cause] = []
     values = [v for v in dry_run if v != ""]
     if values and values != ["All"]:
+        # the Go value printed as is: a []string, not a quoted string
         shown = "[]string{" + ", ".join(f'"{v}"' for v in dry_run) + "}"
         causes.append(
             (
@@ -121,12 +118,7 @@ def validate_write_options(verb: str, dry_run: list[str], field_validation: str 
         )
     if kind != "DeleteOptions" and field_validation not in (None, "", "Ignore", "Warn", "Strict"):
         causes.append(
-            (
-                "FieldValueNotSupported",
-                f'Unsupported value: "{field_validation}": supported values: '
-                '"", "Ignore", "Strict", "Warn"',
-                "fieldValidation",
-            )
+            unsupported("fieldValidation", field_validation, ["", "Ignore", "Strict", "Warn"])
         )
     if causes:
         raise _invalid_options(kind, causes)
@@ -134,41 +126,27 @@ def validate_write_options(verb: str, dry_run: list[str], field_validation: str 
 
 def validate_watch_options(send_initial: str | None, match: str | None, token: str | None) -> None:
     """validateWatchOptions: sendInitialEvents and resourceVersionMatch go together."""
-    causes: list[tuple[str, str, str]] = []
+    causes: list[Cause] = []
     if send_initial is not None and match != "NotOlderThan":
         causes.append(
-            (
-                "FieldValueForbidden",
-                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to "
-                "NotOlderThan",
-                "resourceVersionMatch",
+            forbidden(
+                _MATCH, "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
             )
         )
     if match:
         if send_initial is None:
             causes.append(
-                (
-                    "FieldValueForbidden",
-                    "Forbidden: resourceVersionMatch is forbidden for watch unless "
-                    "sendInitialEvents is provided",
-                    "resourceVersionMatch",
+                forbidden(
+                    _MATCH,
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is "
+                    "provided",
                 )
             )
         if match != "NotOlderThan":
-            causes.append(
-                (
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{match}": supported values: "NotOlderThan"',
-                    "resourceVersionMatch",
-                )
-            )
+            causes.append(unsupported(_MATCH, match, ["NotOlderThan"]))
         if token:
             causes.append(
-                (
-                    "FieldValueForbidden",
-                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
-                    "resourceVersionMatch",
-                )
+                forbidden(_MATCH, "resourceVersionMatch is forbidden when continue is provided")
             )
     if causes:
         raise _invalid_options("ListOptions", causes)
@@ -178,43 +156,19 @@ def validate_list_options(rv: str | None, match: str | None) -> None:
     """ListOptions validation of resourceVersion/resourceVersionMatch (422 like the server)."""
     if not match:
         return
-    causes: list[tuple[str, str, str]] = []
     if not rv:
-        causes.append(
-            (
-                "FieldValueForbidden",
-                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
-                "resourceVersionMatch",
-            )
+        cause = forbidden(
+            _MATCH, "resourceVersionMatch is forbidden unless resourceVersion is provided"
         )
     elif match == "Exact" and rv == "0":
-        causes.append(
-            (
-                "FieldValueForbidden",
-                'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
-                "resourceVersionMatch",
-            )
+        cause = forbidden(
+            _MATCH, 'resourceVersionMatch "exact" is forbidden for resourceVersion "0"'
         )
     elif match not in ("Exact", "NotOlderThan"):
-        causes.append(
-            (
-                "FieldValueNotSupported",
-                f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan"',
-                "resourceVersionMatch",
-            )
-        )
-    if causes:
-        parts = ", ".join(f"{f}: {m}" for _r, m, f in causes)
-        raise ApiError(
-            422,
-            f'ListOptions.meta.k8s.io "" is invalid: {parts}',
-            "Invalid",
-            {
-                "group": "meta.k8s.io",
-                "kind": "ListOptions",
-                "causes": [{"reason": r, "message": m, "field": f} for r, m, f in causes],
-            },
-        )
+        cause = unsupported(_MATCH, match, ["Exact", "NotOlderThan"])
+    else:
+        return
+    raise _invalid_options("ListOptions", [cause])
 
 
 def truthy(value: str | None) -> bool:

@@ -22,7 +22,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -164,12 +163,7 @@ class TestCluster:
         log.info("test cluster ready", namespace=self.namespace, real=self.is_real)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         try:
             await self._cleanup()
         finally:

@@ -422,42 +422,40 @@ class ControlPlane:
     async def _start_controllers(self, directory: Path) -> None:
         assert self.kubeconfig_path is not None
         kubeconfig = str(self.kubeconfig_path)
+
+        def argv(binary: str, cert_dir: str, *flags: str) -> list[str]:
+            # What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
+            # the API and for delegated authn/authz, no leader election, and a loopback
+            # secure port with its own self-signed certificate.
+            return [
+                str(self.assets / binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={_free_port()}",
+                f"--cert-dir={directory / cert_dir}",
+                *flags,
+            ]
+
         if self.run_controller_manager:
             self._add(
                 "kube-controller-manager",
-                [
-                    str(self.assets / "kube-controller-manager"),
-                    f"--kubeconfig={kubeconfig}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
+                argv(
+                    "kube-controller-manager",
+                    "kcm",
                     # Without kubelet heartbeats the node lifecycle controller would mark every
                     # node NotReady and taint it.
                     "--controllers=*,-node-lifecycle-controller",
-                    "--leader-elect=false",
                     f"--service-account-private-key-file={directory / 'sa.key'}",
                     f"--root-ca-file={directory / 'ca.crt'}",
                     "--use-service-account-credentials=true",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={_free_port()}",
-                    f"--cert-dir={directory / 'kcm'}",
-                ],
+                ),
                 directory,
             )
         if self.run_scheduler:
-            self._add(
-                "kube-scheduler",
-                [
-                    str(self.assets / "kube-scheduler"),
-                    f"--kubeconfig={kubeconfig}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={_free_port()}",
-                    f"--cert-dir={directory / 'scheduler'}",
-                ],
-                directory,
-            )
+            self._add("kube-scheduler", argv("kube-scheduler", "scheduler"), directory)
         stand_ins: list[str] = []
         if not self.run_controller_manager:
             stand_ins.append("--binder-only")

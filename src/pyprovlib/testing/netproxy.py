@@ -36,10 +36,10 @@ import contextlib
 import socket
 import struct
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 from pyprovlib._logging import get_logger
+from pyprovlib.testing._lifecycle import Listener
 
 __all__ = ["PartitionMode", "ProxyStats", "TcpProxy"]
 
@@ -113,7 +113,7 @@ class _Connection:
         self.task.cancel()
 
 
-class TcpProxy:
+class TcpProxy(Listener):
     """An asyncio TCP proxy to ``target_host:target_port`` that can be partitioned and healed.
 
     It listens on ``host`` (default loopback) and ``port`` (default: any free port); use it as
@@ -130,10 +130,9 @@ class TcpProxy:
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
+        super().__init__(host, port)
         self.target_host = target_host
         self.target_port = target_port
-        self.host = host
-        self._port = port
         self.stats = ProxyStats()
         """Counters (connections, bytes) since the proxy was created."""
         self._mode: PartitionMode | None = None
@@ -142,16 +141,6 @@ class TcpProxy:
         self._log = log.bind(target=f"{target_host}:{target_port}")
 
     # -- lifecycle -----------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        """The port listened on (the real one once started, even when 0 was asked for)."""
-        return self._port
-
-    @property
-    def url(self) -> str:
-        """``http://<host>:<port>``: where an HTTP client should connect instead of the target."""
-        return f"http://{self.host}:{self._port}"
 
     async def start(self) -> None:
         """Listen for connections."""
@@ -172,18 +161,6 @@ class TcpProxy:
         await asyncio.gather(*(c.task for c in connections), return_exceptions=True)
         if server is not None:
             await server.wait_closed()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- partitions ----------------------------------------------------------------------------
 

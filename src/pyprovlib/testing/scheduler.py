@@ -36,6 +36,7 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
 )
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing._lifecycle import StartStop
 from pyprovlib.testing.binder import ANN_SELECTED_NODE, claim_class
 
 __all__ = [
@@ -145,7 +146,7 @@ def node_schedulable(node: Mapping[str, Any]) -> bool:
     return False
 
 
-class PodScheduler:
+class PodScheduler(StartStop):
     """Places pending pods' ``WaitForFirstConsumer`` claims on nodes, as kube-scheduler does.
 
     ``PodScheduler(api_client, *, scheduler_name="default-scheduler", resync_period=1.0)``;
@@ -206,13 +207,6 @@ class PodScheduler:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-    async def __aenter__(self) -> PodScheduler:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:

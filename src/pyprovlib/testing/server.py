@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio.client import ApiClient, Configuration
@@ -31,6 +30,7 @@ from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
 from pyprovlib.testing._http import HttpServer, Reply, Request, Stream
 from pyprovlib.testing._inprocess import InProcessTransport
+from pyprovlib.testing._lifecycle import Listener
 from pyprovlib.testing._registry import DeleteOptions, Registry
 from pyprovlib.testing._requests import (
     Target,
@@ -110,7 +110,7 @@ class StorageView:
         return self._storage.rv
 
 
-class ApiServer:
+class ApiServer(Listener):
     """The in-memory API server. Use as an async context manager or start()/stop()."""
 
     def __init__(
@@ -124,8 +124,7 @@ class ApiServer:
         clock: Clock | None = None,
         binder_resync_period: float | None = None,
     ) -> None:
-        self.host = host
-        self._port = port
+        super().__init__(host, port)
         self._want_binder = binder
         self._binder_resync_period = binder_resync_period
         self.bookmark_interval = bookmark_interval
@@ -142,16 +141,6 @@ class ApiServer:
         self._binder: PVBinder | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        """The port listened on (the real one once started, even when 0 was asked for)."""
-        return self._port
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://{self.host}:{self._port}"
 
     @property
     def feature_gates(self) -> set[str]:
@@ -220,18 +209,6 @@ class ApiServer:
     async def _restart(self) -> None:
         await self._close_site()
         await self._listen()
-
-    async def __aenter__(self) -> ApiServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # --- clients -----------------------------------------------------------------------------
 

@@ -117,7 +117,7 @@ class ClaimSync:
                 return
             cls = claim_class(claim)
             if delay_binding and ANN_SELECTED_NODE not in annotations_of(claim):
-                await api.event(
+                await self._pending(
                     claim,
                     "Normal",
                     "WaitForFirstConsumer",
@@ -125,15 +125,13 @@ class ClaimSync:
                 )
             elif cls:
                 await self._provision_claim(claim, cls)
-                return
             else:
-                await api.event(
+                await self._pending(
                     claim,
                     "Normal",
                     "FailedBinding",
                     "no persistent volumes available for this claim and no storage class is set",
                 )
-            await api.update_claim_status(claim, CLAIM_PENDING, None)
             return
         # The user (or an earlier, interrupted binding) asked for a specific volume.
         volume = api.volumes.get(volume_name)
@@ -143,25 +141,16 @@ class ClaimSync:
         if claim_ref(volume) is None:
             mismatch = _volume_mismatch(volume, claim)
             if mismatch:
-                await api.event(
+                await self._pending(
                     claim,
                     "Warning",
                     "VolumeMismatch",
                     f"Cannot bind to requested volume {quoted(volume_name)}: {mismatch}",
                 )
-                await api.update_claim_status(claim, CLAIM_PENDING, None)
                 return
             await self._bind(volume, claim)
         elif volume_bound_to_claim(volume, claim):
             await self._bind(volume, claim)
-        elif ANN_BOUND_BY_CONTROLLER not in annotations_of(claim):
-            await api.event(
-                claim,
-                "Warning",
-                "FailedBinding",
-                f"volume {quoted(volume_name)} already bound to a different claim.",
-            )
-            await api.update_claim_status(claim, CLAIM_PENDING, None)
         else:
             await api.event(
                 claim,
@@ -169,10 +158,15 @@ class ClaimSync:
                 "FailedBinding",
                 f"volume {quoted(volume_name)} already bound to a different claim.",
             )
-            raise RuntimeError(
-                f"invalid binding of claim {quoted(claim_key(claim))} to volume "
-                f"{quoted(volume_name)}: volume already claimed by {quoted(claim_ref_key(volume))}"
-            )
+            if ANN_BOUND_BY_CONTROLLER in annotations_of(claim):
+                # We bound it, yet the volume names another claim: should never happen.
+                raise RuntimeError(
+                    f"invalid binding of claim {quoted(claim_key(claim))} to volume "
+                    f"{quoted(volume_name)}: volume already claimed by "
+                    f"{quoted(claim_ref_key(volume))}"
+                )
+            # The user asked for a volume another claim has.
+            await api.update_claim_status(claim, CLAIM_PENDING, None)
 
     async def _sync_bound_claim(self, claim: Obj) -> None:
         volume_name = volume_name_of_claim(claim)
@@ -205,6 +199,11 @@ class ClaimSync:
             "ClaimMisbound",
             "Two claims are bound to the same volume, this one is bound incorrectly",
         )
+
+    async def _pending(self, claim: Obj, event_type: str, reason: str, message: str) -> None:
+        """Say why in an event, then leave the claim Pending (upstream's order)."""
+        await self.api.event(claim, event_type, reason, message)
+        await self.api.update_claim_status(claim, CLAIM_PENDING, None)
 
     async def _claim_status_with_event(
         self, claim: Obj, phase_: str, reason: str, message: str
@@ -383,11 +382,7 @@ class ClaimSync:
                 "resourceVersion": resource_version(claim),
             }
             dirty = True
-        annotations = updated.setdefault("metadata", {}).setdefault("annotations", {})
-        if not isinstance(annotations, dict):
-            annotations = updated["metadata"]["annotations"] = {}
-        if set_by_controller and ANN_BOUND_BY_CONTROLLER not in annotations:
-            annotations[ANN_BOUND_BY_CONTROLLER] = "yes"
+        if set_by_controller and _annotate_yes(updated, ANN_BOUND_BY_CONTROLLER):
             dirty = True
         if not dirty:
             return volume
@@ -400,18 +395,25 @@ class ClaimSync:
         if should_bind:
             updated.setdefault("spec", {})["volumeName"] = name_of(volume)
             dirty = True
-        annotations = updated.setdefault("metadata", {}).setdefault("annotations", {})
-        if not isinstance(annotations, dict):
-            annotations = updated["metadata"]["annotations"] = {}
-        if should_bind and ANN_BOUND_BY_CONTROLLER not in annotations:
-            annotations[ANN_BOUND_BY_CONTROLLER] = "yes"
+        if should_bind and _annotate_yes(updated, ANN_BOUND_BY_CONTROLLER):
             dirty = True
-        if ANN_BIND_COMPLETED not in annotations:
-            annotations[ANN_BIND_COMPLETED] = "yes"
+        if _annotate_yes(updated, ANN_BIND_COMPLETED):
             dirty = True
         if not dirty:
             return claim
         return await self.api.put_claim(updated)
+
+
+def _annotate_yes(obj: Obj, key: str) -> bool:
+    """Add the annotation ``key: "yes"`` to ``obj`` (a copy being prepared for a write) unless
+    it has ``key`` already; True when it added it."""
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if not isinstance(annotations, dict):
+        annotations = obj["metadata"]["annotations"] = {}
+    if key in annotations:
+        return False
+    annotations[key] = "yes"
+    return True
 
 
 def _volume_mismatch(volume: Obj, claim: Obj) -> str:

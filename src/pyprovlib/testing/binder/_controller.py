@@ -38,6 +38,7 @@ from pyprovlib.kube.workqueue import (
     RateLimitingQueue,
     ShutDownError,
 )
+from pyprovlib.testing._lifecycle import StartStop
 from pyprovlib.testing.binder._claims import BY_CLAIM_REF, ClaimSync, volume_indexers
 from pyprovlib.testing.binder._objects import (
     claim_key,
@@ -67,7 +68,7 @@ _BACKOFF_INITIAL, _BACKOFF_CAP = 0.05, 2.0
 _RETRY_BASE, _RETRY_MAX = 0.01, 5.0
 
 
-class PVBinder:
+class PVBinder(StartStop):
     """The persistentvolume controller of kube-controller-manager, for tests.
 
     ``PVBinder(api_client)`` (or ``PVBinder(transport=...)``, see
@@ -208,13 +209,6 @@ class PVBinder:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 log.error("binder task failed", task=task.get_name(), error=repr(result))
         await self._queue.aclose()
-
-    async def __aenter__(self) -> PVBinder:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     @property
     def synced(self) -> bool:

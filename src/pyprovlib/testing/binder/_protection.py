@@ -40,24 +40,16 @@ class Protection:
 
     async def sync_claim(self, claim: Obj) -> bool:
         """True when it let the claim go (removed the finalizer)."""
-        if not is_deleting(claim) or PVC_PROTECTION not in finalizers_of(claim):
+        if not _deleting_held_by(claim, PVC_PROTECTION) or await self._claim_in_use(claim):
             return False
-        if await self._claim_in_use(claim):
-            return False
-        updated = copy_obj(claim)
-        updated["metadata"]["finalizers"] = [f for f in finalizers_of(claim) if f != PVC_PROTECTION]
-        await self.api.put_claim(updated)
+        await self.api.put_claim(_without_finalizer(claim, PVC_PROTECTION))
         return True
 
     async def sync_volume(self, volume: Obj) -> bool:
         """True when it let the volume go (removed the finalizer)."""
-        if not is_deleting(volume) or PV_PROTECTION not in finalizers_of(volume):
+        if not _deleting_held_by(volume, PV_PROTECTION) or phase(volume) == VOLUME_BOUND:
             return False
-        if phase(volume) == VOLUME_BOUND:
-            return False
-        updated = copy_obj(volume)
-        updated["metadata"]["finalizers"] = [f for f in finalizers_of(volume) if f != PV_PROTECTION]
-        await self.api.put_volume(updated)
+        await self.api.put_volume(_without_finalizer(volume, PV_PROTECTION))
         return True
 
     async def _claim_in_use(self, claim: Obj) -> bool:
@@ -65,6 +57,16 @@ class Protection:
         like upstream's live check before it lets a claim go)."""
         pods = await self.api.http.json("GET", PODS.path(namespace_of(claim)))
         return any(_pod_uses(pod, name_of(claim)) for pod in pods.get("items") or ())
+
+
+def _deleting_held_by(obj: Obj, finalizer: str) -> bool:
+    return is_deleting(obj) and finalizer in finalizers_of(obj)
+
+
+def _without_finalizer(obj: Obj, finalizer: str) -> Obj:
+    updated = copy_obj(obj)
+    updated["metadata"]["finalizers"] = [f for f in finalizers_of(obj) if f != finalizer]
+    return updated
 
 
 def _pod_uses(pod: Any, claim_name: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -114,25 +114,20 @@ class _EventRecord:
     first_timestamp: str
 
 
+@dataclass(eq=False)
 class BinderApi:
     """The binder's requests: writes whose results go into its caches, status updates, reads
     that bypass the caches, and Events with client-go's repeat counting."""
 
-    def __init__(
-        self,
-        http: BinderTransport,
-        clock: Clock,
-        claims: ObjectCache,
-        volumes: ObjectCache,
-        *,
-        event_interval: float,
-    ) -> None:
-        self.http = http
-        self.clock = clock
-        self.claims = claims
-        self.volumes = volumes
-        self.event_interval = event_interval
-        self._events: OrderedDict[tuple[str, str, str, str, str], _EventRecord] = OrderedDict()
+    http: BinderTransport
+    clock: Clock
+    claims: ObjectCache
+    volumes: ObjectCache
+    _: KW_ONLY
+    event_interval: float
+    _events: OrderedDict[tuple[str, str, str, str, str], _EventRecord] = field(
+        init=False, default_factory=OrderedDict
+    )
 
     # -- writes ------------------------------------------------------------------------------
 
