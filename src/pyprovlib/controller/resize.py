@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
@@ -165,9 +165,13 @@ def _api_error_as_failure(failure: str) -> Iterator[None]:
 # -- the controller ------------------------------------------------------------------------------
 
 
-class ResizeController(ControllerLifecycle):
+ResizerT = TypeVar("ResizerT", bound=Resizer)
+
+
+class ResizeController(ControllerLifecycle, Generic[ResizerT]):
     """Expands the volumes of claims whose storage request grew, through ``resizer``
-    (external-resizer's ``resizeController``).
+    (external-resizer's ``resizeController``); generic in the resizer's type, so a subclass
+    reads its own resizer's methods from :attr:`resizer`.
 
     ``client`` is a kubernetes-asyncio ``ApiClient``. Informers come from ``informer_factory``
     when given (the caller starts it) or from a factory the controller owns. :meth:`run` runs
@@ -177,7 +181,7 @@ class ResizeController(ControllerLifecycle):
     def __init__(
         self,
         client: ApiClient,
-        resizer: Resizer,
+        resizer: ResizerT,
         options: ResizeControllerOptions | None = None,
         *,
         informer_factory: SharedInformerFactory | None = None,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of
-from pyprovlib.kube.quantity import Format, Quantity, parse_quantity
+from pyprovlib.kube.quantity import Format, Quantity, quantity_or_none
 
 __all__ = [
     "ANN_NODE_EXPANSION_NOT_REQUIRED",
@@ -106,29 +106,21 @@ def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return dict_of(obj.get("status"))
 
 
-def quantity_of(value: Any) -> Quantity | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError:
-        return None
-
-
 def request_of(pvc: Mapping[str, Any]) -> Quantity | None:
-    return quantity_of(dict_of(dict_of(spec_of(pvc).get("resources")).get("requests")).get(STORAGE))
+    requests = dict_of(dict_of(spec_of(pvc).get("resources")).get("requests"))
+    return quantity_or_none(requests.get(STORAGE))
 
 
 def claim_capacity(pvc: Mapping[str, Any]) -> Quantity | None:
-    return quantity_of(dict_of(status_of(pvc).get("capacity")).get(STORAGE))
+    return quantity_or_none(dict_of(status_of(pvc).get("capacity")).get(STORAGE))
 
 
 def pv_capacity(pv: Mapping[str, Any]) -> Quantity | None:
-    return quantity_of(dict_of(spec_of(pv).get("capacity")).get(STORAGE))
+    return quantity_or_none(dict_of(spec_of(pv).get("capacity")).get(STORAGE))
 
 
 def allocated_of(pvc: Mapping[str, Any]) -> Quantity | None:
-    return quantity_of(dict_of(status_of(pvc).get("allocatedResources")).get(STORAGE))
+    return quantity_or_none(dict_of(status_of(pvc).get("allocatedResources")).get(STORAGE))
 
 
 def resize_status_of(pvc: Mapping[str, Any]) -> str:

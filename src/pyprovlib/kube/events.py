@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter
 
 from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
-from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.clock import Clock, RealClock, run_within
 from pyprovlib.kube.config import describe_transport_error, request_json
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.ratelimit import TokenBucket
@@ -751,15 +751,6 @@ def _describe(ref: Mapping[str, Any]) -> str:
 
 
 async def _wait_with_timeout(aw: Awaitable[object], seconds: float, clock: Clock) -> bool:
-    """Await ``aw`` for at most ``seconds`` of ``clock``; False on timeout. Both tasks are
-    owned here and cancelled/awaited before returning."""
-    work = asyncio.ensure_future(aw)
-    timer = asyncio.ensure_future(clock.sleep(seconds))
-    try:
-        await asyncio.wait({work, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (work, timer):
-            if not task.done():
-                task.cancel()
-        await asyncio.gather(work, timer, return_exceptions=True)
-    return work.done() and not work.cancelled() and work.exception() is None
+    """Await ``aw`` for at most ``seconds`` of ``clock``; False on timeout or failure."""
+    work = await run_within(aw, seconds, clock)
+    return not work.cancelled() and work.exception() is None

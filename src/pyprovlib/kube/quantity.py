@@ -26,6 +26,7 @@ __all__ = [
     "Quantity",
     "parse_quantity",
     "parse_storage_size",
+    "quantity_or_none",
 ]
 
 INT64_MAX: Final = 2**63 - 1
@@ -219,6 +220,19 @@ def parse_quantity(text: str) -> Quantity:
     if negative:
         nanos = -nanos
     return Quantity(nanos, fmt)
+
+
+def quantity_or_none(value: object) -> Quantity | None:
+    """``value`` parsed as a quantity, or None when it is absent or not one: a string, or a
+    JSON number (which the API server accepts where a quantity goes); never a bool."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return None
 
 
 def _interpret_suffix(text: str, suffix: str) -> tuple[Format, int, int]:

@@ -17,12 +17,13 @@ from pyprovlib.csi.connection import (
 from pyprovlib.csi.resizer.controller import CSIResizer, choose_resizer
 from pyprovlib.csi.resizer.options import controller_options, parser
 from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.resizer import Resizer
 from pyprovlib.runtime import RuntimeContext, run
 
 __all__ = ["ResizerSidecar", "build", "build_controller", "main"]
 
 
-class ResizerSidecar(SidecarController[ResizeController]):
+class ResizerSidecar(SidecarController[ResizeController[Resizer]]):
     """The external-resizer sidecar's controller: a :class:`ResizeController` run beside the CSI
     connection it depends on (a lost connection ends :meth:`run`, as upstream exits)."""
 
@@ -31,7 +32,7 @@ def build_controller(
     ctx: RuntimeContext,
     connection: CSIConnection,
     informer_factory: SharedInformerFactory | None = None,
-) -> ResizeController:
+) -> ResizeController[Resizer]:
     """The ResizeController from the parsed flags, on an open ``connection``
     (:func:`~pyprovlib.csi.resizer.controller.choose_resizer` picks the resizer). Informers
     come from ``informer_factory`` when given (the caller starts it). Shared by this sidecar

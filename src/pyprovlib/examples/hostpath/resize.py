@@ -19,14 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient
-
 from pyprovlib._logging import get_logger
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples.hostpath.provisioner import ANNOTATION_NODE, HOSTNAME_LABEL
-from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.resizer import NotExpandable
 
 __all__ = [
@@ -92,21 +87,14 @@ class HostPathResizer(NotExpandable):
         return self.node is None or volume_node(pv) == self.node
 
 
-class HostPathResizeController(ResizeController):
+class HostPathResizeController(ResizeController[HostPathResizer]):
     """A :class:`~pyprovlib.controller.resize.ResizeController` that leaves alone claims whose
     volume :meth:`HostPathResizer.serves` says belongs to another instance."""
 
-    def __init__(
-        self,
-        client: ApiClient,
-        resizer: HostPathResizer,
-        options: ResizeControllerOptions | None = None,
-        *,
-        informer_factory: SharedInformerFactory | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        super().__init__(client, resizer, options, informer_factory=informer_factory, clock=clock)
-        self.hostpath_resizer = resizer
+    @property
+    def hostpath_resizer(self) -> HostPathResizer:
+        """The :class:`HostPathResizer` this controller drives (the same as :attr:`resizer`)."""
+        return self.resizer
 
     async def sync_claim(self, key: str) -> None:
         """Skip claims of other nodes' volumes, then look at the claim as usual."""
@@ -114,7 +102,7 @@ class HostPathResizeController(ResizeController):
         volume_name = _dict(pvc.get("spec")).get("volumeName") if pvc is not None else None
         if isinstance(volume_name, str) and volume_name:
             pv = self.pv_informer.store.get_by_key(volume_name)
-            if pv is not None and not self.hostpath_resizer.serves(pv):
+            if pv is not None and not self.resizer.serves(pv):
                 log.debug(
                     "volume of another node; its instance answers",
                     claim=key,

@@ -20,7 +20,7 @@ from pyprovlib.controller.provision import (
 )
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of, uid_of
-from pyprovlib.kube.quantity import Quantity, parse_quantity
+from pyprovlib.kube.quantity import Quantity, quantity_or_none
 from pyprovlib.testing._storage import copy_json
 
 __all__ = [
@@ -142,17 +142,7 @@ def volume_bound_to_claim(volume: Mapping[str, Any], claim: Mapping[str, Any]) -
 def storage_quantity(resources: Any) -> Quantity | None:
     """The ``storage`` entry of a claim's requests or a volume's capacity, parsed by
     :mod:`pyprovlib.kube.quantity`; None when absent or not a quantity."""
-    value = as_dict(resources).get("storage")
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        value = str(value)
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError:
-        return None
+    return quantity_or_none(as_dict(resources).get("storage"))
 
 
 def volume_mode(spec: Mapping[str, Any]) -> str:
