@@ -5,29 +5,17 @@ the CSI or the trivial handler from the driver's capabilities."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
-from attach_support import (
-    Objects,
-    driver_name,
-    fast_options,
-    finalizers,
-    is_attached,
-    running,
-    status,
-    wait_for,
-)
+from attach_support import Objects, driver_name, fast_options, finalizers, is_attached, status
 from csi_attach_driver import ATTACH_CAPS, LIST_CAPS, AttachDriver, Caps, Fault, short_socket_dir
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
+from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 
 from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import AttachController
@@ -42,7 +30,7 @@ from pyprovlib.csi.attacher import (
     volume_capability,
 )
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.runtime import RuntimeContext, parse_common
+from pyprovlib.runtime import parse_common
 from pyprovlib.testing.cluster import TestCluster
 
 Mode = v1.VolumeCapabilityAccessModeMode
@@ -331,17 +319,6 @@ async def test_reconciler_repairs_drift_through_list_volumes(
 # -- capabilities → handler, the sidecar ----------------------------------------------------
 
 
-def _context(argv: list[str], api_client: Any) -> RuntimeContext:
-    options, args = parse_common(parser(), argv)
-    return RuntimeContext(
-        options=options,
-        args=args,
-        api_client=api_client,
-        log=structlog.get_logger("test"),
-        registry=CollectorRegistry(),
-    )
-
-
 @pytest.mark.parametrize(
     ("controller_service", "capabilities", "trivial"),
     [
@@ -368,121 +345,72 @@ async def test_sidecar_picks_the_handler_from_capabilities(
     await csi.objects.pv(pv_name, "vol-s")
     async with csi.driver:
         argv = ["--csi-address", csi.driver.endpoint, "--retry-interval-start", "50ms"]
-        sidecar = await build(_context(argv, kube_cluster.api_client))
+        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
         assert isinstance(sidecar, AttacherSidecar)
         assert sidecar.controller.trivial is trivial
         assert sidecar.controller.driver_name == csi.name
-        task = asyncio.create_task(sidecar.run())
-        try:
-            await wait_for(_ready_or_failed(sidecar, task), message="sidecar ready")
+        async with running(sidecar):
             await csi.objects.va(va_name, csi.node, pv=pv_name)
             va = await csi.objects.wait_va(va_name, is_attached, "attached")
             assert (csi.finalizer in finalizers(va)) is not trivial
             assert bool(csi.driver.state.publish_requests) is not trivial
             await csi.objects.vas.delete(va_name)
             await csi.objects.wait_va_gone(va_name)
-        finally:
-            sidecar.stop()
-            await asyncio.wait_for(task, 10)
         assert sidecar.connection.lost is False
-
-
-def _ready_or_failed(sidecar: AttacherSidecar, task: asyncio.Task[None]) -> Any:
-    async def probe() -> bool:
-        if task.done():
-            task.result()
-            raise AssertionError("the sidecar stopped")
-        return sidecar.ready()
-
-    return probe
 
 
 async def test_sidecar_process_attaches_and_stops_on_sigterm(
     csi: CSIScenario, tmp_path: Path
 ) -> None:
-    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-p")
-    proc = await _start_sidecar(
+    async with sidecar_process(
+        "pyprovlib.csi.attacher",
+        csi.cluster,
+        tmp_path,
         "--csi-address",
         csi.driver.endpoint,
-        "--kubeconfig",
-        str(kubeconfig),
         "--timeout",
         "2s",
         "--retry-interval-start",
         "100ms",
         "--worker-threads",
         "2",
-    )
-    try:
+    ) as proc:
         await csi.objects.va(va_name, csi.node, pv=pv_name)
         va = await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
         assert status(va)["attachmentMetadata"] == {"devicePath": "/dev/disk/vol-p"}
         await csi.objects.vas.delete(va_name)
         await csi.objects.wait_va_gone(va_name)
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        proc.proc.send_signal(signal.SIGTERM)
+        assert await proc.exit_code(20) == 0
 
 
 async def test_sidecar_process_exits_when_the_driver_goes_away(
     csi: CSIScenario, tmp_path: Path
 ) -> None:
-    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     other_pv, other_va = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-x")
-    proc = await _start_sidecar(
-        "--csi-address", csi.driver.endpoint, "--kubeconfig", str(kubeconfig)
-    )
     try:
-        # An attached VA shows the sidecar is connected and working.
-        await csi.objects.va(va_name, csi.node, pv=pv_name)
-        await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
-        await csi.driver.stop()
-        # The next publish finds the driver gone (an idle connection is noticed by the
-        # monitor's periodic probe too, only later).
-        await csi.objects.pv(other_pv, "vol-y")
-        await csi.objects.va(other_va, csi.node, pv=other_pv)
-        # Upstream exits on a lost connection so that the pod restarts it.
-        assert await asyncio.wait_for(proc.wait(), 30) == 1
+        async with sidecar_process(
+            "pyprovlib.csi.attacher", csi.cluster, tmp_path, "--csi-address", csi.driver.endpoint
+        ) as proc:
+            # An attached VA shows the sidecar is connected and working.
+            await csi.objects.va(va_name, csi.node, pv=pv_name)
+            await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
+            await csi.driver.stop()
+            # The next publish finds the driver gone (an idle connection is noticed by the
+            # monitor's periodic probe too, only later).
+            await csi.objects.pv(other_pv, "vol-y")
+            await csi.objects.va(other_va, csi.node, pv=other_pv)
+            # Upstream exits on a lost connection so that the pod restarts it.
+            assert await proc.exit_code(30) == 1
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
         # Nobody is left to detach: release the VAs by hand so cleanup can delete them.
         for name in (va_name, other_va):
             if await csi.objects.get_va(name) is not None:
                 await csi.objects.vas.patch(name, {"metadata": {"finalizers": None}})
-
-
-def _kubeconfig(cluster: TestCluster, tmp_path: Path) -> Path:
-    if cluster.is_real:
-        assert cluster.kubeconfig is not None
-        return cluster.kubeconfig
-    assert cluster.server is not None
-    path: Path = cluster.server.write_kubeconfig(tmp_path / "kubeconfig")
-    return path
-
-
-async def _start_sidecar(*argv: str) -> asyncio.subprocess.Process:
-    env = dict(os.environ)
-    env.pop("KUBECONFIG", None)
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.attacher",
-        "--log-format",
-        "json",
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
 
 
 # -- pure pieces ---------------------------------------------------------------------------

@@ -23,10 +23,9 @@ from resize_support import (
     capacity,
     conditions,
     controller,
-    running,
     status,
-    wait_for,
 )
+from sidecar_support import running, wait_for
 
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller.resize import (
