@@ -204,18 +204,24 @@ async def example_process(
         yield child
 
 
-async def wait_bound_by(
-    child: testing.ChildProcess, core: CoreV1Api, claim: str, namespace: str = "default"
+async def wait_claim_bound(
+    core: CoreV1Api,
+    claim: str,
+    namespace: str = "default",
+    *,
+    by: testing.ChildProcess | None = None,
+    timeout: float = 30,
 ) -> V1PersistentVolumeClaim:
-    """Wait until ``child`` has bound ``claim``; fails with its log when it exits first."""
+    """Wait until ``claim`` is Bound (``by`` the process, which fails the wait with its log
+    when it exits first); return it."""
 
     async def bound() -> V1PersistentVolumeClaim | None:
-        if child.proc.returncode is not None:
-            raise AssertionError(f"exited {child.proc.returncode}:\n{child.tail()}")
+        if by is not None and by.proc.returncode is not None:
+            raise AssertionError(f"exited {by.proc.returncode}:\n{by.tail()}")
         pvc = await core.read_namespaced_persistent_volume_claim(claim, namespace)
         return pvc if pvc.status.phase == "Bound" else None
 
-    return await testing.eventually(bound, timeout=30, message=f"claim {claim} Bound")
+    return await testing.eventually(bound, timeout=timeout, message=f"claim {claim} Bound")
 
 
 async def stops_on_sigterm(child: testing.ChildProcess) -> None:

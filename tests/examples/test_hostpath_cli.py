@@ -14,7 +14,7 @@ from example_support import (
     help_documents_every_flag,
     run_module,
     stops_on_sigterm,
-    wait_bound_by,
+    wait_claim_bound,
 )
 from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1Node, V1ObjectMeta, V1StorageClass
 
@@ -135,7 +135,7 @@ async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
         async with example_process(
             "hostpath", kubeconfig, "--provisioner-name", "example.com/local", NODE_NAME="n1"
         ) as proc:
-            pvc = await wait_bound_by(proc, core, "data")
+            pvc = await wait_claim_bound(core, "data", by=proc)
             assert (base / pvc.spec.volume_name).is_dir()
             await stops_on_sigterm(proc)
     # Production logs are JSON lines.

@@ -12,7 +12,7 @@ from example_support import (
     example_process,
     help_documents_every_flag,
     stops_on_sigterm,
-    wait_bound_by,
+    wait_claim_bound,
 )
 from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1ObjectMeta, V1StorageClass
 
@@ -88,7 +88,7 @@ async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
             NFS_SERVER="10.0.0.5",
             NFS_PATH="/export",
         ) as proc:
-            pvc = await wait_bound_by(proc, core, "shared")
+            pvc = await wait_claim_bound(core, "shared", by=proc)
             pv = await core.read_persistent_volume(pvc.spec.volume_name)
             subdir = f"default-shared-{pv.metadata.name}"
             assert pv.spec.nfs.server == "10.0.0.5"

@@ -17,7 +17,7 @@ from example_support import (
     help_documents_every_flag,
     run_module,
     stops_on_sigterm,
-    wait_bound_by,
+    wait_claim_bound,
 )
 from kubernetes_asyncio.client import (
     CoreV1Api,
@@ -109,7 +109,7 @@ async def test_entry_point_runs_the_controller(tmp_path: Path, ceph: Any) -> Non
             "10s",
             stdout=asyncio.subprocess.PIPE,
         ) as proc:
-            pvc = await wait_bound_by(proc, core, "block")
+            pvc = await wait_claim_bound(core, "block", by=proc)
             pv = await core.read_persistent_volume(pvc.spec.volume_name)
             image = pv.spec.rbd.image
             assert pv.spec.capacity == {"storage": "8Mi"}
