@@ -46,19 +46,6 @@ def module_of(container: dict[str, Any]) -> str:
     return str(command[2])
 
 
-def test_readme_and_manifests_exist() -> None:
-    assert CSI_HOSTPATH.files() == [
-        "README.md",
-        "claim-and-pod.yaml",
-        "csidriver.yaml",
-        "deployment-single-process.yaml",
-        "deployment.yaml",
-        "namespace.yaml",
-        "rbac.yaml",
-        "storageclass.yaml",
-    ]
-
-
 @pytest.mark.parametrize(
     ("name", "modules"),
     [

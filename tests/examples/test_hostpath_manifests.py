@@ -30,18 +30,6 @@ from pyprovlib.testing.server import ApiServer
 HOSTPATH = Manifests("hostpath")
 
 
-def test_readme_and_manifests_exist() -> None:
-    assert HOSTPATH.files() == [
-        "README.md",
-        "claim-and-pod.yaml",
-        "daemonset.yaml",
-        "deployment-helper-pod.yaml",
-        "namespace.yaml",
-        "rbac.yaml",
-        "storageclass.yaml",
-    ]
-
-
 def test_least_privilege_rbac() -> None:
     assert HOSTPATH.rules("ClusterRole", "pyprovlib-hostpath") == PROVISIONER_RULES | {
         ("", "nodes", frozenset({"get"}))

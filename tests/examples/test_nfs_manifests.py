@@ -22,17 +22,6 @@ from pyprovlib.testing.server import ApiServer
 NFS = Manifests("nfs")
 
 
-def test_readme_and_manifests_exist() -> None:
-    assert NFS.files() == [
-        "README.md",
-        "claim-and-pod.yaml",
-        "deployment.yaml",
-        "namespace.yaml",
-        "rbac.yaml",
-        "storageclass.yaml",
-    ]
-
-
 def test_least_privilege_rbac() -> None:
     assert NFS.rules("ClusterRole", "pyprovlib-nfs") == PROVISIONER_RULES
     assert NFS.rules("Role", "pyprovlib-nfs-leader-election") == {LEADER_ELECTION_RULE}

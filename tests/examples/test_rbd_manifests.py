@@ -26,18 +26,6 @@ from pyprovlib.testing.server import ApiServer
 RBD = Manifests("rbd")
 
 
-def test_readme_and_manifests_exist() -> None:
-    assert RBD.files() == [
-        "README.md",
-        "claim-and-pod.yaml",
-        "deployment.yaml",
-        "namespace.yaml",
-        "rbac.yaml",
-        "secret.yaml",
-        "storageclass.yaml",
-    ]
-
-
 def test_least_privilege_rbac() -> None:
     assert RBD.rules("ClusterRole", "pyprovlib-rbd") == PROVISIONER_RULES | {
         ("", "secrets", frozenset({"get"}))
