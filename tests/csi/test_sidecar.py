@@ -12,16 +12,12 @@ from contextlib import AbstractAsyncContextManager
 import aiohttp
 import pytest
 from csi_driver import DriverState, serve_driver
+from process_support import DEADLINE, create_claim, create_class, wait_claim_bound
 
 from pyprovlib import testing
 from pyprovlib.csi.provisioner import build_parser
 from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.server import ApiServer
-
-DEADLINE = 30.0
-
 
 Sidecar = testing.ChildProcess  # the sidecar process; its JSON log lines are collected
 
@@ -42,37 +38,12 @@ def sidecar(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager
     )
 
 
-async def provision_one(server: ApiServer, driver: str) -> Obj:
+async def provision_one(server: ApiServer, process: Sidecar) -> Obj:
+    """The claim ``data`` of the test driver's class ``csi``, once the sidecar bound it."""
     async with server.api_client() as api:
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": driver,
-            }
-        )
-        claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-        await claims.create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": "default"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "csi",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE
-        while True:
-            claim = await claims.get("data", "default")
-            if (claim.get("status") or {}).get("phase") == "Bound":
-                return claim
-            assert loop.time() < deadline, "claim not bound"
-            await asyncio.sleep(0.05)
+        await create_class(api)
+        claims = await create_claim(api, "data")
+        return await wait_claim_bound(claims, "data", process)
 
 
 def test_flags_have_external_provisioner_names_and_defaults() -> None:
@@ -139,7 +110,7 @@ async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(
                 # The runtime serves HTTP once the controller is built (after the driver
                 # answered), as upstream starts its endpoint after connecting.
                 port = int((await proc.wait_for("HTTP server listening"))["port"])
-                claim = await provision_one(server, "test.csi.pyprovlib.io")
+                claim = await provision_one(server, proc)
                 assert claim["spec"]["volumeName"] == f"pvc-{claim['metadata']['uid']}"
                 assert len(state.volumes) == 1
                 async with aiohttp.ClientSession() as http:
@@ -156,18 +127,7 @@ async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(
             # call finds the connection lost, and the sidecar exits so that the container is
             # restarted.
             async with server.api_client() as api:
-                await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": "after-loss", "namespace": "default"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "csi",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                )
+                await create_claim(api, "after-loss")
             code = await proc.exit_code()
             assert code != 0
             assert proc.count("lost connection to the CSI driver") >= 1
