@@ -5,7 +5,9 @@ at once, with the process's log, when the process exits first."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from csi_driver import DRIVER_NAME
@@ -18,6 +20,27 @@ from pyprovlib.kube.rest import ResourceClient
 
 DEADLINE = 30.0
 T = TypeVar("T")
+
+
+def entry_point(
+    module: str, kubeconfig: pathlib.Path, *args: str, terminate_timeout: float | None = None
+) -> AbstractAsyncContextManager[testing.ChildProcess]:
+    """``python -m <module>`` against ``kubeconfig``, logging JSON (collected) and retrying
+    within tens of milliseconds, with ``args``; see :func:`pyprovlib.testing.child_process`."""
+    return testing.child_process(
+        "-m",
+        module,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        "--retry-interval-start",
+        "10ms",
+        "--retry-interval-max",
+        "200ms",
+        *args,
+        terminate_timeout=terminate_timeout,
+    )
 
 
 async def create_class(api: ApiClient, **fields: Any) -> None:

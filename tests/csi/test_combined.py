@@ -16,7 +16,15 @@ import pytest
 import yaml
 from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
-from process_support import DEADLINE, create_claim, create_class, status, until, wait_claim_bound
+from process_support import (
+    DEADLINE,
+    create_claim,
+    create_class,
+    entry_point,
+    status,
+    until,
+    wait_claim_bound,
+)
 
 from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
@@ -174,20 +182,7 @@ Process = testing.ChildProcess  # the combined process; its JSON log lines are c
 
 
 def combined(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager[Process]:
-    return testing.child_process(
-        "-m",
-        "pyprovlib.csi",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--log-format",
-        "json",
-        "--retry-interval-start",
-        "10ms",
-        "--retry-interval-max",
-        "200ms",
-        *args,
-        terminate_timeout=DEADLINE,
-    )
+    return entry_point("pyprovlib.csi", kubeconfig, *args, terminate_timeout=DEADLINE)
 
 
 def unix_connections(socket: pathlib.Path) -> int:
@@ -290,14 +285,11 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
 
 
 async def test_one_process_provisions_attaches_expands_and_deletes(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     async with (
-        ApiServer(binder=True) as server,
         serve_full_driver(sock_dir) as (state, driver, _),
     ):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
         socket = sock_dir / "csi.sock"
         async with combined(
             kubeconfig,
@@ -348,13 +340,11 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
 
 
 async def test_a_driver_without_expansion_is_refused_with_the_way_out(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """The resizer enabled (the default) on a driver that expands nowhere: the process exits
     1 saying so and how to leave the resizer out; with --controllers it provisions."""
-    async with ApiServer(binder=True) as server, serve_driver(sock_dir, snapshots=False):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
+    async with serve_driver(sock_dir, snapshots=False):
         address = f"unix://{sock_dir / 'csi.sock'}"
         async with combined(kubeconfig, "--csi-address", address) as process:
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
@@ -375,45 +365,38 @@ async def test_a_driver_without_expansion_is_refused_with_the_way_out(
 
 
 async def test_a_lost_driver_connection_ends_the_process(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """As each sidecar does (--exit-on-connection-loss, default true): the driver goes away,
     the next call finds it gone (a claim to provision), the process exits 1 so that the pod
     restarts it."""
-    async with ApiServer(binder=True) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
-        address = f"unix://{sock_dir / 'csi.sock'}"
-        async with combined(kubeconfig, "--csi-address", address) as process:
-            async with serve_full_driver(sock_dir):
+    address = f"unix://{sock_dir / 'csi.sock'}"
+    async with combined(kubeconfig, "--csi-address", address) as process:
+        async with serve_full_driver(sock_dir):
 
-                async def started() -> bool:
-                    return any(
-                        line.get("event") == "CSI controllers in one process"
-                        for line in process.lines
-                    )
+            async def started() -> bool:
+                return any(
+                    line.get("event") == "CSI controllers in one process" for line in process.lines
+                )
 
-                await until(started, "start-up", process)
-            # The driver is gone; the process is not stopped by the test.
-            async with own_client(server) as api:
-                await create_class(api)
-                await create_claim(api, "after-loss")
-            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
-        assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
+            await until(started, "start-up", process)
+        # The driver is gone; the process is not stopped by the test.
+        async with own_client(server) as api:
+            await create_class(api)
+            await create_claim(api, "after-loss")
+        assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+    assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
 
 
 async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """Two replicas: one Lease, held by one of them; both answer /healthz and /readyz 200 (a
     standby is ready: leadership is not readiness). Stopping the leader hands the Lease
     over."""
     async with (
-        ApiServer(binder=True) as server,
         serve_full_driver(sock_dir),
     ):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
         flags = (
             "--csi-address",
             f"unix://{sock_dir / 'csi.sock'}",
