@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from standalone_support import standalone
 
 pytestmark = pytest.mark.kubectl
 
@@ -90,25 +91,7 @@ class Kubectl:
 @pytest.fixture
 async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
     kubeconfig = tmp_path / "kubeconfig"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.testing",
-        "--port",
-        "0",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-binder",
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
-            if b"listening on" in line or not line:
-                break
+    async with standalone(kubeconfig, "--port", "0", "--no-binder"):
         assert kubeconfig.exists()
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -119,14 +102,6 @@ async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
         k = Kubectl(env, tmp_path)
         (tmp_path / "objs.yaml").write_text(MANIFESTS)
         yield k
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def test_create_and_get(kubectl: Kubectl) -> None:
