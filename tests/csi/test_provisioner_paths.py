@@ -66,6 +66,15 @@ def segments(topologies: list[v1.Topology]) -> list[dict[str, str]]:
     return [dict(t.segments) for t in topologies]
 
 
+def accessibility_requirements(env: Env) -> v1.TopologyRequirement:
+    """What the one CreateVolume call so far asked for where the volume must be reachable."""
+    [request] = env.driver.requests("CreateVolume")
+    assert isinstance(request, v1.CreateVolumeRequest)
+    requirement = request.accessibility_requirements
+    assert requirement is not None
+    return requirement
+
+
 @pytest.mark.parametrize("shared_informers", [False, True], ids=["rest", "informers"])
 async def test_selected_node_topology_reaches_the_driver_and_the_pv(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, shared_informers: bool
@@ -81,10 +90,7 @@ async def test_selected_node_topology_reaches_the_driver_and_the_pv(
         name = claim["metadata"]["name"]
         await kube_cluster.schedule(name, "node-b")
         bound = await wait_bound(env, name)
-        [request] = env.driver.requests("CreateVolume")
-        assert isinstance(request, v1.CreateVolumeRequest)
-        requirement = request.accessibility_requirements
-        assert requirement is not None
+        requirement = accessibility_requirements(env)
         assert segments(requirement.requisite) == [
             {TOPOLOGY_KEY: "zone-a"},
             {TOPOLOGY_KEY: "zone-b"},
@@ -117,10 +123,7 @@ async def test_allowed_topologies_with_immediate_binding(
         )
         claim = await create_claim(env, class_name)
         await wait_bound(env, claim["metadata"]["name"])
-        [request] = env.driver.requests("CreateVolume")
-        assert isinstance(request, v1.CreateVolumeRequest)
-        requirement = request.accessibility_requirements
-        assert requirement is not None
+        requirement = accessibility_requirements(env)
         assert segments(requirement.requisite) == [
             {TOPOLOGY_KEY: "zone-c"},
             {TOPOLOGY_KEY: "zone-d"},
