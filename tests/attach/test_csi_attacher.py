@@ -18,6 +18,7 @@ from grpclib.const import Status
 from prometheus_client import CollectorRegistry
 from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 
+from pyprovlib import testing
 from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.attach_options import finalizer_name
@@ -67,6 +68,19 @@ class CSIScenario:
 
     def unique(self, prefix: str) -> str:
         return self.cluster.unique_name(prefix)
+
+    def sidecar(
+        self, tmp_path: Path, *argv: str
+    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
+        """``python -m pyprovlib.csi.attacher`` on this driver, ``argv`` added."""
+        return sidecar_process(
+            "pyprovlib.csi.attacher",
+            self.cluster,
+            tmp_path,
+            "--csi-address",
+            self.driver.endpoint,
+            *argv,
+        )
 
     @contextlib.asynccontextmanager
     async def attaching(self, **options: Any) -> AsyncIterator[AttachController]:
@@ -326,12 +340,8 @@ async def test_sidecar_process_attaches_and_stops_on_sigterm(
 ) -> None:
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-p")
-    async with sidecar_process(
-        "pyprovlib.csi.attacher",
-        csi.cluster,
+    async with csi.sidecar(
         tmp_path,
-        "--csi-address",
-        csi.driver.endpoint,
         "--timeout",
         "2s",
         "--retry-interval-start",
@@ -355,9 +365,7 @@ async def test_sidecar_process_exits_when_the_driver_goes_away(
     other_pv, other_va = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-x")
     try:
-        async with sidecar_process(
-            "pyprovlib.csi.attacher", csi.cluster, tmp_path, "--csi-address", csi.driver.endpoint
-        ) as proc:
+        async with csi.sidecar(tmp_path) as proc:
             # An attached VA shows the sidecar is connected and working.
             await csi.objects.va(va_name, csi.node, pv=pv_name)
             await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)

@@ -6,6 +6,7 @@ the CSI or the trivial resizer from the driver's capabilities."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import sys
@@ -22,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from resize_support import GI, Scenario, capacity, conditions, fast_options
 from sidecar_support import running, sidecar_context, sidecar_process
 
+from pyprovlib import testing
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
@@ -66,6 +68,19 @@ class CSIScenario(Scenario):
             self.driver_process.endpoint,
             ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
             metrics=CSIMetrics(self.registry),
+        )
+
+    def sidecar(
+        self, tmp_path: Path, *argv: str
+    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
+        """``python -m pyprovlib.csi.resizer`` on this driver, ``argv`` added."""
+        return sidecar_process(
+            "pyprovlib.csi.resizer",
+            self.cluster,
+            tmp_path,
+            "--csi-address",
+            self.driver_process.endpoint,
+            *argv,
         )
 
     async def volume(self, storage_class: str, **kwargs: Any) -> tuple[str, str, str]:
@@ -292,12 +307,8 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
 ) -> None:
     sc = await csi.storage_class()
     claim, _, handle = await csi.volume(sc)
-    async with sidecar_process(
-        "pyprovlib.csi.resizer",
-        csi.cluster,
+    async with csi.sidecar(
         tmp_path,
-        "--csi-address",
-        csi.driver_process.endpoint,
         "--timeout",
         "2s",
         "--retry-interval-start",
@@ -326,16 +337,7 @@ async def test_sidecar_process_refuses_a_driver_that_cannot_expand(
     kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
 ) -> None:
     s = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=())
-    async with (
-        s.driver_process,
-        sidecar_process(
-            "pyprovlib.csi.resizer",
-            kube_cluster,
-            tmp_path,
-            "--csi-address",
-            s.driver_process.endpoint,
-        ) as proc,
-    ):
+    async with s.driver_process, s.sidecar(tmp_path) as proc:
         assert await proc.exit_code(30) == 1
 
 
@@ -345,13 +347,7 @@ async def test_sidecar_process_exits_when_the_driver_goes_away(
     sc = await csi.storage_class()
     claim, _, _ = await csi.volume(sc)
     other, _, _ = await csi.volume(sc)
-    async with sidecar_process(
-        "pyprovlib.csi.resizer",
-        csi.cluster,
-        tmp_path,
-        "--csi-address",
-        csi.driver_process.endpoint,
-    ) as proc:
+    async with csi.sidecar(tmp_path) as proc:
         await csi.request(claim, "2Gi")
         await csi.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded by the sidecar", 30)
         await csi.driver_process.__aexit__(None, None, None)
