@@ -240,14 +240,7 @@ async def test_delete_refused_while_watched(secrets: TestCluster, ceph: Any) -> 
     async with running(c.api_client, name, prov):
         pv = await wait_bound(c, claim)
         image = pv.spec.rbd.image
-        watcher = await asyncio.create_subprocess_exec(
-            *ceph.rbd_argv("watch", "--pool", "rbd", image),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            cwd=ceph.root,
-        )
-        try:
+        async with ceph.watching(image):
 
             async def watched() -> bool:
                 return bool(ceph.rbd_json("status", "--pool", "rbd", "--image", image)["watchers"])
@@ -263,11 +256,6 @@ async def test_delete_refused_while_watched(secrets: TestCluster, ceph: Any) -> 
             assert "127.0.0.1:" in message
             assert image in images(ceph)
             await CoreV1Api(c.api_client).read_persistent_volume(pv.metadata.name)
-        finally:
-            assert watcher.stdin is not None
-            watcher.stdin.write(b"\n")
-            await watcher.stdin.drain()
-            await asyncio.wait_for(watcher.wait(), 10)
         await wait_pv_gone(c, pv.metadata.name)
     assert image not in images(ceph)
 
