@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
+from sidecar_support import wait_for
 
-from pyprovlib import testing
 from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.attach_options import AttachControllerOptions
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
@@ -102,23 +100,6 @@ def fast_options(**kwargs: Any) -> AttachControllerOptions:
     }
     values.update(kwargs)
     return AttachControllerOptions(**values)
-
-
-def running(
-    controller: AttachController,
-) -> contextlib.AbstractAsyncContextManager[AttachController]:
-    """Run ``controller`` for the block once it is ready, then stop it gracefully (it must not
-    have failed)."""
-    return testing.running(controller, ready=True, stop_timeout=10)
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[T | None]],
-    timeout: float = 15.0,
-    message: str = "condition",
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    return await testing.eventually(predicate, timeout=timeout, message=message)
 
 
 def driver_name(cluster: TestCluster) -> str:

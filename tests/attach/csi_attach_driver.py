@@ -9,7 +9,6 @@ state kept, like a driver container restarting.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import tempfile
@@ -17,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
@@ -26,17 +26,6 @@ Caps = v1.ControllerServiceCapabilityRpcType
 
 ATTACH_CAPS = (Caps.PUBLISH_UNPUBLISH_VOLUME, Caps.PUBLISH_READONLY)
 LIST_CAPS = (Caps.LIST_VOLUMES, Caps.LIST_VOLUMES_PUBLISHED_NODES)
-
-
-@dataclass
-class Fault:
-    """What the next ``times`` calls of a method do: wait ``delay`` seconds, then fail with
-    ``status`` (or, without a status, go on and complete the call)."""
-
-    status: Status | None = None
-    message: str = "injected failure"
-    delay: float = 0.0
-    times: int = 1
 
 
 @dataclass
@@ -56,17 +45,7 @@ class AttachDriverState:
         return node_id in self.published.get(volume_id, set())
 
     async def apply_fault(self, method: str) -> None:
-        queue = self.faults.get(method)
-        if not queue:
-            return
-        fault = queue[0]
-        fault.times -= 1
-        if fault.times <= 0:
-            queue.pop(0)
-        if fault.delay:
-            await asyncio.sleep(fault.delay)
-        if fault.status is not None:
-            raise CSIError(fault.status, fault.message)
+        await play(self.faults.get(method))
 
 
 class AttachController(ControllerService):

@@ -26,10 +26,9 @@ from attach_support import (
     fast_options,
     finalizers,
     is_attached,
-    running,
     status,
-    wait_for,
 )
+from sidecar_support import running, wait_for
 
 from pyprovlib.attacher import AttachError, GrpcCode
 from pyprovlib.controller.attach import (

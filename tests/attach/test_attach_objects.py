@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from attach_support import MemoryAttacher, Objects, driver_name, fast_options, is_attached, running
+from attach_support import MemoryAttacher, Objects, driver_name, fast_options, is_attached
 from csi_attach_driver import AttachDriver, short_socket_dir
 from kubernetes_asyncio.client import V1PersistentVolumeSpec
 from prometheus_client import CollectorRegistry
+from sidecar_support import running
 
 from pyprovlib.attacher import AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController

@@ -9,7 +9,8 @@ import io
 import json
 
 import pytest
-from attach_support import MemoryAttacher, running, status
+from attach_support import MemoryAttacher, status
+from sidecar_support import running
 from test_attach_controller import Scenario, sc  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e

@@ -5,30 +5,20 @@ the CSI or the trivial handler from the driver's capabilities."""
 
 from __future__ import annotations
 
-import asyncio
-import os
+import contextlib
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
-from attach_support import (
-    Objects,
-    driver_name,
-    fast_options,
-    finalizers,
-    is_attached,
-    running,
-    status,
-    wait_for,
-)
+from attach_support import Objects, driver_name, fast_options, finalizers, is_attached, status
 from csi_attach_driver import ATTACH_CAPS, LIST_CAPS, AttachDriver, Caps, Fault, short_socket_dir
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
+from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 
+from pyprovlib import testing
 from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.attach_options import finalizer_name
@@ -42,7 +32,7 @@ from pyprovlib.csi.attacher import (
     volume_capability,
 )
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.runtime import RuntimeContext, parse_common
+from pyprovlib.runtime import parse_common
 from pyprovlib.testing.cluster import TestCluster
 
 Mode = v1.VolumeCapabilityAccessModeMode
@@ -79,6 +69,33 @@ class CSIScenario:
     def unique(self, prefix: str) -> str:
         return self.cluster.unique_name(prefix)
 
+    def sidecar(
+        self, tmp_path: Path, *argv: str
+    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
+        """``python -m pyprovlib.csi.attacher`` on this driver, ``argv`` added."""
+        return sidecar_process(
+            "pyprovlib.csi.attacher",
+            self.cluster,
+            tmp_path,
+            "--csi-address",
+            self.driver.endpoint,
+            *argv,
+        )
+
+    @contextlib.asynccontextmanager
+    async def attaching(self, **options: Any) -> AsyncIterator[AttachController]:
+        """An AttachController over a CSIAttacher on a connection of its own to the driver,
+        running with ``fast_options(**options)``; the connection is closed afterwards."""
+        conn = await self.connect()
+        try:
+            controller = AttachController(
+                self.cluster.api_client, self.name, CSIAttacher(conn), fast_options(**options)
+            )
+            async with running(controller):
+                yield controller
+        finally:
+            conn.close()
+
 
 @pytest.fixture
 async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIScenario]:
@@ -89,10 +106,6 @@ async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSISce
 
 
 async def test_csi_publish_and_unpublish(csi: CSIScenario) -> None:
-    conn = await csi.connect()
-    attacher = CSIAttacher(conn)
-    assert attacher.supports_publish_readonly
-    assert not attacher.supports_list_published
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.secret("creds", {"password": "hunter2-secret"})
     await csi.objects.pv(
@@ -103,35 +116,34 @@ async def test_csi_publish_and_unpublish(csi: CSIScenario) -> None:
         fs_type="ext4",
         attributes={"pool": "fast"},
     )
-    controller = AttachController(csi.cluster.api_client, csi.name, attacher, fast_options())
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(va_name, is_attached, "attached")
-            assert status(va)["attachmentMetadata"] == {"devicePath": "/dev/disk/vol-a"}
-            assert csi.driver.state.is_published("vol-a", csi.node_id)
-            (request,) = csi.driver.state.publish_requests
-            assert request.volume_id == "vol-a"
-            assert request.node_id == csi.node_id
-            assert request.readonly is True
-            assert request.secrets == {"password": "hunter2-secret"}
-            assert request.volume_context == {"pool": "fast"}
-            capability = request.volume_capability
-            assert capability is not None
-            assert capability.mount is not None
-            assert capability.mount.fs_type == "ext4"
-            assert capability.access_mode is not None
-            assert capability.access_mode.mode == Mode.SINGLE_NODE_WRITER
+    async with csi.attaching() as controller:
+        assert isinstance(controller.attacher, CSIAttacher)
+        assert controller.attacher.supports_publish_readonly
+        assert not controller.attacher.supports_list_published
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, is_attached, "attached")
+        assert status(va)["attachmentMetadata"] == {"devicePath": "/dev/disk/vol-a"}
+        assert csi.driver.state.is_published("vol-a", csi.node_id)
+        (request,) = csi.driver.state.publish_requests
+        assert request.volume_id == "vol-a"
+        assert request.node_id == csi.node_id
+        assert request.readonly is True
+        assert request.secrets == {"password": "hunter2-secret"}
+        assert request.volume_context == {"pool": "fast"}
+        capability = request.volume_capability
+        assert capability is not None
+        assert capability.mount is not None
+        assert capability.mount.fs_type == "ext4"
+        assert capability.access_mode is not None
+        assert capability.access_mode.mode == Mode.SINGLE_NODE_WRITER
 
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-            assert not csi.driver.state.is_published("vol-a", csi.node_id)
-            (unpublish,) = csi.driver.state.unpublish_requests
-            assert unpublish.secrets == {"password": "hunter2-secret"}
-            await csi.objects.pvs.delete(pv_name)
-            await csi.objects.wait_pv_gone(pv_name)
-    finally:
-        conn.close()
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)
+        assert not csi.driver.state.is_published("vol-a", csi.node_id)
+        (unpublish,) = csi.driver.state.unpublish_requests
+        assert unpublish.secrets == {"password": "hunter2-secret"}
+        await csi.objects.pvs.delete(pv_name)
+        await csi.objects.wait_pv_gone(pv_name)
     sample = csi.registry.get_sample_value(
         "csi_sidecar_operations_seconds_count",
         {
@@ -174,118 +186,70 @@ async def test_publish_error_goes_to_status_with_its_code(csi: CSIScenario) -> N
     csi.driver.state.fail(
         "ControllerPublishVolume", Fault(Status.FAILED_PRECONDITION, "no free slot", times=2)
     )
-    conn = await csi.connect()
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-b")
-    controller = AttachController(
-        csi.cluster.api_client,
-        csi.name,
-        CSIAttacher(conn),
-        fast_options(retry_interval_start=0.5, retry_interval_max=1.0),
-    )
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "attachError" in status(v), "attachError"
-            )
-            error = status(va)["attachError"]
-            assert error["message"] == "rpc error: code = FailedPrecondition desc = no free slot"
-            assert error["errorCode"] == GrpcCode.FAILED_PRECONDITION
-            va = await csi.objects.wait_va(va_name, is_attached, "attached after the errors")
-            assert "attachError" not in status(va)
-            assert len(csi.driver.state.publish_requests) == 3
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-    finally:
-        conn.close()
+    async with csi.attaching(retry_interval_start=0.5, retry_interval_max=1.0):
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        error = status(va)["attachError"]
+        assert error["message"] == "rpc error: code = FailedPrecondition desc = no free slot"
+        assert error["errorCode"] == GrpcCode.FAILED_PRECONDITION
+        va = await csi.objects.wait_va(va_name, is_attached, "attached after the errors")
+        assert "attachError" not in status(va)
+        assert len(csi.driver.state.publish_requests) == 3
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)
 
 
 async def test_slow_publish_past_the_timeout_keeps_the_finalizer(csi: CSIScenario) -> None:
     # The first publish takes longer than --timeout but completes on the driver.
     csi.driver.state.fail("ControllerPublishVolume", Fault(delay=1.0))
-    conn = await csi.connect()
-    attacher = CSIAttacher(conn)
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-c")
-    controller = AttachController(
-        csi.cluster.api_client,
-        csi.name,
-        attacher,
-        fast_options(timeout=0.3, retry_interval_start=1.0, retry_interval_max=1.0),
-    )
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "attachError" in status(v), "attachError"
-            )
-            error = status(va)["attachError"]
-            assert error["errorCode"] == GrpcCode.DEADLINE_EXCEEDED
-            assert csi.finalizer in finalizers(va)
-            assert not is_attached(va)
-            va = await csi.objects.wait_va(va_name, is_attached, "attached on the retry")
-            assert len(csi.driver.state.publish_requests) == 2
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-            assert not csi.driver.state.is_published("vol-c", csi.node_id)
-    finally:
-        conn.close()
+    async with csi.attaching(timeout=0.3, retry_interval_start=1.0, retry_interval_max=1.0):
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        error = status(va)["attachError"]
+        assert error["errorCode"] == GrpcCode.DEADLINE_EXCEEDED
+        assert csi.finalizer in finalizers(va)
+        assert not is_attached(va)
+        va = await csi.objects.wait_va(va_name, is_attached, "attached on the retry")
+        assert len(csi.driver.state.publish_requests) == 2
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)
+        assert not csi.driver.state.is_published("vol-c", csi.node_id)
 
 
 async def test_driver_restart_is_survived(csi: CSIScenario) -> None:
-    conn = await csi.connect()
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-d")
-    controller = AttachController(
-        csi.cluster.api_client,
-        csi.name,
-        CSIAttacher(conn),
-        fast_options(retry_interval_start=0.2, retry_interval_max=0.5),
-    )
-    try:
-        async with running(controller):
-            await csi.driver.stop()
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "attachError" in status(v), "attachError"
-            )
-            assert status(va)["attachError"]["errorCode"] == GrpcCode.UNAVAILABLE
-            assert not is_attached(va)
-            await csi.driver.start()
-            await csi.objects.wait_va(va_name, is_attached, "attached after the restart")
-            assert csi.driver.state.is_published("vol-d", csi.node_id)
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-    finally:
-        conn.close()
+    async with csi.attaching(retry_interval_start=0.2, retry_interval_max=0.5):
+        await csi.driver.stop()
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        assert status(va)["attachError"]["errorCode"] == GrpcCode.UNAVAILABLE
+        assert not is_attached(va)
+        await csi.driver.start()
+        await csi.objects.wait_va(va_name, is_attached, "attached after the restart")
+        assert csi.driver.state.is_published("vol-d", csi.node_id)
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)
 
 
 async def test_detach_errors_then_no_finalizer_left(csi: CSIScenario) -> None:
     csi.driver.state.fail("ControllerUnpublishVolume", Fault(Status.INTERNAL, "stuck", times=3))
-    conn = await csi.connect()
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-e")
-    controller = AttachController(
-        csi.cluster.api_client, csi.name, CSIAttacher(conn), fast_options()
-    )
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            await csi.objects.wait_va(va_name, is_attached, "attached")
-            await csi.objects.vas.delete(va_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "detachError" in status(v), "detachError"
-            )
-            assert status(va)["detachError"]["message"] == (
-                "rpc error: code = Internal desc = stuck"
-            )
-            await csi.objects.wait_va_gone(va_name)
-            await csi.objects.pvs.delete(pv_name)
-            await csi.objects.wait_pv_gone(pv_name)
-            assert len(csi.driver.state.unpublish_requests) == 4
-    finally:
-        conn.close()
+    async with csi.attaching():
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        await csi.objects.wait_va(va_name, is_attached, "attached")
+        await csi.objects.vas.delete(va_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "detachError" in status(v), "detachError")
+        assert status(va)["detachError"]["message"] == ("rpc error: code = Internal desc = stuck")
+        await csi.objects.wait_va_gone(va_name)
+        await csi.objects.pvs.delete(pv_name)
+        await csi.objects.wait_pv_gone(pv_name)
+        assert len(csi.driver.state.unpublish_requests) == 4
 
 
 async def test_reconciler_repairs_drift_through_list_volumes(
@@ -331,17 +295,6 @@ async def test_reconciler_repairs_drift_through_list_volumes(
 # -- capabilities → handler, the sidecar ----------------------------------------------------
 
 
-def _context(argv: list[str], api_client: Any) -> RuntimeContext:
-    options, args = parse_common(parser(), argv)
-    return RuntimeContext(
-        options=options,
-        args=args,
-        api_client=api_client,
-        log=structlog.get_logger("test"),
-        registry=CollectorRegistry(),
-    )
-
-
 @pytest.mark.parametrize(
     ("controller_service", "capabilities", "trivial"),
     [
@@ -368,121 +321,66 @@ async def test_sidecar_picks_the_handler_from_capabilities(
     await csi.objects.pv(pv_name, "vol-s")
     async with csi.driver:
         argv = ["--csi-address", csi.driver.endpoint, "--retry-interval-start", "50ms"]
-        sidecar = await build(_context(argv, kube_cluster.api_client))
+        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
         assert isinstance(sidecar, AttacherSidecar)
         assert sidecar.controller.trivial is trivial
         assert sidecar.controller.driver_name == csi.name
-        task = asyncio.create_task(sidecar.run())
-        try:
-            await wait_for(_ready_or_failed(sidecar, task), message="sidecar ready")
+        async with running(sidecar):
             await csi.objects.va(va_name, csi.node, pv=pv_name)
             va = await csi.objects.wait_va(va_name, is_attached, "attached")
             assert (csi.finalizer in finalizers(va)) is not trivial
             assert bool(csi.driver.state.publish_requests) is not trivial
             await csi.objects.vas.delete(va_name)
             await csi.objects.wait_va_gone(va_name)
-        finally:
-            sidecar.stop()
-            await asyncio.wait_for(task, 10)
         assert sidecar.connection.lost is False
-
-
-def _ready_or_failed(sidecar: AttacherSidecar, task: asyncio.Task[None]) -> Any:
-    async def probe() -> bool:
-        if task.done():
-            task.result()
-            raise AssertionError("the sidecar stopped")
-        return sidecar.ready()
-
-    return probe
 
 
 async def test_sidecar_process_attaches_and_stops_on_sigterm(
     csi: CSIScenario, tmp_path: Path
 ) -> None:
-    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-p")
-    proc = await _start_sidecar(
-        "--csi-address",
-        csi.driver.endpoint,
-        "--kubeconfig",
-        str(kubeconfig),
+    async with csi.sidecar(
+        tmp_path,
         "--timeout",
         "2s",
         "--retry-interval-start",
         "100ms",
         "--worker-threads",
         "2",
-    )
-    try:
+    ) as proc:
         await csi.objects.va(va_name, csi.node, pv=pv_name)
         va = await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
         assert status(va)["attachmentMetadata"] == {"devicePath": "/dev/disk/vol-p"}
         await csi.objects.vas.delete(va_name)
         await csi.objects.wait_va_gone(va_name)
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        proc.proc.send_signal(signal.SIGTERM)
+        assert await proc.exit_code(20) == 0
 
 
 async def test_sidecar_process_exits_when_the_driver_goes_away(
     csi: CSIScenario, tmp_path: Path
 ) -> None:
-    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     other_pv, other_va = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-x")
-    proc = await _start_sidecar(
-        "--csi-address", csi.driver.endpoint, "--kubeconfig", str(kubeconfig)
-    )
     try:
-        # An attached VA shows the sidecar is connected and working.
-        await csi.objects.va(va_name, csi.node, pv=pv_name)
-        await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
-        await csi.driver.stop()
-        # The next publish finds the driver gone (an idle connection is noticed by the
-        # monitor's periodic probe too, only later).
-        await csi.objects.pv(other_pv, "vol-y")
-        await csi.objects.va(other_va, csi.node, pv=other_pv)
-        # Upstream exits on a lost connection so that the pod restarts it.
-        assert await asyncio.wait_for(proc.wait(), 30) == 1
+        async with csi.sidecar(tmp_path) as proc:
+            # An attached VA shows the sidecar is connected and working.
+            await csi.objects.va(va_name, csi.node, pv=pv_name)
+            await csi.objects.wait_va(va_name, is_attached, "attached by the sidecar", 30)
+            await csi.driver.stop()
+            # The next publish finds the driver gone (an idle connection is noticed by the
+            # monitor's periodic probe too, only later).
+            await csi.objects.pv(other_pv, "vol-y")
+            await csi.objects.va(other_va, csi.node, pv=other_pv)
+            # Upstream exits on a lost connection so that the pod restarts it.
+            assert await proc.exit_code(30) == 1
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
         # Nobody is left to detach: release the VAs by hand so cleanup can delete them.
         for name in (va_name, other_va):
             if await csi.objects.get_va(name) is not None:
                 await csi.objects.vas.patch(name, {"metadata": {"finalizers": None}})
-
-
-def _kubeconfig(cluster: TestCluster, tmp_path: Path) -> Path:
-    if cluster.is_real:
-        assert cluster.kubeconfig is not None
-        return cluster.kubeconfig
-    assert cluster.server is not None
-    path: Path = cluster.server.write_kubeconfig(tmp_path / "kubeconfig")
-    return path
-
-
-async def _start_sidecar(*argv: str) -> asyncio.subprocess.Process:
-    env = dict(os.environ)
-    env.pop("KUBECONFIG", None)
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.attacher",
-        "--log-format",
-        "json",
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
 
 
 # -- pure pieces ---------------------------------------------------------------------------
@@ -552,28 +450,19 @@ def test_sidecar_flags_and_defaults() -> None:
 
 
 async def test_impossible_access_modes_fail_before_the_va_finalizer(csi: CSIScenario) -> None:
-    conn = await csi.connect()
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-m", access_modes=("ReadOnlyMany", "ReadWriteOnce"))
-    controller = AttachController(
-        csi.cluster.api_client, csi.name, CSIAttacher(conn), fast_options()
-    )
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "attachError" in status(v), "attachError"
-            )
-            assert status(va)["attachError"]["message"] == (
-                "CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume"
-            )
-            assert csi.finalizer not in finalizers(va)
-            assert csi.driver.state.publish_requests == []
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-            assert csi.driver.state.unpublish_requests == []
-    finally:
-        conn.close()
+    async with csi.attaching():
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        assert status(va)["attachError"]["message"] == (
+            "CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume"
+        )
+        assert csi.finalizer not in finalizers(va)
+        assert csi.driver.state.publish_requests == []
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)
+        assert csi.driver.state.unpublish_requests == []
 
 
 async def test_driver_error_quoting_a_secret_is_scrubbed(csi: CSIScenario) -> None:
@@ -581,25 +470,16 @@ async def test_driver_error_quoting_a_secret_is_scrubbed(csi: CSIScenario) -> No
         "ControllerPublishVolume",
         Fault(Status.PERMISSION_DENIED, "password hunter2-secret rejected", times=1000),
     )
-    conn = await csi.connect()
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.secret("creds", {"password": "hunter2-secret"})
     await csi.objects.pv(pv_name, "vol-q", secret="creds")
-    controller = AttachController(
-        csi.cluster.api_client, csi.name, CSIAttacher(conn), fast_options()
-    )
-    try:
-        async with running(controller):
-            await csi.objects.va(va_name, csi.node, pv=pv_name)
-            va = await csi.objects.wait_va(
-                va_name, lambda v: "attachError" in status(v), "attachError"
-            )
-            message = status(va)["attachError"]["message"]
-            assert "hunter2" not in message
-            assert message.startswith("rpc error: code = PermissionDenied desc = password ")
-            csi.driver.state.faults.clear()
-            await csi.objects.wait_va(va_name, is_attached, "attached")
-            await csi.objects.vas.delete(va_name)
-            await csi.objects.wait_va_gone(va_name)
-    finally:
-        conn.close()
+    async with csi.attaching():
+        await csi.objects.va(va_name, csi.node, pv=pv_name)
+        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        message = status(va)["attachError"]["message"]
+        assert "hunter2" not in message
+        assert message.startswith("rpc error: code = PermissionDenied desc = password ")
+        csi.driver.state.faults.clear()
+        await csi.objects.wait_va(va_name, is_attached, "attached")
+        await csi.objects.vas.delete(va_name)
+        await csi.objects.wait_va_gone(va_name)

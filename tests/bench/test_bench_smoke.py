@@ -6,28 +6,8 @@ for a line the CSI variant's controller never printed; nothing ran it, so nothin
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _run(script: str, *args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(BENCH / script), *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+from bench_support import run_bench
 
 
 @pytest.mark.parametrize(
@@ -38,7 +18,7 @@ def _run(script: str, *args: str) -> dict[str, Any]:
     ],
 )
 def test_provision_bench_runs(extra: list[str]) -> None:
-    result = _run("provision.py", "--volumes", "20", "--threadiness", "4", *extra)
+    result = run_bench("provision.py", "--volumes", "20", "--threadiness", "4", *extra)
     assert result["bench"] == "provision"
     assert result["volumes"] == 20
     # Every volume was provisioned once: one PV create each, plus its two events.
@@ -52,7 +32,7 @@ def test_provision_bench_runs(extra: list[str]) -> None:
 
 
 def test_csi_provision_bench_runs() -> None:
-    result = _run("csi_provision.py", "--volumes", "20", "--threadiness", "4")
+    result = run_bench("csi_provision.py", "--volumes", "20", "--threadiness", "4")
     assert result["bench"] == "csi_provision"
     assert result["volumes"] == 20
     assert result["csi_calls_per_volume"] == {"CreateVolume": 1.0, "DeleteVolume": 1.0}

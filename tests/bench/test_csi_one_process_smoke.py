@@ -3,24 +3,11 @@ timing asserted): the same work as the figures in bench/README.md, every CSI cal
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "csi_one_process.py"
+from bench_support import run_bench
 
 
 def test_csi_one_process_bench_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), "--volumes", "5", "--layout", "one"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_bench("csi_one_process.py", "--volumes", "5", "--layout", "one")
     assert result["bench"] == "csi_one_process"
     one = result["layouts"]["one"]
     assert one["processes"] == 1

@@ -11,6 +11,7 @@ runs with an argv list and a timeout; no shell is involved.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import json
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,6 +368,25 @@ osd max object namespace len = 64
                 proc.kill()
                 proc.wait()
         self._procs.clear()
+
+    @contextlib.asynccontextmanager
+    async def watching(self, image: str, pool: str = "rbd") -> AsyncIterator[None]:
+        """An ``rbd watch`` client holds a watch on ``pool/image`` while the context is open
+        (it may take a moment to register); afterwards it unwatches cleanly."""
+        watcher = await asyncio.create_subprocess_exec(
+            *self.rbd_argv("watch", "--pool", pool, image),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=self.root,
+        )
+        try:
+            yield
+        finally:
+            assert watcher.stdin is not None
+            watcher.stdin.write(b"\n")  # "press enter to exit": a clean unwatch
+            await watcher.stdin.drain()
+            await asyncio.wait_for(watcher.wait(), 10)
 
     @contextlib.contextmanager
     def osd_paused(self) -> Iterator[None]:

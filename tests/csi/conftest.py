@@ -1,4 +1,5 @@
-"""Fixtures for the CSI tests: a directory short enough for a unix socket, and the Go
+"""Fixtures for the CSI tests: a directory short enough for a unix socket, the in-memory API
+server (with its PV binder) and a kubeconfig for a process under test to reach it, and the Go
 hostpathplugin binary (skips the test when there is none)."""
 
 from __future__ import annotations
@@ -10,11 +11,26 @@ import pytest
 from csi_driver import short_socket_dir
 from csi_e2e import find_hostpathplugin
 
+from pyprovlib.testing.server import ApiServer
+
 
 @pytest.fixture
 def sock_dir(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
     with short_socket_dir(tmp_path) as directory:
         yield directory
+
+
+@pytest.fixture
+def server(apiserver_with_binder: ApiServer) -> ApiServer:
+    """The in-memory API server with its PV binder."""
+    return apiserver_with_binder
+
+
+@pytest.fixture
+def kubeconfig(server: ApiServer, tmp_path: pathlib.Path) -> pathlib.Path:
+    """A kubeconfig for a process under test to reach :func:`server`."""
+    path: pathlib.Path = server.write_kubeconfig(tmp_path / "kubeconfig")
+    return path
 
 
 @pytest.fixture(scope="session")

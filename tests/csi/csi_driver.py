@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
+from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
@@ -25,18 +26,6 @@ TOPOLOGY_KEY = "topology.test.csi/zone"
 
 Caps = v1.ControllerServiceCapabilityRpcType
 Plugin = v1.PluginCapabilityServiceType
-
-
-@dataclass
-class Fault:
-    """What the next ``times`` calls of a method do instead of (or before) answering."""
-
-    status: Status | None = None
-    message: str = "injected failure"
-    delay: float = 0.0
-    times: int = 1
-    exception: Exception | None = None
-    """An unexpected exception to raise (the kit answers INTERNAL)."""
 
 
 @dataclass
@@ -99,19 +88,7 @@ class DriverState:
         return [r for m, r in self.calls if m == method]
 
     async def apply_fault(self, method: str) -> None:
-        queue = self.faults.get(method)
-        if not queue:
-            return
-        fault = queue[0]
-        fault.times -= 1
-        if fault.times <= 0:
-            queue.pop(0)
-        if fault.delay:
-            await asyncio.sleep(fault.delay)
-        if fault.exception is not None:
-            raise fault.exception
-        if fault.status is not None:
-            raise CSIError(fault.status, fault.message)
+        await play(self.faults.get(method))
 
 
 class TestIdentity(IdentityService):

@@ -8,15 +8,23 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
+from process_support import (
+    DEADLINE,
+    create_claim,
+    create_class,
+    entry_point,
+    status,
+    until,
+    wait_claim_bound,
+)
 
 from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
@@ -30,15 +38,11 @@ from pyprovlib.kube.resources import (
     LEASES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
-    STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import parse_common
 from pyprovlib.testing.server import ApiServer
-
-DEADLINE = 30.0
-T = TypeVar("T")
 
 RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"
 
@@ -178,37 +182,7 @@ Process = testing.ChildProcess  # the combined process; its JSON log lines are c
 
 
 def combined(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager[Process]:
-    return testing.child_process(
-        "-m",
-        "pyprovlib.csi",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--log-format",
-        "json",
-        "--retry-interval-start",
-        "10ms",
-        "--retry-interval-max",
-        "200ms",
-        *args,
-        terminate_timeout=DEADLINE,
-    )
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], what: str, process: Process | None = None
-) -> T:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if process is not None and process.proc.returncode is not None:
-            raise AssertionError(f"exited before {what}: {process.raw[-20:]}")
-        if loop.time() > deadline:
-            tail = process.raw[-20:] if process is not None else []
-            raise AssertionError(f"not within {DEADLINE}s: {what} {tail}")
-        await asyncio.sleep(0.05)
+    return entry_point("pyprovlib.csi", kubeconfig, *args, terminate_timeout=DEADLINE)
 
 
 def unix_connections(socket: pathlib.Path) -> int:
@@ -238,17 +212,11 @@ def spec(obj: Obj) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def status(obj: Obj) -> dict[str, Any]:
-    value = obj.get("status")
-    return value if isinstance(value, dict) else {}
-
-
 async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
     """Provision, attach, expand, detach and delete one volume through the process; returns
     the objects as they were at each step."""
     seen: dict[str, Obj] = {}
     async with own_client(server) as api:
-        classes = ResourceClient(api, STORAGE_CLASSES)
         claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
         volumes = ResourceClient(api, PERSISTENT_VOLUMES)
         attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
@@ -260,33 +228,9 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
                 "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
             }
         )
-        await classes.create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "allowVolumeExpansion": True,
-            }
-        )
-        await claims.create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": "default"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "csi",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        )
-
-        async def bound() -> Obj | None:
-            claim = await claims.get("data", "default")
-            return claim if status(claim).get("phase") == "Bound" else None
-
-        seen["bound"] = claim = await eventually(bound, "claim bound", process)
+        await create_class(api, allowVolumeExpansion=True)
+        await create_claim(api, "data")
+        seen["bound"] = claim = await wait_claim_bound(claims, "data", process)
         pv_name = spec(claim)["volumeName"]
 
         await attachments.create(
@@ -306,7 +250,7 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
             va = await attachments.get("va-data")
             return va if status(va).get("attached") else None
 
-        seen["attached"] = await eventually(attached, "volume attached", process)
+        seen["attached"] = await until(attached, "volume attached", process)
 
         await claims.patch(
             "data",
@@ -318,7 +262,7 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
             claim = await claims.get("data", "default")
             return claim if status(claim).get("capacity", {}).get("storage") == "2Gi" else None
 
-        seen["expanded"] = await eventually(expanded, "claim expanded", process)
+        seen["expanded"] = await until(expanded, "claim expanded", process)
         seen["expanded_pv"] = await volumes.get(pv_name)
 
         await attachments.delete("va-data")
@@ -329,26 +273,23 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
                 for va in (await attachments.list()).get("items") or []
             )
 
-        await eventually(detached, "volume detached", process)
+        await until(detached, "volume detached", process)
         await claims.delete("data", "default")
 
         async def deleted() -> bool:
             names = {pv["metadata"]["name"] for pv in (await volumes.list()).get("items") or []}
             return pv_name not in names
 
-        await eventually(deleted, "volume deleted", process)
+        await until(deleted, "volume deleted", process)
     return seen
 
 
 async def test_one_process_provisions_attaches_expands_and_deletes(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     async with (
-        ApiServer(binder=True) as server,
         serve_full_driver(sock_dir) as (state, driver, _),
     ):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
         socket = sock_dir / "csi.sock"
         async with combined(
             kubeconfig,
@@ -399,13 +340,11 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
 
 
 async def test_a_driver_without_expansion_is_refused_with_the_way_out(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """The resizer enabled (the default) on a driver that expands nowhere: the process exits
     1 saying so and how to leave the resizer out; with --controllers it provisions."""
-    async with ApiServer(binder=True) as server, serve_driver(sock_dir, snapshots=False):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
+    async with serve_driver(sock_dir, snapshots=False):
         address = f"unix://{sock_dir / 'csi.sock'}"
         async with combined(kubeconfig, "--csi-address", address) as process:
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
@@ -420,93 +359,44 @@ async def test_a_driver_without_expansion_is_refused_with_the_way_out(
             combined(kubeconfig, "--csi-address", address, "--controllers=provisioner") as process,
             own_client(server) as api,
         ):
-            await ResourceClient(api, STORAGE_CLASSES).create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "StorageClass",
-                    "metadata": {"name": "csi"},
-                    "provisioner": DRIVER_NAME,
-                }
-            )
-            claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-            await claims.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": "data", "namespace": "default"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": "csi",
-                        "resources": {"requests": {"storage": "1Gi"}},
-                    },
-                }
-            )
-
-            async def bound() -> bool:
-                claim = await claims.get("data", "default")
-                return status(claim).get("phase") == "Bound"
-
-            await eventually(bound, "claim bound", process)
+            await create_class(api)
+            claims = await create_claim(api, "data")
+            await wait_claim_bound(claims, "data", process)
 
 
 async def test_a_lost_driver_connection_ends_the_process(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """As each sidecar does (--exit-on-connection-loss, default true): the driver goes away,
     the next call finds it gone (a claim to provision), the process exits 1 so that the pod
     restarts it."""
-    async with ApiServer(binder=True) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
-        address = f"unix://{sock_dir / 'csi.sock'}"
-        async with combined(kubeconfig, "--csi-address", address) as process:
-            async with serve_full_driver(sock_dir):
+    address = f"unix://{sock_dir / 'csi.sock'}"
+    async with combined(kubeconfig, "--csi-address", address) as process:
+        async with serve_full_driver(sock_dir):
 
-                async def started() -> bool:
-                    return any(
-                        line.get("event") == "CSI controllers in one process"
-                        for line in process.lines
-                    )
+            async def started() -> bool:
+                return any(
+                    line.get("event") == "CSI controllers in one process" for line in process.lines
+                )
 
-                await eventually(started, "start-up", process)
-            # The driver is gone; the process is not stopped by the test.
-            async with own_client(server) as api:
-                await ResourceClient(api, STORAGE_CLASSES).create(
-                    {
-                        "apiVersion": "storage.k8s.io/v1",
-                        "kind": "StorageClass",
-                        "metadata": {"name": "csi"},
-                        "provisioner": DRIVER_NAME,
-                    }
-                )
-                await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": "after-loss", "namespace": "default"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "csi",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                )
-            assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
-        assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
+            await until(started, "start-up", process)
+        # The driver is gone; the process is not stopped by the test.
+        async with own_client(server) as api:
+            await create_class(api)
+            await create_claim(api, "after-loss")
+        assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 1
+    assert any("connection" in json.dumps(line).lower() for line in process.lines[-5:])
 
 
 async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
     """Two replicas: one Lease, held by one of them; both answer /healthz and /readyz 200 (a
     standby is ready: leadership is not readiness). Stopping the leader hands the Lease
     over."""
     async with (
-        ApiServer(binder=True) as server,
         serve_full_driver(sock_dir),
     ):
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
         flags = (
             "--csi-address",
             f"unix://{sock_dir / 'csi.sock'}",
@@ -536,7 +426,7 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
                 ]
                 return [f[0] for f in found] if all(found) else None
 
-            first_port, second_port = await eventually(ports, "HTTP servers")
+            first_port, second_port = await until(ports, "HTTP servers")
 
             async def holder() -> str | None:
                 items = (await leases.list("default")).get("items") or []
@@ -544,7 +434,7 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
                     return None
                 return str(items[0]["spec"].get("holderIdentity") or "") or None
 
-            leader = await eventually(holder, "a leader")
+            leader = await until(holder, "a leader")
 
             async def all_answer(path: str) -> bool:
                 for port in (first_port, second_port):
@@ -553,7 +443,7 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
                             return False
                 return True
 
-            await eventually(lambda: all_answer("/readyz"), "both ready")
+            await until(lambda: all_answer("/readyz"), "both ready")
             assert await all_answer("/healthz")
             items = (await leases.list("default")).get("items") or []
             assert [i["metadata"]["name"] for i in items] == [lease_name(DRIVER_NAME)]
@@ -567,7 +457,7 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
                 now = await holder()
                 return now is not None and now != leader
 
-            await eventually(taken_over, "the Lease taken over", standby)
+            await until(taken_over, "the Lease taken over", standby)
             assert standby.proc.returncode is None
 
 

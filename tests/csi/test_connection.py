@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import structlog
@@ -185,6 +186,19 @@ async def test_call_timeout_metrics_and_secret_scrubbing(sock_dir: pathlib.Path)
             conn.close()
 
 
+@contextlib.asynccontextmanager
+async def monitored(conn: CSIConnection) -> AsyncIterator[asyncio.Task[None]]:
+    """``conn``'s monitor running for the block; then cancelled, and ``conn`` closed."""
+    monitor = asyncio.create_task(conn.monitor())
+    try:
+        yield monitor
+    finally:
+        monitor.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await monitor
+        conn.close()
+
+
 async def test_idle_connection_is_not_probed(sock_dir: pathlib.Path) -> None:
     # Issue 18: an idle sidecar called Probe every second. As upstream, Probe runs until ready
     # at start-up only; the monitor waits for a call to find the connection lost. Time moves
@@ -196,8 +210,7 @@ async def test_idle_connection_is_not_probed(sock_dir: pathlib.Path) -> None:
         conn = await CSIConnection.open(
             str(sock_dir / "csi.sock"), metrics=CSIMetrics(registry), clock=clock
         )
-        monitor = asyncio.create_task(conn.monitor())
-        try:
+        async with monitored(conn) as monitor:
             assert probes(registry) == 1
             loop = asyncio.get_running_loop()
             until = loop.time() + 1.5
@@ -206,11 +219,6 @@ async def test_idle_connection_is_not_probed(sock_dir: pathlib.Path) -> None:
                 await asyncio.sleep(0.05)
             assert probes(registry) == 1
             assert not monitor.done()
-        finally:
-            monitor.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await monitor
-            conn.close()
 
 
 async def test_lost_connection_found_by_a_call_exits_when_configured(
@@ -237,19 +245,13 @@ async def test_driver_restart_while_idle_is_recovered_by_the_next_call(
     state = DriverState()
     async with serve_driver(sock_dir, state=state) as (_, server):
         conn = await CSIConnection.open(str(sock_dir / "csi.sock"), FAST, metrics=CSIMetrics(None))
-        monitor = asyncio.create_task(conn.monitor())
-        try:
+        async with monitored(conn) as monitor:
             await server.stop()
             async with serve_driver(sock_dir, state=state):
                 response = await conn.create_volume(CREATE)
                 assert response.volume is not None
                 assert not conn.lost
                 assert not monitor.done()
-        finally:
-            monitor.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await monitor
-            conn.close()
 
 
 async def test_lost_connection_reconnects_when_configured(sock_dir: pathlib.Path) -> None:
@@ -261,8 +263,7 @@ async def test_lost_connection_reconnects_when_configured(sock_dir: pathlib.Path
             str(sock_dir / "csi.sock"), options, metrics=CSIMetrics(registry)
         )
         with structlog.testing.capture_logs() as logs:
-            monitor = asyncio.create_task(conn.monitor())
-            try:
+            async with monitored(conn):
                 await server.stop()
                 with pytest.raises(CSICallError) as info:
                     await conn.create_volume(CREATE)
@@ -277,11 +278,6 @@ async def test_lost_connection_reconnects_when_configured(sock_dir: pathlib.Path
                     await wait_for(lambda: not conn.lost)
                     response = await conn.create_volume(CREATE)
                     assert response.volume is not None
-            finally:
-                monitor.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await monitor
-                conn.close()
     events = [e["event"] for e in logs]
     # One outage is one loss and one reconnect (regression: the failing probes of the wait
     # marked the connection lost again after it had cleared).

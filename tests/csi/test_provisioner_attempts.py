@@ -12,6 +12,7 @@ and the driver each record, so a retry that costs CPU without showing in the dri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pathlib
 from collections import Counter
 
@@ -78,6 +79,19 @@ async def create_and_bind(env: Env, class_name: str, count: int) -> list[Obj]:
     return await env.cluster.wait_for(all_bound, timeout=60, message=f"{count} claims Bound")
 
 
+def counted_env(
+    kube_cluster: TestCluster, sock_dir: pathlib.Path, registry: CollectorRegistry
+) -> contextlib.AbstractAsyncContextManager[Env]:
+    """The provisioner with 16 workers on shared informers, its metrics in ``registry``."""
+    return csi_env(
+        kube_cluster,
+        sock_dir,
+        shared_informers=True,
+        threadiness=16,
+        metrics=ProvisionMetrics(registry),
+    )
+
+
 def create_requests_by_name(env: Env) -> Counter[str]:
     requests = env.driver.requests("CreateVolume")
     return Counter(r.name for r in requests if isinstance(r, v1.CreateVolumeRequest))
@@ -88,13 +102,7 @@ async def test_one_attempt_and_one_create_volume_per_claim(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, claims: int
 ) -> None:
     registry = CollectorRegistry()
-    async with csi_env(
-        kube_cluster,
-        sock_dir,
-        shared_informers=True,
-        threadiness=16,
-        metrics=ProvisionMetrics(registry),
-    ) as env:
+    async with counted_env(kube_cluster, sock_dir, registry) as env:
         class_name = await create_class(env)
         bound = await create_and_bind(env, class_name, claims)
 
@@ -114,13 +122,7 @@ async def test_a_retried_claim_shows_in_every_count(
     """The counts above do see a retry: one CreateVolume failing Unavailable costs that claim a
     second attempt, in the controller's, the connection's and the driver's figures."""
     registry = CollectorRegistry()
-    async with csi_env(
-        kube_cluster,
-        sock_dir,
-        shared_informers=True,
-        threadiness=16,
-        metrics=ProvisionMetrics(registry),
-    ) as env:
+    async with counted_env(kube_cluster, sock_dir, registry) as env:
         class_name = await create_class(env)
         env.driver.fail("CreateVolume", Fault(status=Status.UNAVAILABLE, message="restarting"))
         await create_and_bind(env, class_name, 16)

@@ -66,6 +66,15 @@ def segments(topologies: list[v1.Topology]) -> list[dict[str, str]]:
     return [dict(t.segments) for t in topologies]
 
 
+def accessibility_requirements(env: Env) -> v1.TopologyRequirement:
+    """What the one CreateVolume call so far asked for where the volume must be reachable."""
+    [request] = env.driver.requests("CreateVolume")
+    assert isinstance(request, v1.CreateVolumeRequest)
+    requirement = request.accessibility_requirements
+    assert requirement is not None
+    return requirement
+
+
 @pytest.mark.parametrize("shared_informers", [False, True], ids=["rest", "informers"])
 async def test_selected_node_topology_reaches_the_driver_and_the_pv(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, shared_informers: bool
@@ -81,10 +90,7 @@ async def test_selected_node_topology_reaches_the_driver_and_the_pv(
         name = claim["metadata"]["name"]
         await kube_cluster.schedule(name, "node-b")
         bound = await wait_bound(env, name)
-        [request] = env.driver.requests("CreateVolume")
-        assert isinstance(request, v1.CreateVolumeRequest)
-        requirement = request.accessibility_requirements
-        assert requirement is not None
+        requirement = accessibility_requirements(env)
         assert segments(requirement.requisite) == [
             {TOPOLOGY_KEY: "zone-a"},
             {TOPOLOGY_KEY: "zone-b"},
@@ -117,10 +123,7 @@ async def test_allowed_topologies_with_immediate_binding(
         )
         claim = await create_claim(env, class_name)
         await wait_bound(env, claim["metadata"]["name"])
-        [request] = env.driver.requests("CreateVolume")
-        assert isinstance(request, v1.CreateVolumeRequest)
-        requirement = request.accessibility_requirements
-        assert requirement is not None
+        requirement = accessibility_requirements(env)
         assert segments(requirement.requisite) == [
             {TOPOLOGY_KEY: "zone-c"},
             {TOPOLOGY_KEY: "zone-d"},
@@ -206,18 +209,25 @@ async def test_clone_of_a_missing_claim_is_reported(
         assert env.driver.requests("CreateVolume") == []
 
 
+async def claim_deleted_while_creating(env: Env) -> Obj:
+    """A claim deleted while its CreateVolume, slower than the call timeout, is in flight."""
+    class_name = await create_class(env)
+    env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
+    claim = await create_claim(env, class_name)
+    uid = claim["metadata"]["uid"]
+    await wait_until(env, lambda: uid in env.provisioner.in_flight, "CreateVolume in flight")
+    await delete_claim(env, claim["metadata"]["name"])
+    return claim
+
+
 async def test_claim_deleted_while_volume_creates_in_background_is_not_leaked(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     # Upstream issues #486/#1469: CreateVolume times out, the claim is deleted, the driver
     # finishes the volume later. Here the retry finds the claim gone and deletes the volume.
     async with csi_env(kube_cluster, sock_dir, call_timeout=0.2) as env:
-        class_name = await create_class(env)
-        env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
-        claim = await create_claim(env, class_name)
+        claim = await claim_deleted_while_creating(env)
         uid = claim["metadata"]["uid"]
-        await wait_until(env, lambda: uid in env.provisioner.in_flight, "CreateVolume in flight")
-        await delete_claim(env, claim["metadata"]["name"])
         await wait_until(env, lambda: env.driver.requests("DeleteVolume"), "volume cleaned up")
         await wait_until(env, lambda: not env.driver.volumes, "no volume left in the driver")
         await wait_until(env, lambda: uid not in env.provisioner.in_flight, "in-flight cleared")
@@ -281,12 +291,8 @@ async def test_without_clean_up_the_volume_goes_through_a_released_pv(
     # PV is saved for the deleted claim and only its Released-PV deletion removes the volume.
     options = CSIProvisionerOptions(clean_up_deleted_claims=False)
     async with csi_env(kube_cluster, sock_dir, call_timeout=0.2, options=options) as env:
-        class_name = await create_class(env)
-        env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
-        claim = await create_claim(env, class_name)
+        claim = await claim_deleted_while_creating(env)
         uid = claim["metadata"]["uid"]
-        await wait_until(env, lambda: uid in env.provisioner.in_flight, "CreateVolume in flight")
-        await delete_claim(env, claim["metadata"]["name"])
         await wait_event(env, claim["metadata"]["name"], "ProvisioningSucceeded")
         await wait_volume_gone(env, f"pvc-{uid}")
         await wait_until(env, lambda: not env.driver.volumes, "volume deleted via the PV")

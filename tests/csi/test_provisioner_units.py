@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from grpclib.const import Status
 
@@ -143,43 +145,39 @@ def segs(topologies: list[v1.Topology]) -> list[dict[str, str]]:
     return [dict(t.segments) for t in topologies]
 
 
+def requirements(
+    nodes: list[Obj],
+    csinodes: list[Obj],
+    selected: int | None = None,
+    allowed: list[Obj] | None = None,
+    **options: Any,
+) -> v1.TopologyRequirement | None:
+    """The requirements of driver ``d`` for a claim, ``nodes[selected]`` (and its CSINode)
+    selected, or none."""
+    return generate_accessibility_requirements(
+        "d",
+        "claim",
+        allowed or [],
+        selected_node=None if selected is None else nodes[selected],
+        selected_csinode=None if selected is None else csinodes[selected],
+        all_nodes=nodes,
+        all_csinodes=csinodes,
+        **options,
+    )
+
+
 def test_topology_selected_node_strict_and_aggregated() -> None:
     nodes = [node("a", "z1"), node("b", "z2"), node("c", "z3")]
     csinodes = [csinode("a", [KEY]), csinode("b", [KEY]), csinode("c", [KEY], driver="other")]
-    req = generate_accessibility_requirements(
-        "d",
-        "claim",
-        [],
-        selected_node=nodes[1],
-        selected_csinode=csinodes[1],
-        all_nodes=nodes,
-        all_csinodes=csinodes,
-    )
+    req = requirements(nodes, csinodes, 1)
     assert req is not None
     assert segs(req.requisite) == [{KEY: "z1"}, {KEY: "z2"}]
     assert segs(req.preferred) == [{KEY: "z2"}, {KEY: "z1"}]
-    strict = generate_accessibility_requirements(
-        "d",
-        "claim",
-        [],
-        selected_node=nodes[1],
-        selected_csinode=csinodes[1],
-        all_nodes=nodes,
-        all_csinodes=csinodes,
-        strict_topology=True,
-    )
+    strict = requirements(nodes, csinodes, 1, strict_topology=True)
     assert strict is not None
     assert segs(strict.requisite) == [{KEY: "z2"}]
     with pytest.raises(TopologyError, match="not registered"):
-        generate_accessibility_requirements(
-            "d",
-            "claim",
-            [],
-            selected_node=nodes[2],
-            selected_csinode=csinodes[2],
-            all_nodes=nodes,
-            all_csinodes=csinodes,
-        )
+        requirements(nodes, csinodes, 2)
     with pytest.raises(TopologyError, match="missing"):
         generate_accessibility_requirements(
             "d",
@@ -195,33 +193,16 @@ def test_topology_selected_node_strict_and_aggregated() -> None:
 def test_topology_immediate() -> None:
     nodes = [node("a", "z1"), node("b", "z2")]
     csinodes = [csinode("a", [KEY]), csinode("b", [KEY])]
-    req = generate_accessibility_requirements(
-        "d",
-        "claim",
-        [],
-        selected_node=None,
-        selected_csinode=None,
-        all_nodes=nodes,
-        all_csinodes=csinodes,
-    )
+    req = requirements(nodes, csinodes)
     assert req is not None
     assert segs(req.requisite) == [{KEY: "z1"}, {KEY: "z2"}]
     assert sorted(map(str, segs(req.preferred))) == sorted(map(str, segs(req.requisite)))
-    none = generate_accessibility_requirements(
-        "d",
-        "claim",
-        [],
-        selected_node=None,
-        selected_csinode=None,
-        all_nodes=nodes,
-        all_csinodes=csinodes,
-        immediate_topology=False,
-    )
+    none = requirements(nodes, csinodes, immediate_topology=False)
     assert none is None
-    allowed = generate_accessibility_requirements(
-        "d",
-        "claim",
-        [
+    allowed = requirements(
+        [],
+        [],
+        allowed=[
             {
                 "matchLabelExpressions": [
                     {"key": KEY, "values": ["z9"]},
@@ -229,10 +210,6 @@ def test_topology_immediate() -> None:
                 ]
             }
         ],
-        selected_node=None,
-        selected_csinode=None,
-        all_nodes=[],
-        all_csinodes=[],
     )
     assert allowed is not None
     assert segs(allowed.requisite) == [{"r": "1", KEY: "z9"}, {"r": "2", KEY: "z9"}]

@@ -12,67 +12,26 @@ from contextlib import AbstractAsyncContextManager
 import aiohttp
 import pytest
 from csi_driver import DriverState, serve_driver
+from process_support import DEADLINE, create_claim, create_class, entry_point, wait_claim_bound
 
 from pyprovlib import testing
 from pyprovlib.csi.provisioner import build_parser
 from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.server import ApiServer
-
-DEADLINE = 30.0
-
 
 Sidecar = testing.ChildProcess  # the sidecar process; its JSON log lines are collected
 
 
 def sidecar(kubeconfig: pathlib.Path, *args: str) -> AbstractAsyncContextManager[Sidecar]:
-    return testing.child_process(
-        "-m",
-        "pyprovlib.csi.provisioner",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--log-format",
-        "json",
-        "--retry-interval-start",
-        "10ms",
-        "--retry-interval-max",
-        "200ms",
-        *args,
-    )
+    return entry_point("pyprovlib.csi.provisioner", kubeconfig, *args)
 
 
-async def provision_one(server: ApiServer, driver: str) -> Obj:
+async def provision_one(server: ApiServer, process: Sidecar) -> Obj:
+    """The claim ``data`` of the test driver's class ``csi``, once the sidecar bound it."""
     async with server.api_client() as api:
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": driver,
-            }
-        )
-        claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-        await claims.create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "namespace": "default"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "csi",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE
-        while True:
-            claim = await claims.get("data", "default")
-            if (claim.get("status") or {}).get("phase") == "Bound":
-                return claim
-            assert loop.time() < deadline, "claim not bound"
-            await asyncio.sleep(0.05)
+        await create_class(api)
+        claims = await create_claim(api, "data")
+        return await wait_claim_bound(claims, "data", process)
 
 
 def test_flags_have_external_provisioner_names_and_defaults() -> None:
@@ -118,71 +77,54 @@ def test_controller_options_are_external_provisioners() -> None:
 
 
 async def test_waits_for_a_late_socket_provisions_and_exits_on_connection_loss(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
-    async with ApiServer(binder=True) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
-        socket = sock_dir / "csi.sock"
-        async with sidecar(
-            kubeconfig, "--csi-address", f"unix://{socket}", "--http-endpoint", "127.0.0.1:0"
-        ) as proc:
-            # No socket yet: the sidecar says so and keeps waiting, no crash loop.
-            await proc.wait_for("waiting for the CSI socket to appear")
+    socket = sock_dir / "csi.sock"
+    async with sidecar(
+        kubeconfig, "--csi-address", f"unix://{socket}", "--http-endpoint", "127.0.0.1:0"
+    ) as proc:
+        # No socket yet: the sidecar says so and keeps waiting, no crash loop.
+        await proc.wait_for("waiting for the CSI socket to appear")
+        assert proc.proc.returncode is None
+        state = DriverState(ready=False)
+        async with serve_driver(sock_dir, state=state):
+            await proc.wait_for("CSI driver is not ready", times=2)
             assert proc.proc.returncode is None
-            state = DriverState(ready=False)
-            async with serve_driver(sock_dir, state=state):
-                await proc.wait_for("CSI driver is not ready", times=2)
-                assert proc.proc.returncode is None
-                state.ready = True
-                await proc.wait_for("CSI driver identified")
-                # The runtime serves HTTP once the controller is built (after the driver
-                # answered), as upstream starts its endpoint after connecting.
-                port = int((await proc.wait_for("HTTP server listening"))["port"])
-                claim = await provision_one(server, "test.csi.pyprovlib.io")
-                assert claim["spec"]["volumeName"] == f"pvc-{claim['metadata']['uid']}"
-                assert len(state.volumes) == 1
-                async with aiohttp.ClientSession() as http:
-                    async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
-                        metrics = await response.text()
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
-                        assert response.status == 200
-                assert (
-                    'csi_sidecar_operations_seconds_count{driver_name="test.csi.pyprovlib.io",'
-                    'grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"} 1.0'
-                ) in metrics
-                assert "controller_persistentvolumeclaim_provision_total" in metrics
-            # The driver went away. As upstream, the idle sidecar does not probe: the next
-            # call finds the connection lost, and the sidecar exits so that the container is
-            # restarted.
-            async with server.api_client() as api:
-                await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "metadata": {"name": "after-loss", "namespace": "default"},
-                        "spec": {
-                            "accessModes": ["ReadWriteOnce"],
-                            "storageClassName": "csi",
-                            "resources": {"requests": {"storage": "1Gi"}},
-                        },
-                    }
-                )
-            code = await proc.exit_code()
-            assert code != 0
-            assert proc.count("lost connection to the CSI driver") >= 1
+            state.ready = True
+            await proc.wait_for("CSI driver identified")
+            # The runtime serves HTTP once the controller is built (after the driver
+            # answered), as upstream starts its endpoint after connecting.
+            port = int((await proc.wait_for("HTTP server listening"))["port"])
+            claim = await provision_one(server, proc)
+            assert claim["spec"]["volumeName"] == f"pvc-{claim['metadata']['uid']}"
+            assert len(state.volumes) == 1
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as response:
+                    metrics = await response.text()
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                    assert response.status == 200
+            assert (
+                'csi_sidecar_operations_seconds_count{driver_name="test.csi.pyprovlib.io",'
+                'grpc_status_code="OK",method_name="/csi.v1.Controller/CreateVolume"} 1.0'
+            ) in metrics
+            assert "controller_persistentvolumeclaim_provision_total" in metrics
+        # The driver went away. As upstream, the idle sidecar does not probe: the next
+        # call finds the connection lost, and the sidecar exits so that the container is
+        # restarted.
+        async with server.api_client() as api:
+            await create_claim(api, "after-loss")
+        code = await proc.exit_code()
+        assert code != 0
+        assert proc.count("lost connection to the CSI driver") >= 1
 
 
 async def test_sigterm_while_waiting_for_the_driver_exits_cleanly(
-    tmp_path: pathlib.Path, sock_dir: pathlib.Path
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
-    async with ApiServer(binder=True) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
-        async with sidecar(kubeconfig, "--csi-address", str(sock_dir / "missing.sock")) as proc:
-            await proc.wait_for("waiting for the CSI socket to appear")
-            proc.proc.send_signal(signal.SIGTERM)
-            assert await proc.exit_code() == 0
+    async with sidecar(kubeconfig, "--csi-address", str(sock_dir / "missing.sock")) as proc:
+        await proc.wait_for("waiting for the CSI socket to appear")
+        proc.proc.send_signal(signal.SIGTERM)
+        assert await proc.exit_code() == 0
 
 
 @pytest.mark.parametrize("flag", ["--version"])

@@ -58,6 +58,32 @@ async def snapshot_of_new_volume(env: Env, class_name: str, size: str = "1Gi") -
     return env.driver.take_snapshot(pv["spec"]["csi"]["volumeHandle"])
 
 
+async def class_and_snapshot(env: Env) -> tuple[str, Snapshot]:
+    """A class of the driver and a snapshot (in the driver) of a volume provisioned from it;
+    skips where the cluster has no snapshot CRDs."""
+    await require_snapshot_crds(env)
+    class_name = await create_class(env)
+    return class_name, await snapshot_of_new_volume(env, class_name)
+
+
+async def restore_claim(
+    env: Env, class_name: str, snap: Snapshot, **snapshot: Any
+) -> tuple[Obj, SnapshotObjects]:
+    """A claim of ``class_name`` restoring from a VolumeSnapshot of ``snap``, made by
+    ``create_snapshot(**snapshot)``."""
+    objects = await create_snapshot(env, snap.snapshot_id, **snapshot)
+    claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+    return claim, objects
+
+
+def restored_snapshot_id(env: Env, claim: Obj) -> str:
+    """The snapshot the one CreateVolume call for ``claim`` restored from."""
+    [request] = create_calls_for(env, claim)
+    assert request.volume_content_source is not None
+    assert request.volume_content_source.snapshot is not None
+    return request.volume_content_source.snapshot.snapshot_id
+
+
 def create_calls_for(env: Env, claim: Obj) -> list[v1.CreateVolumeRequest]:
     name = f"pvc-{claim['metadata']['uid']}"
     calls = [
@@ -70,9 +96,7 @@ async def test_claim_is_restored_from_a_ready_snapshot(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
+        class_name, snap = await class_and_snapshot(env)
         objects = await create_snapshot(env, snap.snapshot_id, restore_size=snap.size)
         claim = await create_claim(
             env, class_name, size="2Gi", dataSource=snapshot_source(objects.snapshot)
@@ -94,10 +118,7 @@ async def test_claim_is_restored_from_a_ready_snapshot(
         # The same through dataSourceRef alone.
         claim = await create_claim(env, class_name, dataSourceRef=snapshot_source(objects.snapshot))
         await wait_bound(env, claim["metadata"]["name"])
-        [request] = create_calls_for(env, claim)
-        assert request.volume_content_source is not None
-        assert request.volume_content_source.snapshot is not None
-        assert request.volume_content_source.snapshot.snapshot_id == snap.snapshot_id
+        assert restored_snapshot_id(env, claim) == snap.snapshot_id
         # No restore in flight: the snapshot is not held.
         current = await get_snapshot(env, objects.snapshot)
         assert current is not None
@@ -119,23 +140,18 @@ class Rejection:
     plane the case gets one of its own started with ``--feature-gates=<gate>=true``."""
 
 
+def _snapshot_with(**kwargs: Any) -> Callable[[Env, Snapshot], Awaitable[dict[str, Any]]]:
+    """A claim's source: a VolumeSnapshot of ``snap`` made by ``create_snapshot(**kwargs)``."""
+
+    async def setup(env: Env, snap: Snapshot) -> dict[str, Any]:
+        objects = await create_snapshot(env, snap.snapshot_id, **kwargs)
+        return {"dataSource": snapshot_source(objects.snapshot)}
+
+    return setup
+
+
 async def _missing(env: Env, snap: Snapshot) -> dict[str, Any]:
     return {"dataSource": snapshot_source("no-such-snapshot")}
-
-
-async def _not_ready(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(env, snap.snapshot_id, ready=False)
-    return {"dataSource": snapshot_source(objects.snapshot)}
-
-
-async def _unbound(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(env, snap.snapshot_id, bound=False)
-    return {"dataSource": snapshot_source(objects.snapshot)}
-
-
-async def _other_driver(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(env, snap.snapshot_id, driver="other.csi.example.com")
-    return {"dataSource": snapshot_source(objects.snapshot)}
 
 
 async def _content_of_another_snapshot(env: Env, snap: Snapshot) -> dict[str, Any]:
@@ -161,42 +177,12 @@ async def _no_handle(env: Env, snap: Snapshot) -> dict[str, Any]:
     return {"dataSource": snapshot_source(objects.snapshot)}
 
 
-async def _too_large(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(env, snap.snapshot_id, restore_size=2 * GI)
-    return {"dataSource": snapshot_source(objects.snapshot)}  # the claim asks for 1Gi
-
-
 async def _being_deleted(env: Env, snap: Snapshot) -> dict[str, Any]:
     objects = await create_snapshot(env, snap.snapshot_id)
     snapshots = ResourceClient(env.cluster.api_client, VOLUME_SNAPSHOTS)
     ns = env.cluster.namespace
     await snapshots.patch(objects.snapshot, {"metadata": {"finalizers": [HOLD]}}, namespace=ns)
     await snapshots.delete(objects.snapshot, ns)
-    return {"dataSource": snapshot_source(objects.snapshot)}
-
-
-async def _volume_mode_changed(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
-    return {"dataSource": snapshot_source(objects.snapshot)}  # the claim is Filesystem
-
-
-async def _volume_mode_change_refused(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(
-        env,
-        snap.snapshot_id,
-        source_volume_mode="Block",
-        content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "false"},
-    )
-    return {"dataSource": snapshot_source(objects.snapshot)}
-
-
-async def _volume_mode_change_garbled(env: Env, snap: Snapshot) -> dict[str, Any]:
-    objects = await create_snapshot(
-        env,
-        snap.snapshot_id,
-        source_volume_mode="Block",
-        content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "maybe"},
-    )
     return {"dataSource": snapshot_source(objects.snapshot)}
 
 
@@ -215,26 +201,44 @@ HOLD = "pyprovlib.io/test-hold"
 
 REJECTIONS = {
     "missing": Rejection(_missing, "VolumeSnapshot {ns}/no-such-snapshot not found"),
-    "not-ready": Rejection(_not_ready, "is not ready to use yet"),
-    "unbound": Rejection(_unbound, "is not bound to a VolumeSnapshotContent yet"),
-    "other-driver": Rejection(_other_driver, "was taken by CSI driver 'other.csi.example.com'"),
+    "not-ready": Rejection(_snapshot_with(ready=False), "is not ready to use yet"),
+    "unbound": Rejection(
+        _snapshot_with(bound=False), "is not bound to a VolumeSnapshotContent yet"
+    ),
+    "other-driver": Rejection(
+        _snapshot_with(driver="other.csi.example.com"),
+        "was taken by CSI driver 'other.csi.example.com'",
+    ),
     "content-of-another-snapshot": Rejection(
         _content_of_another_snapshot,
         "points at another snapshot",
         no_snapshot_controller="it would rebind the snapshot",
     ),
     "no-handle": Rejection(_no_handle, "has no status.snapshotHandle"),
-    "restore-size": Rejection(
-        _too_large, f"requested volume size {GI} is less than the size {2 * GI}"
+    "restore-size": Rejection(  # the claim asks for 1Gi
+        _snapshot_with(restore_size=2 * GI),
+        f"requested volume size {GI} is less than the size {2 * GI}",
     ),
     "being-deleted": Rejection(_being_deleted, "is being deleted: restore claim"),
+    # A Block snapshot for the Filesystem claim, its content allowing that or not.
     "volume-mode": Rejection(
-        _volume_mode_changed, f"annotation {ANN_ALLOW_VOLUME_MODE_CHANGE} is not present"
+        _snapshot_with(source_volume_mode="Block"),
+        f"annotation {ANN_ALLOW_VOLUME_MODE_CHANGE} is not present",
     ),
     "volume-mode-false": Rejection(
-        _volume_mode_change_refused, f"{ANN_ALLOW_VOLUME_MODE_CHANGE} is set to false"
+        _snapshot_with(
+            source_volume_mode="Block",
+            content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "false"},
+        ),
+        f"{ANN_ALLOW_VOLUME_MODE_CHANGE} is set to false",
     ),
-    "volume-mode-garbled": Rejection(_volume_mode_change_garbled, "is 'maybe', not a boolean"),
+    "volume-mode-garbled": Rejection(
+        _snapshot_with(
+            source_volume_mode="Block",
+            content_annotations={ANN_ALLOW_VOLUME_MODE_CHANGE: "maybe"},
+        ),
+        "is 'maybe', not a boolean",
+    ),
     "wrong-api-group": Rejection(_wrong_group, "must have apiGroup snapshot.storage.k8s.io"),
     # Without the alpha gate (kube-apiserver's default) the cross-namespace dataSourceRef is
     # dropped on create and the claim is an ordinary one.
@@ -287,9 +291,7 @@ async def _check_rejection(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, case: str, rejection: Rejection
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
+        class_name, snap = await class_and_snapshot(env)
         extra = await rejection.setup(env, snap)
         claim = await create_claim(env, class_name, size="1Gi", **extra)
         name = claim["metadata"]["name"]
@@ -342,11 +344,8 @@ async def test_volume_mode_change_allowed_by_annotation_or_option(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        class_name, snap = await class_and_snapshot(env)
+        claim, objects = await restore_claim(env, class_name, snap, source_volume_mode="Block")
         await wait_event(env, claim["metadata"]["name"], "ProvisioningFailed", "volume mode")
         # The owner of the snapshot allows the conversion: the retry restores it.
         await ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOT_CONTENTS).patch(
@@ -360,8 +359,7 @@ async def test_volume_mode_change_allowed_by_annotation_or_option(
         # A new driver (with a name of its own): a new class and a new snapshot.
         class_name = await create_class(env)
         snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id, source_volume_mode="Block")
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        claim, _ = await restore_claim(env, class_name, snap, source_volume_mode="Block")
         await wait_bound(env, claim["metadata"]["name"])
 
 
@@ -399,11 +397,8 @@ async def test_snapshot_that_becomes_ready_later_is_restored(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id, ready=False)
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        class_name, snap = await class_and_snapshot(env)
+        claim, objects = await restore_claim(env, class_name, snap, ready=False)
         name = claim["metadata"]["name"]
         await wait_event(env, name, "ProvisioningFailed", "is not ready to use yet")
         assert create_calls_for(env, claim) == []
@@ -411,22 +406,16 @@ async def test_snapshot_that_becomes_ready_later_is_restored(
             env, objects, handle=snap.snapshot_id, ready=True, restore_size=snap.size
         )
         await wait_bound(env, name)
-        [request] = create_calls_for(env, claim)
-        assert request.volume_content_source is not None
-        assert request.volume_content_source.snapshot is not None
-        assert request.volume_content_source.snapshot.snapshot_id == snap.snapshot_id
+        assert restored_snapshot_id(env, claim) == snap.snapshot_id
 
 
 async def test_driver_ignoring_the_snapshot_gets_its_volume_deleted(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id)
+        class_name, snap = await class_and_snapshot(env)
         env.driver.drop_content_source = True
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        claim, _ = await restore_claim(env, class_name, snap)
         name = claim["metadata"]["name"]
         await wait_event(env, name, "ProvisioningFailed", "volume content source missing")
         volume_name = f"pvc-{claim['metadata']['uid']}"
@@ -447,12 +436,9 @@ async def test_snapshot_is_protected_while_restoring_even_when_deleted(
     # deleted meanwhile. The protection finalizer keeps it until the restore finished, and a
     # restore that started before the deletion is carried through (upstream's rule).
     async with csi_env(kube_cluster, sock_dir, call_timeout=0.3) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id)
+        class_name, snap = await class_and_snapshot(env)
         env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        claim, objects = await restore_claim(env, class_name, snap)
         uid = claim["metadata"]["uid"]
         await wait_until(env, lambda: uid in env.provisioner.in_flight, "restore in flight")
 
@@ -513,11 +499,8 @@ async def test_deleting_a_restored_claim_deletes_its_volume(
     kube_cluster: TestCluster, sock_dir: pathlib.Path
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
-        await require_snapshot_crds(env)
-        class_name = await create_class(env)
-        snap = await snapshot_of_new_volume(env, class_name)
-        objects = await create_snapshot(env, snap.snapshot_id)
-        claim = await create_claim(env, class_name, dataSource=snapshot_source(objects.snapshot))
+        class_name, snap = await class_and_snapshot(env)
+        claim, _ = await restore_claim(env, class_name, snap)
         bound = await wait_bound(env, claim["metadata"]["name"])
         handle = (await get_volume(env, bound["spec"]["volumeName"]) or {})["spec"]["csi"][
             "volumeHandle"

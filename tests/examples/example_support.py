@@ -1,19 +1,35 @@
-"""What the example backends' end-to-end tests share: their controller running with fast
-retries, and the claim → PV → event waits on kubernetes-asyncio models (the examples' own
-object convention), on top of pyprovlib.testing's helpers."""
+"""What the example backends' tests share: their controller running with fast retries; the
+classes and claims they make and the claim → PV → event waits, on kubernetes-asyncio models
+(the examples' own object convention), on top of pyprovlib.testing's helpers; and the
+``python -m pyprovlib.examples.<backend>`` processes their entry-point tests run."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api, V1PersistentVolume
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    StorageV1Api,
+    V1ObjectMeta,
+    V1PersistentVolume,
+    V1PersistentVolumeClaim,
+    V1PersistentVolumeClaimSpec,
+    V1StorageClass,
+    V1VolumeResourceRequirements,
+)
 
 from pyprovlib import testing
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES
+from pyprovlib.kube.resources import PERSISTENT_VOLUMES, STORAGE_CLASSES
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner
 from pyprovlib.testing.cluster import TestCluster
@@ -64,3 +80,151 @@ async def wait_event(
         c, name, reason, fragment, namespace=namespace, timeout=timeout
     )
     return str(event.get("message"))
+
+
+def claim_model(
+    name: str,
+    storage_class: str,
+    size: str,
+    access_modes: Iterable[str] = ("ReadWriteOnce",),
+    volume_mode: str | None = None,
+    **metadata: Any,
+) -> V1PersistentVolumeClaim:
+    """A claim of ``size`` from ``storage_class``; ``metadata`` (labels, annotations) as
+    :class:`V1ObjectMeta` takes it."""
+    return V1PersistentVolumeClaim(
+        metadata=V1ObjectMeta(name=name, **metadata),
+        spec=V1PersistentVolumeClaimSpec(
+            storage_class_name=storage_class,
+            access_modes=list(access_modes),
+            volume_mode=volume_mode,
+            resources=V1VolumeResourceRequirements(requests={"storage": size}),
+        ),
+    )
+
+
+async def create_claim(
+    c: TestCluster, claim: V1PersistentVolumeClaim, namespace: str | None = None
+) -> str:
+    """Create ``claim`` in ``namespace`` (by default the cluster's); return its name."""
+    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
+        namespace or c.namespace, claim
+    )
+    return str(claim.metadata.name)
+
+
+async def create_class(c: TestCluster, prefix: str, provisioner: str, **fields: Any) -> str:
+    """A uniquely named StorageClass of ``provisioner`` that deletes its volumes, removed when
+    the test ends; ``fields`` as :class:`V1StorageClass` takes them. Returns its name."""
+    name = c.unique_name(prefix)
+    fields.setdefault("reclaim_policy", "Delete")
+    await StorageV1Api(c.api_client).create_storage_class(
+        V1StorageClass(metadata=V1ObjectMeta(name=name), provisioner=provisioner, **fields)
+    )
+    c.track(STORAGE_CLASSES, name)
+    return name
+
+
+def tree(path: Path) -> list[str]:
+    """Every path below ``path``, relative to it, sorted."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+# -- the entry points as processes ---------------------------------------------------------
+
+_BACKEND_ENV_PREFIXES = ("NFS_", "CEPH_")
+_BACKEND_ENV = ("NODE_NAME", "PROVISIONER_NAME")
+
+
+def example_env(**extra: str) -> dict[str, str]:
+    """:func:`pyprovlib.testing.child_env` without the backends' own variables either
+    (``NODE_NAME``, ``NFS_SERVER``, ...): only the test configures the process. Plus
+    ``extra``."""
+    env = {
+        k: v
+        for k, v in testing.child_env().items()
+        if not k.startswith(_BACKEND_ENV_PREFIXES) and k not in _BACKEND_ENV
+    }
+    env.update(extra)
+    return env
+
+
+async def run_module(*argv: str, timeout: float = 60, **env: str) -> tuple[int, str, str]:
+    """Run ``python argv...`` to its end in :func:`example_env` (wide help columns, plus
+    ``env``); returns (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=example_env(COLUMNS="120", **env),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def help_documents_every_flag(backend: str, parser: argparse.ArgumentParser) -> str:
+    """``python -m pyprovlib.examples.<backend> --help`` names every long flag of ``parser``,
+    and every flag but --help/--version states its default; returns the help text with its
+    white space folded."""
+    code, out, err = await run_module("-m", f"pyprovlib.examples.{backend}", "--help")
+    assert code == 0, err
+    for action in parser._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--"):
+                assert flag in out, flag
+        if action.option_strings and action.dest not in ("help", "version"):
+            assert "default:" in (action.help or ""), action.option_strings
+    return " ".join(out.split())
+
+
+@contextlib.asynccontextmanager
+async def example_process(
+    backend: str,
+    kubeconfig: Path,
+    *argv: str,
+    stdout: int = asyncio.subprocess.DEVNULL,
+    **env: str,
+) -> AsyncIterator[testing.ChildProcess]:
+    """``python -m pyprovlib.examples.<backend> --kubeconfig ... --log-format json argv...``
+    running for the block, in :func:`example_env` plus ``env``; its stderr collected,
+    ``stdout`` as :func:`pyprovlib.testing.child_process` takes it."""
+    async with testing.child_process(
+        "-m",
+        f"pyprovlib.examples.{backend}",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        *argv,
+        env=example_env(**env),
+        stdout=stdout,
+    ) as child:
+        yield child
+
+
+async def wait_claim_bound(
+    core: CoreV1Api,
+    claim: str,
+    namespace: str = "default",
+    *,
+    by: testing.ChildProcess | None = None,
+    timeout: float = 30,
+) -> V1PersistentVolumeClaim:
+    """Wait until ``claim`` is Bound (``by`` the process, which fails the wait with its log
+    when it exits first); return it."""
+
+    async def bound() -> V1PersistentVolumeClaim | None:
+        if by is not None and by.proc.returncode is not None:
+            raise AssertionError(f"exited {by.proc.returncode}:\n{by.tail()}")
+        pvc = await core.read_namespaced_persistent_volume_claim(claim, namespace)
+        return pvc if pvc.status.phase == "Bound" else None
+
+    return await testing.eventually(bound, timeout=timeout, message=f"claim {claim} Bound")
+
+
+async def stops_on_sigterm(child: testing.ChildProcess) -> None:
+    """SIGTERM stops ``child`` with exit code 0."""
+    child.proc.send_signal(signal.SIGTERM)
+    assert await child.exit_code() == 0, child.tail()

@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from manifest_support import Manifests
 
 from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi.combined import build_parser as combined_parser
 from pyprovlib.runtime import parse_common, parse_http_address
 
-ROOT = Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath"
+CSI_HOSTPATH = Manifests("csi-hostpath")
 DRIVER = "hostpath.csi.pyprovlib.io"
 SOCKET_DIR = "/csi"
 
@@ -31,16 +30,8 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
 }
 
 
-def docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((ROOT / name).read_text()) if d]
-
-
-def by_kind(kind: str) -> list[dict[str, Any]]:
-    return [d for p in sorted(ROOT.glob("*.yaml")) for d in docs(p.name) if d["kind"] == kind]
-
-
 def deployment(name: str) -> dict[str, Any]:
-    (doc,) = docs(name)
+    (doc,) = CSI_HOSTPATH.docs(name)
     assert doc["kind"] == "Deployment"
     return doc
 
@@ -53,19 +44,6 @@ def module_of(container: dict[str, Any]) -> str:
     command = container["command"]
     assert command[:2] == ["python", "-m"], command
     return str(command[2])
-
-
-def test_readme_and_manifests_exist() -> None:
-    assert sorted(p.name for p in ROOT.iterdir()) == [
-        "README.md",
-        "claim-and-pod.yaml",
-        "csidriver.yaml",
-        "deployment-single-process.yaml",
-        "deployment.yaml",
-        "namespace.yaml",
-        "rbac.yaml",
-        "storageclass.yaml",
-    ]
 
 
 @pytest.mark.parametrize(
@@ -164,22 +142,22 @@ def test_socket_is_shared_through_an_emptydir(name: str) -> None:
 
 
 def test_driver_class_and_claim_agree() -> None:
-    (driver,) = by_kind("CSIDriver")
-    (sc,) = by_kind("StorageClass")
+    (driver,) = CSI_HOSTPATH.by_kind("CSIDriver")
+    (sc,) = CSI_HOSTPATH.by_kind("StorageClass")
     assert driver["metadata"]["name"] == sc["provisioner"] == DRIVER
     assert driver["spec"]["attachRequired"] is True  # the attacher has work
     assert sc["allowVolumeExpansion"] is True  # the resizer has work
-    claim = next(d for d in docs("claim-and-pod.yaml") if d["kind"] == "PersistentVolumeClaim")
+    claim = CSI_HOSTPATH.claim()
     assert claim["spec"]["storageClassName"] == sc["metadata"]["name"]
 
 
 def test_rbac_is_bound_to_the_deployments_account() -> None:
-    (account,) = by_kind("ServiceAccount")
+    (account,) = CSI_HOSTPATH.by_kind("ServiceAccount")
     name, namespace = account["metadata"]["name"], account["metadata"]["namespace"]
-    roles = {r["metadata"]["name"] for r in by_kind("ClusterRole")}
+    roles = {r["metadata"]["name"] for r in CSI_HOSTPATH.by_kind("ClusterRole")}
     bound = {
         b["roleRef"]["name"]
-        for b in by_kind("ClusterRoleBinding")
+        for b in CSI_HOSTPATH.by_kind("ClusterRoleBinding")
         if {"kind": "ServiceAccount", "name": name, "namespace": namespace} in b["subjects"]
     }
     assert (
@@ -191,9 +169,9 @@ def test_rbac_is_bound_to_the_deployments_account() -> None:
             "pyprovlib-csi-resizer",
         }
     )
-    (binding,) = by_kind("RoleBinding")
+    (binding,) = CSI_HOSTPATH.by_kind("RoleBinding")
     assert binding["roleRef"]["name"] == "pyprovlib-csi-leader-election"
     assert binding["metadata"]["namespace"] == namespace
-    text = "".join(p.read_text() for p in ROOT.glob("*.yaml"))
+    text = CSI_HOSTPATH.text()
     assert '"*"' not in text
     assert "privileged: true" not in text

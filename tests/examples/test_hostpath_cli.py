@@ -4,62 +4,29 @@ kubeconfig, stopped with SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
-import sys
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import (
-    CoreV1Api,
-    StorageV1Api,
-    V1Node,
-    V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
+from example_support import (
+    claim_model,
+    example_process,
+    help_documents_every_flag,
+    run_module,
+    stops_on_sigterm,
+    wait_claim_bound,
 )
+from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1Node, V1ObjectMeta, V1StorageClass
 
 from pyprovlib.examples.hostpath.cli import build_parser, main
 from pyprovlib.testing.binder import set_selected_node
 from pyprovlib.testing.server import ApiServer
 
-# The subprocesses must not inherit settings from the developer's environment.
-_CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith("PYPROVLIB_") and k not in ("NODE_NAME", "PROVISIONER_NAME")
-}
-
-
-async def run_module(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**_CLEAN_ENV, "COLUMNS": "120"},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-def option_flags() -> list[str]:
-    flags = []
-    for action in build_parser()._actions:
-        flags.extend(s for s in action.option_strings if s.startswith("--"))
-    return flags
-
 
 async def test_help_documents_every_flag() -> None:
-    code, out, _ = await run_module("-m", "pyprovlib.examples.hostpath", "--help")
-    assert code == 0
-    for flag in option_flags():
-        assert flag in out, flag
+    parser = build_parser()
+    flat = await help_documents_every_flag("hostpath", parser)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
     for flag in (
         "--provisioner-name",
         "--mode",
@@ -71,13 +38,7 @@ async def test_help_documents_every_flag() -> None:
         "--kubeconfig",
         "--leader-election",
     ):
-        assert flag in option_flags()
-    # Every flag but --help/--version states its default.
-    parser = build_parser()
-    for action in parser._actions:
-        if action.option_strings and action.dest not in ("help", "version"):
-            assert "default:" in (action.help or ""), action.option_strings
-    flat = " ".join(out.split())
+        assert flag in flags, flag
     for text in (
         "default: pyprovlib.io/hostpath",
         "default: busybox:1.36",
@@ -168,48 +129,17 @@ async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
             )
         )
         await core.create_namespaced_persistent_volume_claim(
-            "default",
-            V1PersistentVolumeClaim(
-                metadata=V1ObjectMeta(name="data"),
-                spec=V1PersistentVolumeClaimSpec(
-                    storage_class_name="local",
-                    access_modes=["ReadWriteOnce"],
-                    resources=V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                ),
-            ),
+            "default", claim_model("data", "local", "1Gi")
         )
         await set_selected_node(client, "default", "data", "n1")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.hostpath",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--provisioner-name",
-            "example.com/local",
-            "--log-format",
-            "json",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**_CLEAN_ENV, "NODE_NAME": "n1"},
-        )
-        try:
-            for _ in range(600):
-                pvc = await core.read_namespaced_persistent_volume_claim("data", "default")
-                if pvc.status.phase == "Bound" or proc.returncode is not None:
-                    break
-                await asyncio.sleep(0.05)
-            assert pvc.status.phase == "Bound"
+        async with example_process(
+            "hostpath", kubeconfig, "--provisioner-name", "example.com/local", NODE_NAME="n1"
+        ) as proc:
+            pvc = await wait_claim_bound(core, "data", by=proc)
             assert (base / pvc.spec.volume_name).is_dir()
-            proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    assert proc.returncode == 0, err.decode()
+            await stops_on_sigterm(proc)
     # Production logs are JSON lines.
-    first = next(line for line in err.decode().splitlines() if line.strip())
+    first = next(line for line in proc.raw if line.strip())
     assert json.loads(first)["event"]
 
 

@@ -12,15 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from example_support import running, wait_bound, wait_event, wait_pv_gone
+from example_support import (
+    claim_model,
+    create_claim,
+    create_class,
+    running,
+    tree,
+    wait_bound,
+    wait_event,
+    wait_pv_gone,
+)
 from kubernetes_asyncio.client import (
     CoreV1Api,
-    StorageV1Api,
-    V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
 )
 
 from pyprovlib.examples.hostpath import (
@@ -29,7 +32,6 @@ from pyprovlib.examples.hostpath import (
     NodeHostPathProvisioner,
 )
 from pyprovlib.kube.objects import name_of
-from pyprovlib.kube.resources import STORAGE_CLASSES
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -41,34 +43,13 @@ async def make_class(
     params: dict[str, str] | None,
     binding: str = "WaitForFirstConsumer",
 ) -> str:
-    name = c.unique_name("hostpath")
-    await StorageV1Api(c.api_client).create_storage_class(
-        V1StorageClass(
-            metadata=V1ObjectMeta(name=name),
-            provisioner=provisioner,
-            parameters=params,
-            volume_binding_mode=binding,
-            reclaim_policy="Delete",
-        )
+    return await create_class(
+        c, "hostpath", provisioner, parameters=params, volume_binding_mode=binding
     )
-    c.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def make_claim(c: TestCluster, sc: str, name: str | None = None) -> str:
-    name = name or c.unique_name("data")
-    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
-        c.namespace,
-        V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name=name),
-            spec=V1PersistentVolumeClaimSpec(
-                storage_class_name=sc,
-                access_modes=["ReadWriteOnce"],
-                resources=V1VolumeResourceRequirements(requests={"storage": "64Mi"}),
-            ),
-        ),
-    )
-    return name
+    return await create_claim(c, claim_model(name or c.unique_name("data"), sc, "64Mi"))
 
 
 async def delete_claim_and_pods(c: TestCluster, claim: str) -> None:
@@ -76,10 +57,6 @@ async def delete_claim_and_pods(c: TestCluster, claim: str) -> None:
     for pod in (await core.list_namespaced_pod(c.namespace)).items:
         await core.delete_namespaced_pod(pod.metadata.name, c.namespace, grace_period_seconds=0)
     await core.delete_namespaced_persistent_volume_claim(claim, c.namespace)
-
-
-def tree(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
 async def node_hostname(c: TestCluster, pv: Any) -> tuple[str, str]:

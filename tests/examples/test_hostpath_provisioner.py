@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from example_support import tree
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
@@ -89,10 +90,6 @@ def options(
     pvc = pvc or claim()
     selected = (pvc.metadata.annotations or {}).get(ANNOTATION_SELECTED_NODE)
     return ProvisionOptions(storage_class=sc, pv_name=pv, pvc=pvc, selected_node_name=selected)
-
-
-def tree(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
 async def test_provision_creates_directory_and_local_pv(

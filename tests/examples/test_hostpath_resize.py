@@ -13,16 +13,12 @@ from typing import Any, cast
 
 import pytest
 import structlog
+from example_support import claim_model, create_claim, create_class
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
-    StorageV1Api,
     V1ObjectMeta,
     V1PersistentVolume,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
 )
 
 from pyprovlib import testing
@@ -36,7 +32,7 @@ from pyprovlib.examples.hostpath.resize import (
     volume_node,
 )
 from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import CompositeController, Controller, RuntimeContext, parse_common
 from pyprovlib.testing.cluster import TestCluster
@@ -72,36 +68,20 @@ def node_argv(provisioner: str, node: str, *extra: str) -> list[str]:
 
 
 async def make_expandable_class(c: TestCluster, provisioner: str, base: Path) -> str:
-    name = c.unique_name("hostpath")
-    await StorageV1Api(c.api_client).create_storage_class(
-        V1StorageClass(
-            metadata=V1ObjectMeta(name=name),
-            provisioner=provisioner,
-            parameters={"basePath": str(base)},
-            volume_binding_mode="WaitForFirstConsumer",
-            reclaim_policy="Delete",
-            allow_volume_expansion=True,
-        )
+    return await create_class(
+        c,
+        "hostpath",
+        provisioner,
+        parameters={"basePath": str(base)},
+        volume_binding_mode="WaitForFirstConsumer",
+        allow_volume_expansion=True,
     )
-    c.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def bound_claim(c: TestCluster, sc: str, node: Obj) -> tuple[str, str]:
     """A 64Mi claim of ``sc`` with a consumer pod pinned to ``node``, once Bound: (claim, PV)."""
     core = CoreV1Api(c.api_client)
-    claim = c.unique_name("data")
-    await core.create_namespaced_persistent_volume_claim(
-        c.namespace,
-        V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name=claim),
-            spec=V1PersistentVolumeClaimSpec(
-                storage_class_name=sc,
-                access_modes=["ReadWriteOnce"],
-                resources=V1VolumeResourceRequirements(requests={"storage": "64Mi"}),
-            ),
-        ),
-    )
+    claim = await create_claim(c, claim_model(c.unique_name("data"), sc, "64Mi"))
     await c.create_consumer_pod(claim, node=node)
 
     async def bound() -> Any:

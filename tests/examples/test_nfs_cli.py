@@ -4,53 +4,25 @@ environment), stopped with SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import (
-    CoreV1Api,
-    StorageV1Api,
-    V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
+from example_support import (
+    claim_model,
+    example_process,
+    help_documents_every_flag,
+    stops_on_sigterm,
+    wait_claim_bound,
 )
+from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1ObjectMeta, V1StorageClass
 
 from pyprovlib.examples.nfs.cli import build_parser, main
 from pyprovlib.testing.server import ApiServer
 
-_CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith(("PYPROVLIB_", "NFS_")) and k != "PROVISIONER_NAME"
-}
-
 
 async def test_help_documents_every_flag() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.examples.nfs",
-        "--help",
-        stdout=asyncio.subprocess.PIPE,
-        env={**_CLEAN_ENV, "COLUMNS": "120"},
-    )
-    out_bytes, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0
-    out = out_bytes.decode()
     parser = build_parser()
-    for action in parser._actions:
-        for flag in action.option_strings:
-            if flag.startswith("--"):
-                assert flag in out, flag
-        if action.option_strings and action.dest not in ("help", "version"):
-            assert "default:" in (action.help or ""), action.option_strings
-    flat = " ".join(out.split())
+    flat = await help_documents_every_flag("nfs", parser)
     for text in (
         "--nfs-server",
         "--nfs-path",
@@ -104,39 +76,19 @@ async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
             )
         )
         await core.create_namespaced_persistent_volume_claim(
-            "default",
-            V1PersistentVolumeClaim(
-                metadata=V1ObjectMeta(name="shared"),
-                spec=V1PersistentVolumeClaimSpec(
-                    storage_class_name="nfs",
-                    access_modes=["ReadWriteMany"],
-                    resources=V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
-                ),
-            ),
+            "default", claim_model("shared", "nfs", "10Gi", ["ReadWriteMany"])
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            "--kubeconfig",
-            str(kubeconfig),
+        async with example_process(
+            "nfs",
+            kubeconfig,
             "--nfs-mount-path",
             str(export),
             "--leader-election-namespace",
             "default",
-            "--log-format",
-            "json",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**_CLEAN_ENV, "NFS_SERVER": "10.0.0.5", "NFS_PATH": "/export"},
-        )
-        try:
-            for _ in range(600):
-                pvc = await core.read_namespaced_persistent_volume_claim("shared", "default")
-                if pvc.status.phase == "Bound" or proc.returncode is not None:
-                    break
-                await asyncio.sleep(0.05)
-            assert pvc.status.phase == "Bound"
+            NFS_SERVER="10.0.0.5",
+            NFS_PATH="/export",
+        ) as proc:
+            pvc = await wait_claim_bound(core, "shared", by=proc)
             pv = await core.read_persistent_volume(pvc.spec.volume_name)
             subdir = f"default-shared-{pv.metadata.name}"
             assert pv.spec.nfs.server == "10.0.0.5"
@@ -146,10 +98,4 @@ async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:
             # Leader election is on by default: the process held a Lease to do this.
             lease = server.storage.get("leases", "default", "pyprovlib.io-nfs")
             assert lease is not None
-            proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    assert proc.returncode == 0, err.decode()
+            await stops_on_sigterm(proc)

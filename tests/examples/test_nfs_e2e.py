@@ -8,19 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from example_support import running, wait_bound, wait_pv_gone
+from example_support import (
+    claim_model,
+    create_claim,
+    create_class,
+    running,
+    tree,
+    wait_bound,
+    wait_pv_gone,
+)
 from kubernetes_asyncio.client import (
     CoreV1Api,
-    StorageV1Api,
-    V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
 )
 
 from pyprovlib.examples.nfs import NFSProvisioner
-from pyprovlib.kube.resources import STORAGE_CLASSES
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -39,18 +40,9 @@ def export(tmp_path: Path) -> Path:
 async def make_class(
     c: TestCluster, provisioner: str, params: dict[str, str], mount_options: list[str] | None = None
 ) -> str:
-    name = c.unique_name("nfs")
-    await StorageV1Api(c.api_client).create_storage_class(
-        V1StorageClass(
-            metadata=V1ObjectMeta(name=name),
-            provisioner=provisioner,
-            parameters=params or None,
-            mount_options=mount_options,
-            reclaim_policy="Delete",
-        )
+    return await create_class(
+        c, "nfs", provisioner, parameters=params or None, mount_options=mount_options
     )
-    c.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def make_claim(
@@ -60,22 +52,8 @@ async def make_claim(
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
 ) -> str:
-    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
-        c.namespace,
-        V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name=name, annotations=annotations, labels=labels),
-            spec=V1PersistentVolumeClaimSpec(
-                storage_class_name=sc,
-                access_modes=["ReadWriteMany"],
-                resources=V1VolumeResourceRequirements(requests={"storage": "5Gi"}),
-            ),
-        ),
-    )
-    return name
-
-
-def tree(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+    claim = claim_model(name, sc, "5Gi", ["ReadWriteMany"], annotations=annotations, labels=labels)
+    return await create_claim(c, claim)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from example_support import tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import (
@@ -73,10 +74,6 @@ def layout(tmp_path: Path) -> tuple[Path, Path]:
 
 def provisioner(export: Path) -> NFSProvisioner:
     return NFSProvisioner(None, "nfs.example.com", "/srv/share", str(export))
-
-
-def tree(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
 async def test_default_directory_and_pv(layout: tuple[Path, Path]) -> None:

@@ -7,55 +7,35 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from example_support import (
+    claim_model,
+    example_process,
+    help_documents_every_flag,
+    run_module,
+    stops_on_sigterm,
+    wait_claim_bound,
+)
 from kubernetes_asyncio.client import (
     CoreV1Api,
     StorageV1Api,
     V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
     V1Secret,
     V1StorageClass,
-    V1VolumeResourceRequirements,
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.examples.rbd.cli import build_parser, main
 from pyprovlib.testing.server import ApiServer
 
-_CLEAN_ENV = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith(("PYPROVLIB_", "CEPH_")) and k != "PROVISIONER_NAME"
-}
-
 
 async def test_help_documents_every_flag() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.examples.rbd",
-        "--help",
-        stdout=asyncio.subprocess.PIPE,
-        env={**_CLEAN_ENV, "COLUMNS": "120"},
-    )
-    out_bytes, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0
-    out = out_bytes.decode()
     parser = build_parser()
-    for action in parser._actions:
-        for flag in action.option_strings:
-            if flag.startswith("--"):
-                assert flag in out, flag
-        if action.option_strings and action.dest not in ("help", "version"):
-            assert "default:" in (action.help or ""), action.option_strings
-    flat = " ".join(out.split())
+    flat = await help_documents_every_flag("rbd", parser)
     for text in ("default: pyprovlib.io/rbd", "--rbd-binary", "--rbd-timeout", "default: 10s"):
         assert text in flat, text
     assert parser.parse_args([]).leader_election is True
@@ -79,19 +59,10 @@ def test_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixtu
 
 async def test_missing_rbd_fails_once_at_start_up(tmp_path: Path) -> None:
     # PATH without rbd: the process exits at once with one clear message, no retry loop.
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.examples.rbd",
-        "--kubeconfig",
-        str(tmp_path / "unused"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**_CLEAN_ENV, "PATH": str(tmp_path)},
+    code, _, text = await run_module(
+        "-m", "pyprovlib.examples.rbd", "--kubeconfig", str(tmp_path / "unused"), PATH=str(tmp_path)
     )
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    text = err.decode()
+    assert code == 2
     assert text.count("the rbd program 'rbd' is not found in PATH") == 1
     assert "install ceph-common" in text
 
@@ -125,41 +96,20 @@ async def test_entry_point_runs_the_controller(tmp_path: Path, ceph: Any) -> Non
             )
         )
         await core.create_namespaced_persistent_volume_claim(
-            "default",
-            V1PersistentVolumeClaim(
-                metadata=V1ObjectMeta(name="block"),
-                spec=V1PersistentVolumeClaimSpec(
-                    storage_class_name="rbd",
-                    access_modes=["ReadWriteOnce"],
-                    resources=V1VolumeResourceRequirements(requests={"storage": "8Mi"}),
-                ),
-            ),
+            "default", claim_model("block", "rbd", "8Mi")
         )
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.rbd",
-            "--kubeconfig",
-            str(kubeconfig),
+        async with example_process(
+            "rbd",
+            kubeconfig,
             "--leader-election-namespace",
             "default",
-            "--log-format",
-            "json",
             "--log-level",
             "debug",
             "--rbd-timeout",
             "10s",
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_CLEAN_ENV,
-        )
-        try:
-            for _ in range(600):
-                pvc = await core.read_namespaced_persistent_volume_claim("block", "default")
-                if pvc.status.phase == "Bound" or proc.returncode is not None:
-                    break
-                await asyncio.sleep(0.05)
-            assert pvc.status.phase == "Bound"
+        ) as proc:
+            pvc = await wait_claim_bound(core, "block", by=proc)
             pv = await core.read_persistent_volume(pvc.spec.volume_name)
             image = pv.spec.rbd.image
             assert pv.spec.capacity == {"storage": "8Mi"}
@@ -167,23 +117,22 @@ async def test_entry_point_runs_the_controller(tmp_path: Path, ceph: Any) -> Non
             assert server.storage.get("leases", "default", "pyprovlib.io-rbd") is not None
 
             await core.delete_namespaced_persistent_volume_claim("block", "default")
-            for _ in range(600):
+
+            async def pv_gone() -> bool:
                 try:
                     await core.read_persistent_volume(pv.metadata.name)
                 except ApiException as err:
                     if err.status == 404:
-                        break
+                        return True
                     raise
-                await asyncio.sleep(0.05)
+                return False
+
+            await testing.eventually(pv_gone, message=f"PV {pv.metadata.name} deleted")
             assert image not in ceph.rbd("ls", "--pool", "rbd").split()
-            proc.send_signal(signal.SIGTERM)
-            out, err = await asyncio.wait_for(proc.communicate(), 30)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-    assert proc.returncode == 0, err.decode()
-    logs = out.decode() + err.decode()
+            await stops_on_sigterm(proc)
+            assert proc.proc.stdout is not None
+            out = await proc.proc.stdout.read()
+    logs = out.decode() + "\n".join(proc.raw)
     assert '"running rbd"' in logs  # debug logging was on
     assert key not in logs
     assert base64.b64encode(key.encode()).decode() not in logs

@@ -19,16 +19,12 @@ from typing import Any
 import example_support
 import pytest
 import structlog
+from example_support import claim_model, create_claim, create_class
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
-    StorageV1Api,
     V1ObjectMeta,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
     V1Secret,
-    V1StorageClass,
-    V1VolumeResourceRequirements,
 )
 from prometheus_client import CollectorRegistry
 
@@ -38,7 +34,6 @@ from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer, RbdRunner, image_name_for
 from pyprovlib.examples.rbd.rbd_cli import MIB
 from pyprovlib.kube.quantity import parse_storage_size
-from pyprovlib.kube.resources import STORAGE_CLASSES
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ceph]
@@ -86,37 +81,15 @@ def class_params(c: TestCluster, ceph: Any, **extra: str) -> dict[str, str]:
 async def make_class(
     c: TestCluster, provisioner: str, params: dict[str, str], *, expandable: bool = False
 ) -> str:
-    name = c.unique_name("rbd")
-    await StorageV1Api(c.api_client).create_storage_class(
-        V1StorageClass(
-            metadata=V1ObjectMeta(name=name),
-            provisioner=provisioner,
-            parameters=params,
-            reclaim_policy="Delete",
-            allow_volume_expansion=expandable or None,
-        )
+    return await create_class(
+        c, "rbd", provisioner, parameters=params, allow_volume_expansion=expandable or None
     )
-    c.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def make_claim(
     c: TestCluster, sc: str, size: str = "1500Ki", mode: str = "Filesystem"
 ) -> str:
-    name = c.unique_name("data")
-    await CoreV1Api(c.api_client).create_namespaced_persistent_volume_claim(
-        c.namespace,
-        V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name=name),
-            spec=V1PersistentVolumeClaimSpec(
-                storage_class_name=sc,
-                access_modes=["ReadWriteOnce"],
-                volume_mode=mode,
-                resources=V1VolumeResourceRequirements(requests={"storage": size}),
-            ),
-        ),
-    )
-    return name
+    return await create_claim(c, claim_model(c.unique_name("data"), sc, size, volume_mode=mode))
 
 
 async def wait_event(c: TestCluster, name: str, reason: str, fragment: str) -> str:
@@ -267,14 +240,7 @@ async def test_delete_refused_while_watched(secrets: TestCluster, ceph: Any) -> 
     async with running(c.api_client, name, prov):
         pv = await wait_bound(c, claim)
         image = pv.spec.rbd.image
-        watcher = await asyncio.create_subprocess_exec(
-            *ceph.rbd_argv("watch", "--pool", "rbd", image),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            cwd=ceph.root,
-        )
-        try:
+        async with ceph.watching(image):
 
             async def watched() -> bool:
                 return bool(ceph.rbd_json("status", "--pool", "rbd", "--image", image)["watchers"])
@@ -290,11 +256,6 @@ async def test_delete_refused_while_watched(secrets: TestCluster, ceph: Any) -> 
             assert "127.0.0.1:" in message
             assert image in images(ceph)
             await CoreV1Api(c.api_client).read_persistent_volume(pv.metadata.name)
-        finally:
-            assert watcher.stdin is not None
-            watcher.stdin.write(b"\n")
-            await watcher.stdin.drain()
-            await asyncio.wait_for(watcher.wait(), 10)
         await wait_pv_gone(c, pv.metadata.name)
     assert image not in images(ceph)
 

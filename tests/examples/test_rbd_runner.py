@@ -10,10 +10,11 @@ import stat
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
+from pyprovlib import testing
 from pyprovlib.examples.rbd.rbd_cli import (
     CephCredentials,
     InvalidValueError,
@@ -141,12 +142,25 @@ def _image() -> str:
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
+class Target(NamedTuple):
+    """A runner against the test cluster as client.admin, and a fresh image name."""
+
+    runner: RbdRunner
+    mons: tuple[str, ...]
+    admin: CephCredentials
+    image: str
+
+
+@pytest.fixture
+def target(ceph: Any) -> Target:
+    return Target(
+        RbdRunner(timeout=10), (ceph.monitors,), CephCredentials("admin", ceph.admin_key), _image()
+    )
+
+
 @pytest.mark.ceph
-async def test_lifecycle_against_real_ceph(ceph: Any) -> None:
-    runner = RbdRunner(timeout=10)
-    mons = (ceph.monitors,)
-    admin = CephCredentials("admin", ceph.admin_key)
-    image = _image()
+async def test_lifecycle_against_real_ceph(ceph: Any, target: Target) -> None:
+    runner, mons, admin, image = target
     assert await runner.info(mons, admin, "rbd", image) is None
     assert await runner.status(mons, admin, "rbd", image) is None
 
@@ -174,11 +188,8 @@ async def test_lifecycle_against_real_ceph(ceph: Any) -> None:
 
 
 @pytest.mark.ceph
-async def test_no_features_and_missing_pool(ceph: Any) -> None:
-    runner = RbdRunner(timeout=10)
-    mons = (ceph.monitors,)
-    admin = CephCredentials("admin", ceph.admin_key)
-    image = _image()
+async def test_no_features_and_missing_pool(ceph: Any, target: Target) -> None:
+    runner, mons, admin, image = target
     await runner.create(mons, admin, "rbd", image, size_mib=1, image_format=2, features=[])
     info = await runner.info(mons, admin, "rbd", image)
     assert info is not None
@@ -189,36 +200,18 @@ async def test_no_features_and_missing_pool(ceph: Any) -> None:
 
 
 @pytest.mark.ceph
-async def test_watched_image_is_busy(ceph: Any) -> None:
-    runner = RbdRunner(timeout=10)
-    mons = (ceph.monitors,)
-    admin = CephCredentials("admin", ceph.admin_key)
-    image = _image()
+async def test_watched_image_is_busy(ceph: Any, target: Target) -> None:
+    runner, mons, admin, image = target
     await runner.create(mons, admin, "rbd", image, size_mib=1, image_format=2, features=[])
-    watcher = await asyncio.create_subprocess_exec(
-        *ceph.rbd_argv("watch", "--pool", "rbd", image),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-        cwd=ceph.root,
-    )
-    try:
-        for _ in range(100):
-            if await runner.status(mons, admin, "rbd", image):
-                break
-            await asyncio.sleep(0.1)
-        watchers = await runner.status(mons, admin, "rbd", image)
-        assert watchers
+    async with ceph.watching(image):
+        watchers = await testing.eventually(
+            lambda: runner.status(mons, admin, "rbd", image), message="watcher registered"
+        )
         assert watchers[0].address.startswith("127.0.0.1:")
         with pytest.raises(RbdBusyError) as busy:
             await runner.remove(mons, admin, "rbd", image)
         assert busy.value.returncode == 16
         assert "still has watchers" in str(busy.value)
-    finally:
-        assert watcher.stdin is not None
-        watcher.stdin.write(b"\n")  # "press enter to exit": a clean unwatch
-        await watcher.stdin.drain()
-        await asyncio.wait_for(watcher.wait(), 10)
     assert await runner.status(mons, admin, "rbd", image) == []
     assert await runner.remove(mons, admin, "rbd", image) is True
 

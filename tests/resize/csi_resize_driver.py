@@ -8,11 +8,11 @@ next calls, or a delay after which the call still completes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
@@ -20,17 +20,6 @@ from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, Identit
 
 Caps = v1.ControllerServiceCapabilityRpcType
 EXPAND_CAPS = (Caps.EXPAND_VOLUME,)
-
-
-@dataclass
-class Fault:
-    """What the next ``times`` calls do: wait ``delay`` seconds, then fail with ``status`` (or,
-    without one, complete the call)."""
-
-    status: Status | None = None
-    message: str = "injected failure"
-    delay: float = 0.0
-    times: int = 1
 
 
 @dataclass
@@ -48,16 +37,7 @@ class ResizeDriverState:
         self.faults.append(fault)
 
     async def apply_fault(self) -> None:
-        if not self.faults:
-            return
-        fault = self.faults[0]
-        fault.times -= 1
-        if fault.times <= 0:
-            self.faults.pop(0)
-        if fault.delay:
-            await asyncio.sleep(fault.delay)
-        if fault.status is not None:
-            raise CSIError(fault.status, fault.message)
+        await play(self.faults)
 
 
 class ResizeControllerService(ControllerService):

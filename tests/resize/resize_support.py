@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import V1PersistentVolume
 from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
+from sidecar_support import wait_for
 
 from pyprovlib import testing
 from pyprovlib.controller.resize import ResizeController
@@ -73,21 +73,6 @@ def fast_options(**kwargs: Any) -> ResizeControllerOptions:
     }
     values.update(kwargs)
     return ResizeControllerOptions(**values)
-
-
-def running(controller: Any) -> contextlib.AbstractAsyncContextManager[Any]:
-    """Run ``controller`` for the block once it is ready, then stop it gracefully (it must not
-    have failed)."""
-    return testing.running(controller, ready=True, stop_timeout=10)
-
-
-async def wait_for(
-    predicate: Callable[[], Awaitable[T | None]],
-    timeout: float = 15.0,
-    message: str = "condition",
-) -> T:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    return await testing.eventually(predicate, timeout=timeout, message=message)
 
 
 def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:

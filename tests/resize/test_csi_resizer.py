@@ -6,10 +6,9 @@ the CSI or the trivial resizer from the driver's capabilities."""
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -18,12 +17,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-import structlog
 from csi_resize_driver import Caps, Fault, ResizeDriver
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
-from resize_support import GI, Scenario, capacity, conditions, fast_options, running, wait_for
+from resize_support import GI, Scenario, capacity, conditions, fast_options
+from sidecar_support import running, sidecar_context, sidecar_process
 
+from pyprovlib import testing
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
@@ -35,7 +35,7 @@ from pyprovlib.csi.resizer import (
     build,
     parser,
 )
-from pyprovlib.runtime import RuntimeContext, parse_common
+from pyprovlib.runtime import parse_common
 from pyprovlib.testing.cluster import TestCluster
 
 SECRET_VALUE = "s3cr3t-expand-key"
@@ -68,6 +68,19 @@ class CSIScenario(Scenario):
             self.driver_process.endpoint,
             ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
             metrics=CSIMetrics(self.registry),
+        )
+
+    def sidecar(
+        self, tmp_path: Path, *argv: str
+    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
+        """``python -m pyprovlib.csi.resizer`` on this driver, ``argv`` added."""
+        return sidecar_process(
+            "pyprovlib.csi.resizer",
+            self.cluster,
+            tmp_path,
+            "--csi-address",
+            self.driver_process.endpoint,
+            *argv,
         )
 
     async def volume(self, storage_class: str, **kwargs: Any) -> tuple[str, str, str]:
@@ -239,17 +252,6 @@ async def test_volumes_of_other_drivers_are_not_sent(resizing: CSIScenario) -> N
 # -- the sidecar ---------------------------------------------------------------------------
 
 
-def _context(argv: list[str], api_client: Any) -> RuntimeContext:
-    options, args = parse_common(parser(), argv)
-    return RuntimeContext(
-        options=options,
-        args=args,
-        api_client=api_client,
-        log=structlog.get_logger("test"),
-        registry=CollectorRegistry(),
-    )
-
-
 @pytest.mark.parametrize(
     ("capabilities", "volume_expansion", "expected"),
     [
@@ -275,17 +277,15 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
         argv = ["--csi-address", s.driver_process.endpoint, "--retry-interval-start", "50ms"]
         if expected is None:
             with pytest.raises(DriverCannotExpandError, match="EXPAND_VOLUME"):
-                await build(_context(argv, kube_cluster.api_client))
+                await build(sidecar_context(parser(), argv, kube_cluster.api_client))
             return
-        sidecar = await build(_context(argv, kube_cluster.api_client))
+        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
         assert isinstance(sidecar, ResizerSidecar)
         assert isinstance(sidecar.controller.resizer, expected)
         assert sidecar.controller.name == s.driver
         sc = await s.storage_class()
         claim, pv, _ = await s.volume(sc)
-        task = asyncio.create_task(sidecar.run())
-        try:
-            await wait_for(_ready_or_failed(sidecar, task), message="sidecar ready")
+        async with running(sidecar):
             await s.request(claim, "2Gi")
             c = await s.wait_claim(
                 claim,
@@ -299,34 +299,16 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
                 assert "FileSystemResizePending" in conditions(c)
             else:
                 assert len(s.state.requests) == 1
-        finally:
-            sidecar.stop()
-            await asyncio.wait_for(task, 10)
         assert sidecar.connection.lost is False
-
-
-def _ready_or_failed(sidecar: ResizerSidecar, task: asyncio.Task[None]) -> Any:
-    async def probe() -> bool:
-        if task.done():
-            task.result()
-            raise AssertionError("the sidecar stopped")
-        return sidecar.ready()
-
-    return probe
 
 
 async def test_sidecar_process_expands_and_stops_on_sigterm(
     csi: CSIScenario, tmp_path: Path
 ) -> None:
-    kubeconfig = _kubeconfig(csi.cluster, tmp_path)
     sc = await csi.storage_class()
     claim, _, handle = await csi.volume(sc)
-    port = _free_port()
-    proc = await _start_sidecar(
-        "--csi-address",
-        csi.driver_process.endpoint,
-        "--kubeconfig",
-        str(kubeconfig),
+    async with csi.sidecar(
+        tmp_path,
         "--timeout",
         "2s",
         "--retry-interval-start",
@@ -334,9 +316,9 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
         "--workers",
         "2",
         "--http-endpoint",
-        f"127.0.0.1:{port}",
-    )
-    try:
+        "127.0.0.1:0",
+    ) as proc:
+        port = int((await proc.wait_for("HTTP server listening"))["port"])
         await csi.request(claim, "3Gi")
         await csi.wait_claim(claim, lambda c: capacity(c) == "3Gi", "expanded by the sidecar", 30)
         assert csi.state.sizes[handle] == 3 * GI
@@ -347,31 +329,16 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
                 metrics = await resp.text()
         assert 'method_name="/csi.v1.Controller/ControllerExpandVolume"' in metrics
         assert f'workqueue_adds_total{{name="{csi.driver}-pvc"}}' in metrics
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 20) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        proc.proc.send_signal(signal.SIGTERM)
+        assert await proc.exit_code(20) == 0
 
 
 async def test_sidecar_process_refuses_a_driver_that_cannot_expand(
     kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
 ) -> None:
     s = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=())
-    async with s.driver_process:
-        proc = await _start_sidecar(
-            "--csi-address",
-            s.driver_process.endpoint,
-            "--kubeconfig",
-            str(_kubeconfig(kube_cluster, tmp_path)),
-        )
-        try:
-            assert await asyncio.wait_for(proc.wait(), 30) == 1
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+    async with s.driver_process, s.sidecar(tmp_path) as proc:
+        assert await proc.exit_code(30) == 1
 
 
 async def test_sidecar_process_exits_when_the_driver_goes_away(
@@ -380,55 +347,13 @@ async def test_sidecar_process_exits_when_the_driver_goes_away(
     sc = await csi.storage_class()
     claim, _, _ = await csi.volume(sc)
     other, _, _ = await csi.volume(sc)
-    proc = await _start_sidecar(
-        "--csi-address",
-        csi.driver_process.endpoint,
-        "--kubeconfig",
-        str(_kubeconfig(csi.cluster, tmp_path)),
-    )
-    try:
+    async with csi.sidecar(tmp_path) as proc:
         await csi.request(claim, "2Gi")
         await csi.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded by the sidecar", 30)
         await csi.driver_process.__aexit__(None, None, None)
         await csi.request(other, "2Gi")
         # Upstream exits on a lost connection so that the pod restarts it.
-        assert await asyncio.wait_for(proc.wait(), 30) == 1
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _kubeconfig(cluster: TestCluster, tmp_path: Path) -> Path:
-    if cluster.is_real:
-        assert cluster.kubeconfig is not None
-        return cluster.kubeconfig
-    assert cluster.server is not None
-    path: Path = cluster.server.write_kubeconfig(tmp_path / "kubeconfig")
-    return path
-
-
-async def _start_sidecar(*argv: str) -> asyncio.subprocess.Process:
-    env = dict(os.environ)
-    env.pop("KUBECONFIG", None)
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.resizer",
-        "--log-format",
-        "json",
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+        assert await proc.exit_code(30) == 1
 
 
 def test_sidecar_flags_and_defaults() -> None:

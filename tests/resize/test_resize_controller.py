@@ -23,10 +23,9 @@ from resize_support import (
     capacity,
     conditions,
     controller,
-    running,
     status,
-    wait_for,
 )
+from sidecar_support import running, wait_for
 
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller.resize import (
@@ -80,7 +79,7 @@ async def test_expand_with_node_expansion_pending(kube_cluster: TestCluster) -> 
     sc = await s.storage_class()
     claim, pv, handle = await s.bound_claim(sc)
     resizer = MemoryResizer(s.driver, node_expansion_required=True)
-    async with running(controller(kube_cluster, resizer)):
+    async with running(controller(kube_cluster, resizer)) as ctrl:
         await s.request(claim, "3Gi")
         pending = await s.wait_claim(
             claim, lambda c: "FileSystemResizePending" in conditions(c), "FileSystemResizePending"
@@ -90,7 +89,7 @@ async def test_expand_with_node_expansion_pending(kube_cluster: TestCluster) -> 
         assert conditions(pending)["FileSystemResizePending"]["status"] == "True"
         assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "3Gi"
         await s.wait_event(claim, "FileSystemResizeRequired")
-        await asyncio.sleep(0.2)
+        await s.settled(ctrl, claim)
         # The claim's capacity is kubelet's to update once the node has expanded; neither the
         # resizer nor the PV controller (the binder, in memory) may copy the PV's size over.
         assert capacity(await s.get_claim(claim)) == "1Gi"

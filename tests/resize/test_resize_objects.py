@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from resize_support import GI, MemoryResizer, Scenario, capacity, controller, running
+from resize_support import GI, MemoryResizer, Scenario, capacity, controller
+from sidecar_support import running
 
 from pyprovlib.resizer import ExpansionResult
 from pyprovlib.testing.cluster import TestCluster

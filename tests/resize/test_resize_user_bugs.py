@@ -9,7 +9,8 @@ import json
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from resize_support import MemoryResizer, Scenario, capacity, controller, running, wait_for
+from resize_support import MemoryResizer, Scenario, capacity, controller
+from sidecar_support import running, wait_for
 
 from pyprovlib.resizer import ExpansionResult
 from pyprovlib.testing.cluster import TestCluster

@@ -8,12 +8,14 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from standalone_support import standalone
+
+from pyprovlib import testing
 
 pytestmark = pytest.mark.kubectl
 
@@ -81,6 +83,12 @@ class Kubectl:
             assert code == 0, f"kubectl {' '.join(args)} failed: {err.decode()}"
         return code, out.decode(), err.decode()
 
+    async def patch(
+        self, obj: str, patch_type: str, patch: str, *, check: bool = True
+    ) -> tuple[int, str, str]:
+        """``kubectl patch <obj> --type <patch_type> -p <patch>``; ``obj`` is "kind name"."""
+        return await self.run("patch", *obj.split(), "--type", patch_type, "-p", patch, check=check)
+
     async def json(self, *args: str) -> dict[str, object]:
         _, out, _ = await self.run(*args, "-o", "json")
         data: dict[str, object] = json.loads(out)
@@ -90,25 +98,7 @@ class Kubectl:
 @pytest.fixture
 async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
     kubeconfig = tmp_path / "kubeconfig"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.testing",
-        "--port",
-        "0",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-binder",
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
-            if b"listening on" in line or not line:
-                break
+    async with standalone(kubeconfig, "--port", "0", "--no-binder"):
         assert kubeconfig.exists()
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -119,14 +109,6 @@ async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
         k = Kubectl(env, tmp_path)
         (tmp_path / "objs.yaml").write_text(MANIFESTS)
         yield k
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 async def test_create_and_get(kubectl: Kubectl) -> None:
@@ -174,27 +156,13 @@ async def test_create_and_get(kubectl: Kubectl) -> None:
 
 async def test_patch_annotate_label_replace(kubectl: Kubectl) -> None:
     await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
-    await kubectl.run(
-        "patch", "pvc", "claim1", "--type", "merge", "-p", '{"metadata":{"annotations":{"m":"1"}}}'
-    )
-    await kubectl.run(
-        "patch",
-        "pvc",
-        "claim1",
-        "--type",
+    await kubectl.patch("pvc claim1", "merge", '{"metadata":{"annotations":{"m":"1"}}}')
+    await kubectl.patch(
+        "pvc claim1",
         "json",
-        "-p",
         '[{"op":"add","path":"/metadata/finalizers","value":["example.com/a"]}]',
     )
-    await kubectl.run(
-        "patch",
-        "pvc",
-        "claim1",
-        "--type",
-        "strategic",
-        "-p",
-        '{"metadata":{"finalizers":["example.com/b"]}}',
-    )
+    await kubectl.patch("pvc claim1", "strategic", '{"metadata":{"finalizers":["example.com/b"]}}')
     await kubectl.run("annotate", "pvc", "claim1", "note=hello")
     await kubectl.run("label", "pvc", "claim1", "tier=gold")
     claim = await kubectl.json("get", "pvc", "claim1")
@@ -216,52 +184,29 @@ async def test_patch_annotate_label_replace(kubectl: Kubectl) -> None:
     code, _, err = await kubectl.run("replace", "-f", str(edited), check=False)
     assert code != 0
     assert "the object has been modified" in err
-    code, _, err = await kubectl.run(
-        "patch",
-        "pvc",
-        "claim1",
-        "--type",
-        "json",
-        "-p",
-        '[{"op":"test","path":"/metadata/name","value":"x"}]',
-        check=False,
+    code, _, err = await kubectl.patch(
+        "pvc claim1", "json", '[{"op":"test","path":"/metadata/name","value":"x"}]', check=False
     )
     assert code != 0
 
 
 async def test_delete_waits_for_finalizers(kubectl: Kubectl) -> None:
     await kubectl.run("create", "-f", str(kubectl.tmp / "objs.yaml"))
-    await kubectl.run(
-        "patch",
-        "pv",
-        "pv1",
-        "--type",
-        "merge",
-        "-p",
-        '{"metadata":{"finalizers":["example.com/hold"]}}',
-    )
+    await kubectl.patch("pv pv1", "merge", '{"metadata":{"finalizers":["example.com/hold"]}}')
     deleting = await kubectl.start("delete", "pv", "pv1", "--timeout=15s")
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+
+        async def deletion_timestamp() -> str:
             _, out, _ = await kubectl.run(
                 "get", "pv", "pv1", "-o", "jsonpath={.metadata.deletionTimestamp}"
             )
-            if out.strip():
-                break
-            await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("pv1 never got a deletionTimestamp")
-        assert deleting.returncode is None  # still waiting on the finalizer
-        await kubectl.run(
-            "patch",
-            "pv",
-            "pv1",
-            "--type",
-            "json",
-            "-p",
-            '[{"op":"remove","path":"/metadata/finalizers"}]',
+            return out.strip()
+
+        await testing.eventually(
+            deletion_timestamp, timeout=10, message="pv1 to get a deletionTimestamp"
         )
+        assert deleting.returncode is None  # still waiting on the finalizer
+        await kubectl.patch("pv pv1", "json", '[{"op":"remove","path":"/metadata/finalizers"}]')
         out, err = await asyncio.wait_for(deleting.communicate(), 15)
         assert deleting.returncode == 0, err.decode()
         assert "deleted" in out.decode()

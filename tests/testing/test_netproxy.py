@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
@@ -14,6 +13,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib import testing
 from pyprovlib.kube.resources import NAMESPACES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.netproxy import TcpProxy
@@ -72,12 +72,18 @@ async def connect(proxy: TcpProxy) -> tuple[asyncio.StreamReader, asyncio.Stream
     return await asyncio.open_connection("127.0.0.1", proxy.port)
 
 
+async def round_trip(
+    proxy: TcpProxy, data: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A new connection through ``proxy`` that echoed ``data`` back."""
+    reader, writer = await connect(proxy)
+    writer.write(data)
+    assert await reader.readexactly(len(data)) == data
+    return reader, writer
+
+
 async def poll(check: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await testing.eventually(check, timeout=timeout, message=what)
 
 
 async def read_is_reset(reader: asyncio.StreamReader) -> bool:
@@ -114,9 +120,7 @@ async def test_forwards_both_ways_and_counts() -> None:
 
 async def test_reset_partition_cuts_open_connections_and_refuses_new_ones() -> None:
     async with echo_and_proxy() as (echo, proxy):
-        reader, writer = await connect(proxy)
-        writer.write(b"ping")
-        assert await reader.readexactly(4) == b"ping"
+        reader, writer = await round_trip(proxy, b"ping")
 
         proxy.partition("reset")
         assert proxy.partitioned == "reset"
@@ -137,18 +141,14 @@ async def test_reset_partition_cuts_open_connections_and_refuses_new_ones() -> N
 
         proxy.heal()
         assert proxy.partitioned is None
-        reader3, writer3 = await connect(proxy)
-        writer3.write(b"back")
-        assert await reader3.readexactly(4) == b"back"
+        _, writer3 = await round_trip(proxy, b"back")
         writer3.close()
         assert echo.connections == 2
 
 
 async def test_blackhole_swallows_bytes_then_heal_resets_and_forwards_again() -> None:
     async with echo_and_proxy() as (echo, proxy):
-        reader, writer = await connect(proxy)
-        writer.write(b"one")
-        assert await reader.readexactly(3) == b"one"
+        reader, writer = await round_trip(proxy, b"one")
 
         proxy.partition("blackhole")
         writer.write(b"two")
@@ -176,17 +176,13 @@ async def test_blackhole_swallows_bytes_then_heal_resets_and_forwards_again() ->
         writer.close()
         writer2.close()
         assert proxy.stats.reset == 2
-        reader3, writer3 = await connect(proxy)
-        writer3.write(b"four")
-        assert await reader3.readexactly(4) == b"four"
+        _, writer3 = await round_trip(proxy, b"four")
         writer3.close()
 
 
 async def test_heal_can_leave_blackholed_connections_half_open() -> None:
     async with echo_and_proxy() as (_echo, proxy):
-        reader, writer = await connect(proxy)
-        writer.write(b"one")
-        assert await reader.readexactly(3) == b"one"
+        reader, writer = await round_trip(proxy, b"one")
         proxy.partition("blackhole")
         proxy.heal(reset_blackholed=False)
         # The old connection stays dead, silently; a new one works.
@@ -197,9 +193,7 @@ async def test_heal_can_leave_blackholed_connections_half_open() -> None:
                 await reader.read(100)
         assert proxy.open_connections == 1
         assert proxy.stats.reset == 0
-        reader2, writer2 = await connect(proxy)
-        writer2.write(b"two")
-        assert await reader2.readexactly(3) == b"two"
+        _, writer2 = await round_trip(proxy, b"two")
         writer.close()
         writer2.close()
 
@@ -221,9 +215,7 @@ async def test_stop_ends_every_connection() -> None:
         await proxy.start()
         readers = []
         for _ in range(3):
-            reader, writer = await connect(proxy)
-            writer.write(b"x")
-            assert await reader.readexactly(1) == b"x"
+            reader, writer = await round_trip(proxy, b"x")
             readers.append((reader, writer))
         proxy.partition("blackhole")
         reader, writer = await connect(proxy)  # a blackholed newcomer

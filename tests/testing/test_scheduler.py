@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
+from standalone_support import standalone
 
 from pyprovlib.kube.objects import Obj, annotations_of
 from pyprovlib.kube.resources import (
@@ -269,28 +268,9 @@ async def test_standalone_server_with_scheduler_and_nodes(tmp_path: Path) -> Non
     """``python -m pyprovlib.testing --scheduler --nodes 2``: Ready nodes and a scheduler, as the
     real-cluster mode of the e2e tests needs (tests/e2e/standalone.py)."""
     kubeconfig = tmp_path / "kubeconfig"
-    log_path = tmp_path / "server.log"
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pyprovlib.testing",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--scheduler",
-            "--nodes",
-            "2",
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    try:
-        deadline = time.monotonic() + 20
-        while "listening on" not in log_path.read_text(errors="replace"):
-            assert proc.returncode is None, log_path.read_text(errors="replace")
-            assert time.monotonic() < deadline, "the standalone server never said it listens"
-            await asyncio.sleep(0.05)
+    async with standalone(kubeconfig, "--scheduler", "--nodes", "2") as server:
         url = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        assert url == server.url
         from kubernetes_asyncio.client import Configuration
 
         config = Configuration(host=url)
@@ -305,9 +285,5 @@ async def test_standalone_server_with_scheduler_and_nodes(tmp_path: Path) -> Non
             await add_claim(api, "data", "late")
             await add_pod(api, "app", "data")
             assert await wait_selected(api, "data") == "pyprovlib-node-1"
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        server.child.proc.send_signal(signal.SIGTERM)
+        assert await server.child.exit_code(10) == 0

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, VersionApi
+from server_support import get_json
 
 from pyprovlib.kube.resources import RESOURCES
 from pyprovlib.testing._discovery import human_duration
 from pyprovlib.testing.server import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-
-
-async def get_json(server: ApiServer, path: str, accept: str = "application/json") -> Any:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(server.url + path, headers={"Accept": accept}) as resp,
-    ):
-        assert resp.status == 200, path
-        return await resp.json()
 
 
 async def test_version_and_groups(apiserver: ApiServer, kube_client: ApiClient) -> None:

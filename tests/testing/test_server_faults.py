@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -15,7 +14,9 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
+from standalone_support import first_line, standalone
 
+from pyprovlib import testing
 from pyprovlib.kube.errors import is_conflict, retry_after_seconds
 from pyprovlib.testing.server import ApiServer
 
@@ -149,80 +150,39 @@ async def test_internal_errors_become_500_and_server_survives(apiserver: ApiServ
             assert resp.status == 200
 
 
-async def _wait_for_line(proc: asyncio.subprocess.Process, deadline: float) -> str:
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = await asyncio.wait_for(proc.stdout.readline(), deadline - time.monotonic())
-        if b"listening on" in line:
-            return line.decode()
-        if not line:
-            break
-    raise AssertionError("the standalone server never said where it listens")
-
-
 async def test_standalone_module(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.testing",
-        "--port",
-        "0",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-binder",
-        stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        line = await _wait_for_line(proc, time.monotonic() + 20)
-        url = line.split("listening on ", 1)[1].split()[0]
-        port = int(url.rsplit(":", 1)[1])
-        assert port > 0
+    async with standalone(kubeconfig, "--port", "0", "--no-binder") as server:
+        assert server.port > 0
         config = json.loads(kubeconfig.read_text())
-        assert config["clusters"][0]["cluster"]["server"] == url
-        async with aiohttp.ClientSession() as session, session.get(url + "/api/v1/namespaces") as r:
+        assert config["clusters"][0]["cluster"]["server"] == server.url
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(server.url + "/api/v1/namespaces") as r,
+        ):
             assert r.status == 200
             assert len((await r.json())["items"]) == 4
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 10) == 0
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        server.child.proc.send_signal(signal.SIGTERM)
+        assert await server.child.exit_code(10) == 0
 
 
 async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
     """``--binder-only`` runs the PV binder against a server in another process."""
     kubeconfig = tmp_path / "kubeconfig"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    server = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.testing",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--no-binder",
-        stdout=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    binder: asyncio.subprocess.Process | None = None
-    try:
-        line = await _wait_for_line(server, time.monotonic() + 20)
-        url = line.split("listening on ", 1)[1].split()[0]
-        binder = await asyncio.create_subprocess_exec(
-            sys.executable,
+    async with (
+        standalone(kubeconfig, "--no-binder") as server,
+        testing.child_process(
             "-m",
             "pyprovlib.testing",
             "--binder-only",
             "--kubeconfig",
             str(kubeconfig),
             stdout=asyncio.subprocess.PIPE,
-            env=env,
-        )
-        assert binder.stdout is not None
-        started = await asyncio.wait_for(binder.stdout.readline(), 20)
-        assert b"PV binder running against " + url.encode() in started
+        ) as binder,
+    ):
+        started = await first_line(binder)
+        assert f"PV binder running against {server.url}" in started
+        url = server.url
         async with aiohttp.ClientSession() as session:
             sc = {
                 "apiVersion": "storage.k8s.io/v1",
@@ -245,23 +205,17 @@ async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
             claims = url + "/api/v1/namespaces/default/persistentvolumeclaims"
             async with session.post(claims, json=claim) as r:
                 assert r.status == 201
+
             # The binder (another process) annotates the claim for the external provisioner.
-            deadline = time.monotonic() + 20
-            annotations: dict[str, str] = {}
-            while time.monotonic() < deadline:
+            async def annotated() -> str | None:
                 async with session.get(claims + "/c1") as r:
                     annotations = (await r.json())["metadata"].get("annotations") or {}
-                if annotations.get("volume.kubernetes.io/storage-provisioner"):
-                    break
-                await asyncio.sleep(0.05)
-            assert annotations.get("volume.kubernetes.io/storage-provisioner") == "example.com/ext"
-        binder.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(binder.wait(), 10) == 0
-    finally:
-        for proc in (binder, server):
-            if proc is not None and proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+                return annotations.get("volume.kubernetes.io/storage-provisioner")
+
+            provisioner = await testing.eventually(annotated, timeout=20, message="annotated")
+            assert provisioner == "example.com/ext"
+        binder.proc.send_signal(signal.SIGTERM)
+        assert await binder.exit_code(10) == 0
 
 
 async def test_binder_only_needs_a_kubeconfig() -> None:

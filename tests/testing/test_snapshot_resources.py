@@ -9,11 +9,11 @@ import asyncio
 import json
 from typing import Any
 
-import aiohttp
 import pytest
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
+from server_support import get_json
 
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
@@ -407,15 +407,6 @@ async def test_watch_sees_spec_and_status_changes(custom: CustomObjectsApi) -> N
     finally:
         task.cancel()
     assert events == [("ADDED", None), ("MODIFIED", True), ("DELETED", True)]
-
-
-async def get_json(server: ApiServer, path: str, accept: str = "application/json") -> Any:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(server.url + path, headers={"Accept": accept}) as resp,
-    ):
-        assert resp.status == 200, path
-        return await resp.json()
 
 
 async def test_discovery_and_table(apiserver: ApiServer, custom: CustomObjectsApi) -> None:

@@ -5,26 +5,13 @@ one provisioning attempt per volume."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "csi_provision.py"
+from bench_support import run_bench
 
 
 def _run(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(BENCH), *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return run_bench("csi_provision.py", *args)
 
 
 def test_isolated_mode_reports_cpu_per_volume_and_one_attempt_each() -> None:
