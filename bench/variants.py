@@ -102,6 +102,44 @@ def _writers(count: int) -> None:
     EventRecorder.__init__ = fewer_writers  # type: ignore[method-assign]
 
 
+def _clientgo_events() -> None:
+    """client-go's event sink: one writer and a 1,000-event buffer that drops when full
+    (``watch.NewLongQueueBroadcaster(1000, DropIfChannelFull)``), instead of 16 writers and
+    2,000 events."""
+    from pyprovlib.kube.events import EventRecorder
+
+    init = EventRecorder.__init__
+
+    @functools.wraps(init)
+    def clientgo(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["writers"] = 1
+        kwargs["max_buffer"] = 1000
+        init(self, *args, **kwargs)
+
+    EventRecorder.__init__ = clientgo  # type: ignore[method-assign]
+
+
+def _tracemalloc() -> None:
+    """Trace Python allocations (slow: for where memory goes, not for timings) and write the
+    50 largest allocation sites, by file, to ``$CSI_REAL_TRACEMALLOC`` at exit."""
+    import atexit
+    import os
+    import tracemalloc
+
+    tracemalloc.start(1)
+
+    def dump() -> None:
+        snapshot = tracemalloc.take_snapshot()
+        path = os.environ.get("CSI_REAL_TRACEMALLOC", "tracemalloc.txt")
+        with open(path, "w") as out:
+            total = sum(stat.size for stat in snapshot.statistics("filename"))
+            out.write(f"traced {total / 2**20:.1f} MiB\n")
+            for stat in snapshot.statistics("filename")[:50]:
+                out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} {stat.traceback}\n")
+
+    atexit.register(dump)
+
+
 def _pool(size: int) -> None:
     from kubernetes_asyncio.client import Configuration
 
@@ -131,6 +169,8 @@ VARIANTS = {
     "writers1": functools.partial(_writers, 1),
     "writers4": functools.partial(_writers, 4),
     "uvloop": _uvloop,
+    "clientgoevents": _clientgo_events,
+    "tracemalloc": _tracemalloc,
 }
 
 

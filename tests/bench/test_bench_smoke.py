@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from bench_support import run_bench
 
+pytestmark = pytest.mark.heavy  # subprocess benches: CI runs them as their own step
+
 
 @pytest.mark.parametrize(
     "extra",

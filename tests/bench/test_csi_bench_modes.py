@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from bench_support import run_bench
+
+pytestmark = pytest.mark.heavy  # subprocess benches: CI runs them as their own step
 
 
 def _run(*args: str) -> dict[str, Any]:

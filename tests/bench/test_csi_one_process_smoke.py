@@ -3,7 +3,10 @@ timing asserted): the same work as the figures in bench/README.md, every CSI cal
 
 from __future__ import annotations
 
+import pytest
 from bench_support import run_bench
+
+pytestmark = pytest.mark.heavy  # subprocess benches: CI runs them as their own step
 
 
 def test_csi_one_process_bench_runs() -> None:

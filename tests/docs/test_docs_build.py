@@ -77,6 +77,7 @@ def _load_hook(name: str) -> Any:
     not _have("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"),
     reason="the docs extra (mkdocs-material, mkdocstrings[python]) is not installed",
 )
+@pytest.mark.heavy
 def test_mkdocs_build_strict(tmp_path: Path) -> None:
     # Run from the repository root: pymdownx.snippets resolves included files from there.
     result = subprocess.run(

@@ -74,6 +74,7 @@ async def _run_and_kill(script: str) -> dict[str, object]:
     return report
 
 
+@pytest.mark.heavy
 async def test_reaper_ends_processes_and_removes_directory_when_the_parent_is_killed(
     tmp_path: Path,
 ) -> None:
