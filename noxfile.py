@@ -24,7 +24,8 @@ PROTO_OUT = ROOT / "src" / "pyprovlib" / "csi" / "_proto"
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """The default test suite (add ``-- -m slow`` for the heavier variants)."""
+    """The default test suite (add ``-- -m heavy`` for the process-level, docs-build and
+    bench-smoke tests CI runs as a step of its own, ``-- -m slow`` for the heavier variants)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
 
