@@ -16,8 +16,10 @@ import os
 import random
 import sys
 import time
+from asyncio.subprocess import Process
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -316,6 +318,92 @@ def check_invariants(
         if f"pvc-{uid}" in asset_names:
             problems.append(f"deleted claim {uid} still has an asset")
     assert not problems, f"{len(problems)} invariant violations: {problems[:20]}"
+
+
+@dataclass(eq=False)
+class Scenario:
+    """Where one scenario's claims, PVs and assets live, and the two end states every scenario
+    waits for — all claims Bound, everything deleted — with the invariants checked at each.
+
+    ``assets`` lists the backend's asset names as they are now; ``detail`` adds to a timeout's
+    message (a process's log, say)."""
+
+    server: ApiServer
+    namespaces: Sequence[str]
+    class_names: Sequence[str]
+    assets: Callable[[], Collection[str]]
+    detail: Callable[[], str] = lambda: ""
+
+    def claims(self) -> list[Obj]:
+        return our_claims(self.server, self.namespaces)
+
+    def volumes(self) -> list[Obj]:
+        return our_volumes(self.server, self.class_names)
+
+    def check(self, *, deleted_uids: Iterable[str] = ()) -> None:
+        check_invariants(
+            self.server, self.namespaces, self.class_names, self.assets(), deleted_uids=deleted_uids
+        )
+
+    async def wait_bound(self, expected: int, *, timeout: float) -> list[str]:
+        """Wait until the scenario has ``expected`` claims, all Bound, check the invariants and
+        return the claims' uids (for :meth:`wait_deleted`)."""
+        await wait_until(
+            lambda: all_bound(self.server, self.namespaces, expected),
+            timeout=timeout,
+            message=lambda: f"{unbound_report(self.server, self.namespaces)}\n{self.detail()}",
+        )
+        self.check()
+        return [c["metadata"]["uid"] for c in self.claims()]
+
+    async def wait_deleted(self, uids: Iterable[str], *, timeout: float) -> None:
+        """Wait until no asset and no PV is left, and check the invariants, ``uids`` being the
+        deleted claims'."""
+        await wait_until(
+            lambda: not self.assets() and not self.volumes(),
+            timeout=timeout,
+            message=lambda: (
+                f"{len(self.assets())} assets ({sorted(self.assets())[:5]}) and "
+                f"{len(self.volumes())} PVs left\n{self.detail()}"
+            ),
+        )
+        self.check(deleted_uids=uids)
+
+
+PV_NAME_LEN = len("pvc-") + 36
+
+
+def nfs_assets(root: Path) -> list[str]:
+    """PV names of the NFS example's volume directories (``<ns>-<claim>-<pv>``); an archived
+    or foreign directory shows up under its own name and so breaks the invariants."""
+    out = []
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        out.append(name[-PV_NAME_LEN:] if name[-PV_NAME_LEN:].startswith("pvc-") else name)
+    return out
+
+
+def nfs_argv(kubeconfig: Path, root: Path, *flags: str) -> list[str]:
+    """``python -m pyprovlib.examples.nfs`` exporting ``root``, logging JSON, plus ``flags``."""
+    return [
+        sys.executable,
+        "-m",
+        "pyprovlib.examples.nfs",
+        f"--kubeconfig={kubeconfig}",
+        "--nfs-server=nfs.example.test",
+        "--nfs-path=/export",
+        f"--nfs-mount-path={root}",
+        "--log-format=json",
+        *flags,
+    ]
+
+
+async def start_logged(argv: Sequence[str], log: Path, mode: str = "ab") -> Process:
+    """Start ``argv`` (no shell) with its stdout and stderr going to ``log``."""
+    with log.open(mode) as out:
+        return await asyncio.create_subprocess_exec(
+            *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
+        )
 
 
 def asset_dirs(root: Path) -> list[str]:

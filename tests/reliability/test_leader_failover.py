@@ -13,10 +13,8 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import random
 import signal
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -27,17 +25,16 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
-    all_bound,
+    Scenario,
     cancel,
-    check_invariants,
     claim_body,
     create_class,
     create_namespace,
     delete_claims,
     fast_options,
-    our_claims,
-    our_volumes,
-    unbound_report,
+    nfs_argv,
+    nfs_assets,
+    start_logged,
     unique,
     wait_until,
 )
@@ -70,6 +67,7 @@ async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -
         await create_namespace(client, ns)
         class_name = await create_class(client, reclaimPolicy="Delete")
         backend = Backend()
+        scenario = Scenario(server, [ns], [class_name], lambda: backend.assets)
         counter = iter(range(1000))
         live = [Replica(client, backend, ns, next(counter)) for _ in range(replicas)]
         max_leaders = 0
@@ -114,22 +112,11 @@ async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -
         watcher = asyncio.create_task(watch_leaders())
         try:
             await asyncio.gather(kill_leaders(), create_slowly())
-            await wait_until(
-                lambda: all_bound(server, [ns], claims),
-                timeout=60,
-                message=lambda: unbound_report(server, [ns]),
-            )
-            check_invariants(server, [ns], [class_name], backend.assets)
-            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
+            uids = await scenario.wait_bound(claims, timeout=60)
             await asyncio.gather(
                 kill_leaders(), delete_claims(client, [(ns, f"claim-{i}") for i in range(claims)])
             )
-            await wait_until(
-                lambda: not backend.assets and not our_volumes(server, [class_name]),
-                timeout=60,
-                message=lambda: f"{len(backend.assets)} assets left",
-            )
-            check_invariants(server, [ns], [class_name], backend.assets, deleted_uids=uids)
+            await scenario.wait_deleted(uids, timeout=60)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -181,26 +168,17 @@ class Replicas:
     async def start(self) -> None:
         index = len(self.procs)
         log = self.tmp_path / f"replica-{index}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
+        proc = await start_logged(nfs_argv(self.kubeconfig, self.root, *self.flags()), log, "wb")
+        self.procs.append((proc, log))
+
+    def flags(self) -> list[str]:
+        return [
             "--leader-election=true",
             f"--leader-election-namespace={self.namespace}",
             "--leader-election-lease-duration=3s",
             "--leader-election-renew-deadline=2s",
             "--leader-election-retry-period=400ms",
-            "--log-format=json",
         ]
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
-        self.procs.append((proc, log))
 
     def became_leader(self, index: int) -> list[float]:
         """Wall-clock times at which replica ``index`` logged "became leader"."""
@@ -286,6 +264,7 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
             client, "pyprovlib.io/nfs", reclaimPolicy="Delete", parameters={"onDelete": "delete"}
         )
         group = Replicas(tmp_path, kubeconfig, root, ns)
+        scenario = Scenario(server, [ns], [class_name], lambda: nfs_assets(root))
         try:
             for _ in range(replicas):
                 await group.start()
@@ -311,23 +290,12 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
                 kill_leaders(), delete_or_create(client, keys, class_name, create=True)
             )
             await group.top_up(replicas)
-            await wait_until(
-                lambda: all_bound(server, [ns], claims),
-                timeout=90,
-                message=lambda: unbound_report(server, [ns]),
-            )
-            check_invariants(server, [ns], [class_name], nfs_dirs(root))
-            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
+            uids = await scenario.wait_bound(claims, timeout=90)
             await asyncio.gather(
                 kill_leaders(), delete_or_create(client, keys, class_name, create=False)
             )
             await group.top_up(replicas)
-            await wait_until(
-                lambda: not list(root.iterdir()) and not our_volumes(server, [class_name]),
-                timeout=90,
-                message=lambda: f"left: {nfs_dirs(root)[:5]}",
-            )
-            check_invariants(server, [ns], [class_name], nfs_dirs(root), deleted_uids=uids)
+            await scenario.wait_deleted(uids, timeout=90)
         finally:
             await group.stop_all()
         assert len(group.killed_at) == 2 * kills
@@ -345,12 +313,6 @@ async def delete_or_create(
     for ns, name in keys:
         await api.create(claim_body(ns, name, class_name), ns)
         await asyncio.sleep(0.05)
-
-
-def nfs_dirs(root: Path) -> list[str]:
-    """PV names of the volume directories (``<ns>-<claim>-<pv>``)."""
-    n = len("pvc-") + 36
-    return [e.name[-n:] if e.name[-n:].startswith("pvc-") else e.name for e in root.iterdir()]
 
 
 async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:

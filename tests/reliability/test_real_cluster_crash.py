@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,10 +30,11 @@ from rel_support import (
     claim_body,
     create_claims,
     delete_claims,
+    nfs_assets,
     unbound_report,
 )
 from test_leader_failover import Replicas
-from test_process_crash import NFSProcess, nfs_assets
+from test_process_crash import NFSProcess
 
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
@@ -104,24 +103,8 @@ class RealNFSProcess(NFSProcess):
         super().__init__(kubeconfig, root, log)
         self.name = name
 
-    async def start(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--provisioner-name={self.name}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
-            "--leader-election=false",
-            "--log-format=json",
-            "--worker-threads=8",
-        ]
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
+    def flags(self) -> list[str]:
+        return [f"--provisioner-name={self.name}", *super().flags()]
 
 
 class RealReplicas(Replicas):
@@ -132,31 +115,16 @@ class RealReplicas(Replicas):
         super().__init__(tmp_path, kubeconfig, root, ns)
         self.name = name
 
-    async def start(self) -> None:
-        index = len(self.procs)
-        log = self.tmp_path / f"replica-{index}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
+    def flags(self) -> list[str]:
+        return [
             f"--provisioner-name={self.name}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
             "--leader-election=true",
             f"--leader-election-namespace={self.namespace}",
             # longer than in memory: a loaded machine's real apiserver answers slower
             "--leader-election-lease-duration=6s",
             "--leader-election-renew-deadline=4s",
             "--leader-election-retry-period=500ms",
-            "--log-format=json",
         ]
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
-        self.procs.append((proc, log))
 
 
 class World:
