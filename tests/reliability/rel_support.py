@@ -14,6 +14,7 @@ import importlib.util
 import itertools
 import os
 import random
+import signal
 import sys
 import time
 from asyncio.subprocess import Process
@@ -398,12 +399,61 @@ def nfs_argv(kubeconfig: Path, root: Path, *flags: str) -> list[str]:
     ]
 
 
-async def start_logged(argv: Sequence[str], log: Path, mode: str = "ab") -> Process:
+async def start_logged(
+    argv: Sequence[str], log: Path, mode: str = "ab", env: dict[str, str] | None = None
+) -> Process:
     """Start ``argv`` (no shell) with its stdout and stderr going to ``log``."""
     with log.open(mode) as out:
         return await asyncio.create_subprocess_exec(
-            *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
+            *argv,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env=dict(os.environ) if env is None else env,
         )
+
+
+class LoggedProcess:
+    """A controller process under test, started again after every crash: each run appends to
+    one log. Subclasses say how to start it (:meth:`argv`)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: Process | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    async def start(self) -> None:
+        self.proc = await start_logged(self.argv(), self.log, env=self.env())
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def kill(self) -> None:
+        """SIGKILL: a crash."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def terminate(self) -> int:
+        """SIGTERM, and the exit code of the graceful shutdown."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            return await self.proc.wait()
+
+    async def close(self) -> None:
+        """Kill it if it is still running (a test's cleanup)."""
+        if self.running():
+            await self.kill()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
 
 
 def asset_dirs(root: Path) -> list[str]:

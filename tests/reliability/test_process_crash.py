@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
+    LoggedProcess,
     Scenario,
     cancel,
     create_claims,
@@ -39,7 +39,6 @@ from rel_support import (
     nfs_argv,
     nfs_assets,
     running,
-    start_logged,
     unique,
     wait_until,
 )
@@ -104,38 +103,19 @@ async def test_task_cancelled_at_random_points_500_claims() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class NFSProcess:
+class NFSProcess(LoggedProcess):
     """``python -m pyprovlib.examples.nfs`` against the in-memory server."""
 
     def __init__(self, kubeconfig: Path, root: Path, log: Path) -> None:
+        super().__init__(log)
         self.kubeconfig = kubeconfig
         self.root = root
-        self.log = log
-        self.proc: asyncio.subprocess.Process | None = None
 
     def flags(self) -> list[str]:
         return ["--leader-election=false", "--worker-threads=8"]
 
-    async def start(self) -> None:
-        self.proc = await start_logged(
-            nfs_argv(self.kubeconfig, self.root, *self.flags()), self.log
-        )
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def terminate(self) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            return await self.proc.wait()
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
+    def argv(self) -> list[str]:
+        return nfs_argv(self.kubeconfig, self.root, *self.flags())
 
 
 @dataclass
@@ -161,13 +141,12 @@ async def nfs_world(tmp_path: Path) -> AsyncIterator[NFSWorld]:
         )
         process = NFSProcess(kubeconfig, root, tmp_path / "nfs.log")
         scenario = Scenario(
-            server, [ns], [class_name], lambda: nfs_assets(root), detail=process.log_tail
+            server, [ns], [class_name], lambda: nfs_assets(root), detail=process.tail
         )
         try:
             yield NFSWorld(server, client, process, ns, class_name, scenario)
         finally:
-            if process.proc is not None and process.proc.returncode is None:
-                await process.kill()
+            await process.close()
 
 
 async def test_nfs_process_sigkilled_at_random_points(tmp_path: Path) -> None:
@@ -225,7 +204,7 @@ async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) ->
                 and server.requests.count("create", "persistentvolumes") >= 1
             ),
             timeout=30,
-            message=lambda: "directory created and PV create in flight\n" + process.log_tail(),
+            message=lambda: "directory created and PV create in flight\n" + process.tail(),
         )
         await process.kill()
         assert scenario.volumes() == []
@@ -242,7 +221,7 @@ async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) ->
                 not scenario.assets() and server.requests.count("delete", "persistentvolumes") >= 1
             ),
             timeout=30,
-            message=lambda: "directory removed and PV delete in flight\n" + process.log_tail(),
+            message=lambda: "directory removed and PV delete in flight\n" + process.tail(),
         )
         await process.kill()
         assert len(scenario.volumes()) == 1  # the window: a PV without asset

@@ -240,7 +240,7 @@ async def test_nfs_process_sigkilled_while_provisioning_and_deleting(
 
         mid = [await kill_mid_work(dirs, claims) for _ in range(kills)]
         await process.start()
-        await world.wait_bound(claims, lambda: tail(process.log))
+        await world.wait_bound(claims, process.tail)
         await world.check()
         uids = await uids_of(world)
         await process.kill()
@@ -248,14 +248,13 @@ async def test_nfs_process_sigkilled_while_provisioning_and_deleting(
         await delete_claims(kube_cluster.api_client, keys)
         mid += [await kill_mid_work(dirs, 0) for _ in range(kills)]
         await process.start()
-        await world.wait_all_gone(lambda: tail(process.log))
+        await world.wait_all_gone(process.tail)
         assert await process.terminate() == 0
         await world.check(deleted_uids=uids)
         print(f"kills that landed mid-work: {mid}")
         assert any(mid), "no kill landed while the process was working"
     finally:
-        if process.proc is not None and process.proc.returncode is None:
-            await process.kill()
+        await process.close()
 
 
 async def test_two_replicas_leader_sigkilled_while_provisioning(
@@ -321,16 +320,14 @@ async def test_apiserver_restarted_while_provisioning(
         async def some_work() -> bool:
             return bool(world.assets())
 
-        await poll(some_work, timeout=60, message=lambda: tail(process.log))
+        await poll(some_work, timeout=60, message=process.tail)
         await restart()
         # claims created after the restart too: the informers must have come back
         api = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
         for i in range(claims // 2, claims):
             await api.create(claim_body(ns, f"claim-{i}", world.class_name), ns)
-        await world.wait_bound(claims, lambda: tail(process.log))
+        await world.wait_bound(claims, process.tail)
         await world.check()
-        assert process.proc is not None
-        assert process.proc.returncode is None, "the provisioner exited: " + tail(process.log)
+        assert process.running(), "the provisioner exited: " + process.tail()
     finally:
-        if process.proc is not None and process.proc.returncode is None:
-            await process.kill()
+        await process.close()
