@@ -19,6 +19,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
     create_class,
     delete_claim,
@@ -184,8 +185,6 @@ async def test_killed_while_the_pv_create_is_lost_in_the_network(
 
 
 async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Gated(MemoryProvisioner):
         def __init__(self) -> None:
@@ -199,7 +198,7 @@ async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: Test
             return await super().provision(options)
 
     provisioner = Gated()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     task = asyncio.create_task(controller.run())
     try:
         claim = await create_claim(kube_cluster, class_name)

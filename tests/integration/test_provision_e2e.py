@@ -190,14 +190,31 @@ def provisioner_name(cluster: TestCluster) -> str:
     return f"test.pyprovlib.io/{cluster.unique_name('p')}"
 
 
+async def controller_for(
+    cluster: TestCluster,
+    provisioner: Provisioner,
+    options: ProvisionControllerOptions | None = None,
+    **class_extra: Any,
+) -> tuple[ProvisionController, str]:
+    """A controller of ``provisioner`` under a provisioner name of its own (with
+    :func:`fast_options` unless ``options``), and a StorageClass for that name with
+    ``class_extra``. Returns the controller and the class name."""
+    name = provisioner_name(cluster)
+    class_name = await create_class(cluster, name, **class_extra)
+    controller = ProvisionController(
+        cluster.api_client, name, provisioner, options or fast_options()
+    )
+    return controller, class_name
+
+
 async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, mountOptions=["noatime"])
     provisioner = MemoryProvisioner()
     options = fast_options()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, options, mountOptions=["noatime"]
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name, size="2Gi")
         claim_name = claim["metadata"]["name"]
@@ -208,7 +225,10 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
 
         pv = await get_volume(kube_cluster.api_client, pv_name)
         assert pv is not None
-        assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == name
+        assert (
+            pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED]
+            == controller.provisioner_name
+        )
         assert pv["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
         assert pv["spec"]["claimRef"]["name"] == claim_name
         assert pv["spec"]["storageClassName"] == class_name
@@ -285,10 +305,10 @@ async def test_additional_provisioner_names(kube_cluster: TestCluster) -> None:
 async def test_wait_for_first_consumer_waits_for_the_selected_node(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, volumeBindingMode="WaitForFirstConsumer"
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -297,7 +317,7 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
         # claim must still wait.
         annotated = await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
             claim_name,
-            {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: name}}},
+            {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: controller.provisioner_name}}},
             namespace=kube_cluster.namespace,
         )
         await wait_idle(controller, annotated)
@@ -310,10 +330,8 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
 
 
 async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, reclaimPolicy="Retain")
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner, reclaimPolicy="Retain")
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         pv_name = f"pvc-{claim['metadata']['uid']}"
@@ -339,11 +357,9 @@ async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCl
 async def test_finalizer_protects_the_volume_until_its_asset_is_deleted(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(add_finalizer=True)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(add_finalizer=True)
     )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -406,11 +422,9 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
 
 
 async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(threadiness=3)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(threadiness=3)
     )
     async with running(controller):
         claims = await asyncio.gather(*(create_claim(kube_cluster, class_name) for _ in range(12)))
@@ -422,10 +436,8 @@ async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) 
 async def test_the_class_model_is_converted_once_per_class_version(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         for _ in range(2):
             claim = await create_claim(kube_cluster, class_name)

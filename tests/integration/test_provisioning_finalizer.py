@@ -29,6 +29,7 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
     create_class,
     delete_claim,
@@ -149,17 +150,6 @@ async def deleted_but_held(cluster: TestCluster, name: str) -> AsyncIterator[Obj
     await wait_claim_gone(cluster, name)
 
 
-async def protected_controller(
-    cluster: TestCluster, provisioner: MemoryProvisioner, **class_extra: str
-) -> tuple[ProvisionController, str]:
-    """A controller with the provisioning finalizer, under a name of its own, and a class of
-    that name. Returns it and the class name."""
-    name = provisioner_name(cluster)
-    class_name = await create_class(cluster, name, **class_extra)
-    options = protected_options()
-    return ProvisionController(cluster.api_client, name, provisioner, options), class_name
-
-
 async def delete_while_retried(
     cluster: TestCluster, class_name: str, provisioner: FlakyProvisioner
 ) -> tuple[str, str]:
@@ -216,7 +206,7 @@ async def test_finalizer_held_while_provisioning_and_removed_once_bound(
     kube_cluster: TestCluster,
 ) -> None:
     provisioner = GatedProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     patches_before = (
         kube_cluster.server.requests.count("patch", "persistentvolumeclaims")
         if kube_cluster.server is not None
@@ -282,7 +272,7 @@ async def test_claim_deleted_while_provisioning_fails_in_the_background(
     kube_cluster: TestCluster,
 ) -> None:
     provisioner = FlakyProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         claim_name, pv_name = await delete_while_retried(kube_cluster, class_name, provisioner)
         await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "backend still busy")
@@ -303,7 +293,7 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
     released it (the DELETED event not processed yet): the volume, already deleted, must not be
     provisioned and deleted again."""
     provisioner = FlakyProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         claim_name, pv_name = await delete_while_retried(kube_cluster, class_name, provisioner)
         stale = await get_claim(kube_cluster, claim_name)  # deleting, still protected
@@ -321,7 +311,7 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
 
 async def test_final_failure_releases_the_claim(kube_cluster: TestCluster) -> None:
     provisioner = RefusingProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -360,7 +350,7 @@ async def test_claim_deleted_before_provisioning_is_not_provisioned(
     kube_cluster: TestCluster,
 ) -> None:
     provisioner = MemoryProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     claim = await create_claim(kube_cluster, class_name)
     claim_name = claim["metadata"]["name"]
     async with deleted_but_held(kube_cluster, claim_name) as deleting:
@@ -378,7 +368,7 @@ async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_rele
     never-provisioned claim went down the provisioning path (a refused finalizer PATCH, a
     failure and retries; one refusal away from a volume for a claim on its way out)."""
     provisioner = MemoryProvisioner({})
-    controller, class_name = await protected_controller(kube_cluster, provisioner)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         bound = await create_claim(kube_cluster, class_name)
         bound_name = bound["metadata"]["name"]
@@ -417,10 +407,8 @@ async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_rele
 
 
 async def test_without_the_option_no_finalizer_is_added(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = GatedProvisioner({})
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]

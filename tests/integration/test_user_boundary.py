@@ -11,17 +11,14 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
-    create_class,
     delete_claim,
-    fast_options,
-    provisioner_name,
     running,
     wait_bound,
     wait_gone,
 )
 
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
 from pyprovlib.testing.cluster import TestCluster
 
@@ -70,10 +67,8 @@ class JSONDeleter(MemoryProvisioner, ObjectDeleter):
 
 
 async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = SharingGuard()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         await wait_bound(kube_cluster, claim["metadata"]["name"])
@@ -87,10 +82,8 @@ async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster)
 
 
 async def test_an_object_deleter_gets_the_pv_json_read_only(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = JSONDeleter()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         await wait_bound(kube_cluster, claim["metadata"]["name"])

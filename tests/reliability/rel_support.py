@@ -221,6 +221,20 @@ async def create_claims(
     return keys
 
 
+async def create_paced(
+    client: ApiClient,
+    keys: Iterable[tuple[str, str]],
+    class_name: str,
+    pause: Callable[[], float],
+) -> None:
+    """Create claims (namespace, name) one at a time, ``pause()`` seconds apart: claims keep
+    arriving while a scenario's faults go on."""
+    claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+    for ns, name in keys:
+        await claims.create(claim_body(ns, name, class_name), ns)
+        await asyncio.sleep(pause())
+
+
 async def delete_claims(client: ApiClient, keys: Iterable[tuple[str, str]]) -> None:
     claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
     limit = asyncio.Semaphore(32)
@@ -382,6 +396,38 @@ def nfs_assets(root: Path) -> list[str]:
         name = entry.name
         out.append(name[-PV_NAME_LEN:] if name[-PV_NAME_LEN:].startswith("pvc-") else name)
     return out
+
+
+NFS_PROVISIONER = "pyprovlib.io/nfs"
+
+
+@dataclass
+class NFSWorld:
+    """An in-memory API server (with the PV binder), a namespace and a StorageClass of the NFS
+    example that deletes directories, and the example's export directory."""
+
+    server: ApiServer
+    client: ApiClient
+    kubeconfig: Path
+    root: Path
+    ns: str
+    class_name: str
+    scenario: Scenario
+
+
+@contextlib.asynccontextmanager
+async def nfs_world(tmp_path: Path, prefix: str) -> AsyncIterator[NFSWorld]:
+    root = tmp_path / "export"
+    root.mkdir()
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        ns = unique(prefix)
+        await create_namespace(client, ns)
+        class_name = await create_class(
+            client, NFS_PROVISIONER, reclaimPolicy="Delete", parameters={"onDelete": "delete"}
+        )
+        scenario = Scenario(server, [ns], [class_name], lambda: nfs_assets(root))
+        yield NFSWorld(server, client, kubeconfig, root, ns, class_name, scenario)
 
 
 def nfs_argv(kubeconfig: Path, root: Path, *flags: str) -> list[str]:

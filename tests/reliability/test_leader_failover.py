@@ -27,21 +27,19 @@ from rel_support import (
     BackendProvisioner,
     Scenario,
     cancel,
-    claim_body,
     create_class,
     create_namespace,
+    create_paced,
     delete_claims,
     fast_options,
     nfs_argv,
-    nfs_assets,
+    nfs_world,
     start_logged,
     unique,
     wait_until,
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.server import ApiServer
 
 
@@ -100,22 +98,17 @@ async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -
                 live = [r for r in live if r is not leader]
                 live.append(Replica(client, backend, ns, next(counter)))
 
-        claims_api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-
-        async def create_slowly() -> None:
-            for i in range(claims):
-                await claims_api.create(claim_body(ns, f"claim-{i}", class_name), ns)
-                await asyncio.sleep(rng.uniform(0, 0.02))
-
+        keys = [(ns, f"claim-{i}") for i in range(claims)]
         loop = asyncio.get_running_loop()
         kill_times: list[float] = []
         watcher = asyncio.create_task(watch_leaders())
         try:
-            await asyncio.gather(kill_leaders(), create_slowly())
-            uids = await scenario.wait_bound(claims, timeout=60)
             await asyncio.gather(
-                kill_leaders(), delete_claims(client, [(ns, f"claim-{i}") for i in range(claims)])
+                kill_leaders(),
+                create_paced(client, keys, class_name, lambda: rng.uniform(0, 0.02)),
             )
+            uids = await scenario.wait_bound(claims, timeout=60)
+            await asyncio.gather(kill_leaders(), delete_claims(client, keys))
             await scenario.wait_deleted(uids, timeout=60)
         finally:
             watcher.cancel()
@@ -254,17 +247,9 @@ _WORK_EVENTS = (
 
 async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: int) -> None:
     rng = random.Random(replicas * 100 + kills)
-    root = tmp_path / "export"
-    root.mkdir()
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        ns = unique("px")
-        await create_namespace(client, ns)
-        class_name = await create_class(
-            client, "pyprovlib.io/nfs", reclaimPolicy="Delete", parameters={"onDelete": "delete"}
-        )
-        group = Replicas(tmp_path, kubeconfig, root, ns)
-        scenario = Scenario(server, [ns], [class_name], lambda: nfs_assets(root))
+    async with nfs_world(tmp_path, "px") as world:
+        client, ns, class_name, scenario = world.client, world.ns, world.class_name, world.scenario
+        group = Replicas(tmp_path, world.kubeconfig, world.root, ns)
         try:
             for _ in range(replicas):
                 await group.start()
@@ -287,13 +272,11 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
 
             keys = [(ns, f"claim-{i}") for i in range(claims)]
             await asyncio.gather(
-                kill_leaders(), delete_or_create(client, keys, class_name, create=True)
+                kill_leaders(), create_paced(client, keys, class_name, lambda: 0.05)
             )
             await group.top_up(replicas)
             uids = await scenario.wait_bound(claims, timeout=90)
-            await asyncio.gather(
-                kill_leaders(), delete_or_create(client, keys, class_name, create=False)
-            )
+            await asyncio.gather(kill_leaders(), delete_claims(client, keys))
             await group.top_up(replicas)
             await scenario.wait_deleted(uids, timeout=90)
         finally:
@@ -301,18 +284,6 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
         assert len(group.killed_at) == 2 * kills
         assert group.overlapping_work() == [], group.overlapping_work()
         assert sum(bool(group.became_leader(i)) for i in range(len(group.procs))) > 2 * kills
-
-
-async def delete_or_create(
-    client: Any, keys: list[tuple[str, str]], class_name: str, *, create: bool
-) -> None:
-    if not create:
-        await delete_claims(client, keys)
-        return
-    api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-    for ns, name in keys:
-        await api.create(claim_body(ns, name, class_name), ns)
-        await asyncio.sleep(0.05)
 
 
 async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ from rel_support import (
     claim_body,
     create_class,
     create_namespace,
+    create_paced,
     delete_claims,
     fast_options,
     unbound_report,
@@ -239,10 +240,8 @@ async def cluster_of(replicas: int) -> AsyncIterator[tuple[Cluster, str]]:
 async def create_slowly(
     cluster: Cluster, class_name: str, names: list[str], rng: random.Random
 ) -> None:
-    api = ResourceClient(cluster.client, PERSISTENT_VOLUME_CLAIMS)
-    for name in names:
-        await api.create(claim_body(cluster.namespace, name, class_name), cluster.namespace)
-        await asyncio.sleep(rng.uniform(0, 0.1))
+    keys = [(cluster.namespace, name) for name in names]
+    await create_paced(cluster.client, keys, class_name, lambda: rng.uniform(0, 0.1))
 
 
 async def leader_partition_scenario(

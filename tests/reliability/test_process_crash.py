@@ -19,16 +19,15 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
     LoggedProcess,
+    NFSWorld,
     Scenario,
     cancel,
     create_claims,
@@ -37,7 +36,7 @@ from rel_support import (
     delete_claims,
     fast_options,
     nfs_argv,
-    nfs_assets,
+    nfs_world,
     running,
     unique,
     wait_until,
@@ -45,8 +44,6 @@ from rel_support import (
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.testing.server import ApiServer
-
-NFS_NAME = "pyprovlib.io/nfs"
 
 # --------------------------------------------------------------------------------------------
 # In-process: task cancellation at random points
@@ -118,33 +115,13 @@ class NFSProcess(LoggedProcess):
         return nfs_argv(self.kubeconfig, self.root, *self.flags())
 
 
-@dataclass
-class NFSWorld:
-    server: ApiServer
-    client: ApiClient
-    process: NFSProcess
-    ns: str
-    class_name: str
-    scenario: Scenario
-
-
 @contextlib.asynccontextmanager
-async def nfs_world(tmp_path: Path) -> AsyncIterator[NFSWorld]:
-    root = tmp_path / "export"
-    root.mkdir()
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        ns = unique("nfs")
-        await create_namespace(client, ns)
-        class_name = await create_class(
-            client, NFS_NAME, reclaimPolicy="Delete", parameters={"onDelete": "delete"}
-        )
-        process = NFSProcess(kubeconfig, root, tmp_path / "nfs.log")
-        scenario = Scenario(
-            server, [ns], [class_name], lambda: nfs_assets(root), detail=process.tail
-        )
+async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[NFSWorld, NFSProcess]]:
+    async with nfs_world(tmp_path, "nfs") as world:
+        process = NFSProcess(world.kubeconfig, world.root, tmp_path / "nfs.log")
+        world.scenario.detail = process.tail
         try:
-            yield NFSWorld(server, client, process, ns, class_name, scenario)
+            yield world, process
         finally:
             await process.close()
 
@@ -160,8 +137,8 @@ async def test_nfs_process_sigkilled_at_random_points_200_claims(tmp_path: Path)
 
 async def sigkill_scenario(tmp_path: Path, claims: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with nfs_world(tmp_path) as world:
-        process, scenario = world.process, world.scenario
+    async with nfs_process(tmp_path) as (world, process):
+        scenario = world.scenario
         # Every PV save and delete takes a while, so kills land between asset and PV.
         world.server.faults.latency(0.15, verb="create", resource="persistentvolumes")
         world.server.faults.latency(0.15, verb="delete", resource="persistentvolumes")
@@ -192,8 +169,8 @@ async def sigkill_scenario(tmp_path: Path, claims: int, kills: int, seed: int) -
 
 
 async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) -> None:
-    async with nfs_world(tmp_path) as world:
-        server, process, scenario = world.server, world.process, world.scenario
+    async with nfs_process(tmp_path) as (world, process):
+        server, scenario = world.server, world.scenario
         # The PV create hangs: the directory exists, the PV does not.
         server.faults.latency(60.0, verb="create", resource="persistentvolumes", count=1)
         keys = await create_claims(world.client, [world.ns], 1, world.class_name)
