@@ -402,21 +402,36 @@ NFS_PROVISIONER = "pyprovlib.io/nfs"
 
 
 @dataclass
-class NFSWorld:
-    """An in-memory API server (with the PV binder), a namespace and a StorageClass of the NFS
-    example that deletes directories, and the example's export directory."""
+class World:
+    """An in-memory API server (with the PV binder), a namespace and a StorageClass that
+    deletes, the scenario's backend and its :class:`Scenario`. For the NFS example
+    (:func:`nfs_world`), also its kubeconfig and export directory."""
 
     server: ApiServer
     client: ApiClient
-    kubeconfig: Path
-    root: Path
     ns: str
     class_name: str
+    backend: Backend
     scenario: Scenario
+    kubeconfig: Path = Path()
+    root: Path = Path()
 
 
 @contextlib.asynccontextmanager
-async def nfs_world(tmp_path: Path, prefix: str) -> AsyncIterator[NFSWorld]:
+async def memory_world(prefix: str) -> AsyncIterator[World]:
+    """A :class:`World` of :class:`BackendProvisioner` (provisioner :data:`PROVISIONER`)."""
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        ns = unique(prefix)
+        await create_namespace(client, ns)
+        class_name = await create_class(client, reclaimPolicy="Delete")
+        backend = Backend()
+        scenario = Scenario(server, [ns], [class_name], lambda: backend.assets)
+        yield World(server, client, ns, class_name, backend, scenario)
+
+
+@contextlib.asynccontextmanager
+async def nfs_world(tmp_path: Path, prefix: str) -> AsyncIterator[World]:
+    """A :class:`World` of the NFS example (whose assets are directories in ``root``)."""
     root = tmp_path / "export"
     root.mkdir()
     async with ApiServer(binder=True) as server, server.api_client() as client:
@@ -427,7 +442,7 @@ async def nfs_world(tmp_path: Path, prefix: str) -> AsyncIterator[NFSWorld]:
             client, NFS_PROVISIONER, reclaimPolicy="Delete", parameters={"onDelete": "delete"}
         )
         scenario = Scenario(server, [ns], [class_name], lambda: nfs_assets(root))
-        yield NFSWorld(server, client, kubeconfig, root, ns, class_name, scenario)
+        yield World(server, client, ns, class_name, Backend(), scenario, kubeconfig, root)
 
 
 def nfs_argv(kubeconfig: Path, root: Path, *flags: str) -> list[str]:

@@ -25,22 +25,18 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
-    Scenario,
     cancel,
-    create_class,
-    create_namespace,
     create_paced,
     delete_claims,
     fast_options,
+    memory_world,
     nfs_argv,
     nfs_world,
     start_logged,
-    unique,
     wait_until,
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.testing.server import ApiServer
 
 
 class Replica:
@@ -60,12 +56,9 @@ class Replica:
 
 async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("leader")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        backend = Backend()
-        scenario = Scenario(server, [ns], [class_name], lambda: backend.assets)
+    async with memory_world("leader") as world:
+        server, client, ns, class_name = world.server, world.client, world.ns, world.class_name
+        backend, scenario = world.backend, world.scenario
         counter = iter(range(1000))
         live = [Replica(client, backend, ns, next(counter)) for _ in range(replicas)]
         max_leaders = 0

@@ -42,7 +42,7 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
-    Scenario,
+    World,
     all_bound,
     cancel,
     claim_body,
@@ -51,6 +51,7 @@ from rel_support import (
     create_paced,
     delete_claims,
     fast_options,
+    memory_world,
     unbound_report,
     unique,
     wait_until,
@@ -119,14 +120,12 @@ class Replica:
 class Cluster:
     """The API server, the replicas and the bookkeeping of one scenario."""
 
-    def __init__(
-        self, server: ApiServer, client: ApiClient, namespace: str, class_name: str
-    ) -> None:
-        self.server = server
-        self.client = client
-        self.namespace = namespace
-        self.backend = Backend()
-        self.scenario = Scenario(server, [namespace], [class_name], lambda: self.backend.assets)
+    def __init__(self, world: World) -> None:
+        self.server = world.server
+        self.client = world.client
+        self.namespace = world.ns
+        self.backend = world.backend
+        self.scenario = world.scenario
         self.replicas: list[Replica] = []
         self._names = itertools.count()
         self.max_leaders = 0
@@ -220,16 +219,13 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def cluster_of(replicas: int) -> AsyncIterator[tuple[Cluster, str]]:
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("partition")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        cluster = Cluster(server, client, ns, class_name)
+    async with memory_world("partition") as world:
+        cluster = Cluster(world)
         watcher = asyncio.create_task(cluster.watch_leaders())
         try:
             for _ in range(replicas):
                 await cluster.add_replica()
-            yield cluster, class_name
+            yield cluster, world.class_name
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

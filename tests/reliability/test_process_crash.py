@@ -24,26 +24,21 @@ from pathlib import Path
 import pytest
 from rel_support import (
     PROVISIONER,
-    Backend,
     BackendProvisioner,
     LoggedProcess,
-    NFSWorld,
-    Scenario,
+    World,
     cancel,
     create_claims,
-    create_class,
-    create_namespace,
     delete_claims,
     fast_options,
+    memory_world,
     nfs_argv,
     nfs_world,
     running,
-    unique,
     wait_until,
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.testing.server import ApiServer
 
 # --------------------------------------------------------------------------------------------
 # In-process: task cancellation at random points
@@ -52,11 +47,8 @@ from pyprovlib.testing.server import ApiServer
 
 async def cancellation_scenario(claims: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("crash")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        backend = Backend()
+    async with memory_world("crash") as world:
+        client, backend = world.client, world.backend
 
         async def crash_once() -> None:
             # A slow backend widens the windows between asset and PV.
@@ -66,24 +58,22 @@ async def cancellation_scenario(claims: int, kills: int, seed: int) -> None:
             await asyncio.sleep(rng.uniform(0.05, 0.6))
             await cancel(task)
 
-        scenario = Scenario(server, [ns], [class_name], lambda: backend.assets)
-
         def restarted() -> ProvisionController:
             return ProvisionController(
                 client, PROVISIONER, BackendProvisioner(backend), fast_options()
             )
 
-        keys = await create_claims(client, [ns], claims, class_name)
+        keys = await create_claims(client, [world.ns], claims, world.class_name)
         for _ in range(kills):
             await crash_once()
         async with running(restarted()):
-            uids = await scenario.wait_bound(claims, timeout=60)
+            uids = await world.scenario.wait_bound(claims, timeout=60)
 
         await delete_claims(client, keys)
         for _ in range(kills):
             await crash_once()
         async with running(restarted()):
-            await scenario.wait_deleted(uids, timeout=60)
+            await world.scenario.wait_deleted(uids, timeout=60)
 
 
 async def test_task_cancelled_at_random_points() -> None:
@@ -116,7 +106,7 @@ class NFSProcess(LoggedProcess):
 
 
 @contextlib.asynccontextmanager
-async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[NFSWorld, NFSProcess]]:
+async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[World, NFSProcess]]:
     async with nfs_world(tmp_path, "nfs") as world:
         process = NFSProcess(world.kubeconfig, world.root, tmp_path / "nfs.log")
         world.scenario.detail = process.tail
@@ -157,12 +147,12 @@ async def sigkill_scenario(tmp_path: Path, claims: int, kills: int, seed: int) -
 
         mid = [await kill_mid_work() for _ in range(kills)]
         await process.start()
-        uids = await scenario.wait_bound(claims, timeout=120)
+        uids = await world.scenario.wait_bound(claims, timeout=120)
         await process.kill()
         await delete_claims(world.client, keys)
         mid += [await kill_mid_work() for _ in range(kills)]
         await process.start()
-        await scenario.wait_deleted(uids, timeout=120)
+        await world.scenario.wait_deleted(uids, timeout=120)
         assert await process.terminate() == 0
         scenario.check(deleted_uids=uids)
         assert any(mid), "no kill landed while the process was working"
@@ -188,7 +178,7 @@ async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) ->
         assert len(scenario.assets()) == 1  # the window: an asset without a PV
 
         await process.start()
-        uids = await scenario.wait_bound(1, timeout=30)
+        uids = await world.scenario.wait_bound(1, timeout=30)
 
         # Now the other window: directory removed, the PV delete hangs, kill.
         server.faults.latency(60.0, verb="delete", resource="persistentvolumes", count=1)
@@ -204,6 +194,6 @@ async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) ->
         assert len(scenario.volumes()) == 1  # the window: a PV without asset
 
         await process.start()
-        await scenario.wait_deleted(uids, timeout=30)
+        await world.scenario.wait_deleted(uids, timeout=30)
         assert await process.terminate() == 0
         scenario.check(deleted_uids=uids)
