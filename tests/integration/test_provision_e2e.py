@@ -175,6 +175,17 @@ async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
     await cluster.wait_for(gone, message=f"PV {pv_name} deleted")
 
 
+async def bound_then_deleted(cluster: TestCluster, class_name: str) -> str:
+    """Create a claim of ``class_name``, wait until it is Bound, delete it and wait until its
+    PV is gone (the controller running). Returns the PV's name."""
+    claim = await create_claim(cluster, class_name)
+    await wait_bound(cluster, claim["metadata"]["name"])
+    pv_name = f"pvc-{claim['metadata']['uid']}"
+    await delete_claim(cluster, claim["metadata"]["name"])
+    await wait_gone(cluster.api_client, cluster, pv_name)
+    return pv_name
+
+
 async def wait_ready(cluster: TestCluster, controller: ProvisionController) -> None:
     await eventually(controller.ready, message="controller ready")
 

@@ -31,6 +31,7 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 from test_provision_e2e import (
     MemoryProvisioner,
+    bound_then_deleted,
     controller_for,
     counter,
     create_claim,
@@ -502,11 +503,7 @@ async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) 
     options = fast_options()
     controller, class_name = await controller_for(kube_cluster, provisioner, options)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
         assert provisioner.assets == {}
         # PV events are recorded in the default namespace (it is cluster-scoped).
         await wait_event(

@@ -141,15 +141,21 @@ async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer
         assert apiserver.requests.count("create", "persistentvolumes") == 1
 
 
+def queue_store_options(limiter: ItemExponentialFailureRateLimiter) -> ProvisionControllerOptions:
+    """Options that save PVs through the QueueStore (no blocking retries), retried by
+    ``limiter``."""
+    return fast_options(
+        create_provisioned_pv_retry_count=None,
+        create_provisioned_pv_interval=None,
+        create_provisioned_pv_limiter=limiter,
+    )
+
+
 async def test_queue_store_keeps_retrying_in_the_background(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
     provisioner = MemoryProvisioner()
-    options = fast_options(
-        create_provisioned_pv_retry_count=None,
-        create_provisioned_pv_interval=None,
-        create_provisioned_pv_limiter=ItemExponentialFailureRateLimiter(0.01, 0.05),
-    )
+    options = queue_store_options(ItemExponentialFailureRateLimiter(0.01, 0.05))
     controller, class_name = await controller_for(kube_cluster, provisioner, options)
     assert isinstance(controller.volume_store, QueueStore)
     server.faults.fail(500, verb="create", resource="persistentvolumes", count=3)
@@ -169,12 +175,8 @@ async def test_queue_store_makes_a_last_attempt_on_graceful_stop(
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
     provisioner = MemoryProvisioner()
-    options = fast_options(
-        create_provisioned_pv_retry_count=None,
-        create_provisioned_pv_interval=None,
-        # Retries far in the future: only the stop's last attempt can save the PV in time.
-        create_provisioned_pv_limiter=ItemExponentialFailureRateLimiter(600.0, 600.0),
-    )
+    # Retries far in the future: only the stop's last attempt can save the PV in time.
+    options = queue_store_options(ItemExponentialFailureRateLimiter(600.0, 600.0))
     controller, class_name = await controller_for(kube_cluster, provisioner, options)
     store = controller.volume_store
     assert isinstance(store, QueueStore)

@@ -11,12 +11,9 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    bound_then_deleted,
     controller_for,
-    create_claim,
-    delete_claim,
     running,
-    wait_bound,
-    wait_gone,
 )
 
 from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
@@ -70,11 +67,7 @@ async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster)
     provisioner = SharingGuard()
     controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
     (deleted,) = provisioner.deleted_models
     assert deleted.metadata.name == pv_name
     # The guard was asked about that very object (it may also have been asked on other syncs).
@@ -85,14 +78,10 @@ async def test_an_object_deleter_gets_the_pv_json_read_only(kube_cluster: TestCl
     provisioner = JSONDeleter()
     controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
         assert controller.healthy()
     assert provisioner.deleted == [pv_name]
     assert provisioner.writable == [False]
     (volume,) = provisioner.objects
-    assert volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+    assert f"pvc-{volume['spec']['claimRef']['uid']}" == pv_name  # the claim's uid
     assert pv_name not in provisioner.assets
