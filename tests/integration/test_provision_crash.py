@@ -26,13 +26,13 @@ from test_provision_e2e import (
     fast_options,
     get_volume,
     provisioner_name,
-    wait_gone,
 )
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import PERSISTENT_VOLUMES
 from pyprovlib.provisioner import ProvisionOptions
-from pyprovlib.testing import running, wait_bound
+from pyprovlib.testing import running, wait_bound, wait_deleted
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.netproxy import TcpProxy
 
@@ -107,7 +107,7 @@ async def test_killed_while_the_provisioner_runs(kube_cluster: TestCluster) -> N
     async with restarted_bound(kube_cluster, name, backend, claim, pv_name) as second:
         assert [c.pv_name for c in second.calls] == [pv_name]
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert backend == {}
 
 

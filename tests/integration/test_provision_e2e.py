@@ -54,7 +54,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
-from pyprovlib.testing import eventually, running, wait_bound, wait_event, wait_idle
+from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -168,13 +168,6 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
-async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
-    async def gone() -> bool:
-        return await get_volume(api, pv_name) is None
-
-    await cluster.wait_for(gone, message=f"PV {pv_name} deleted")
-
-
 async def bound_then_deleted(cluster: TestCluster, class_name: str) -> str:
     """Create a claim of ``class_name``, wait until it is Bound, delete it and wait until its
     PV is gone (the controller running). Returns the PV's name."""
@@ -182,7 +175,7 @@ async def bound_then_deleted(cluster: TestCluster, class_name: str) -> str:
     await wait_bound(cluster, claim["metadata"]["name"])
     pv_name = f"pvc-{claim['metadata']['uid']}"
     await delete_claim(cluster, claim["metadata"]["name"])
-    await wait_gone(cluster.api_client, cluster, pv_name)
+    await wait_deleted(cluster, PERSISTENT_VOLUMES, pv_name)
     return pv_name
 
 
@@ -266,7 +259,7 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
         )  # type: ignore[arg-type]
 
         await delete_claim(kube_cluster, claim_name)
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert provisioner.assets == {}
         assert provisioner.deleted == [pv_name]
         assert (
@@ -309,7 +302,7 @@ async def test_additional_provisioner_names(kube_cluster: TestCluster) -> None:
         # The PV records the class's provisioner, so deletion finds it under either name.
         assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == old_name
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv["metadata"]["name"])
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv["metadata"]["name"])
         assert provisioner.assets == {}
 
 
@@ -381,7 +374,7 @@ async def test_finalizer_protects_the_volume_until_its_asset_is_deleted(
         assert FINALIZER_PV in pv["metadata"]["finalizers"]
 
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert provisioner.deleted == [pv_name]
         assert provisioner.assets == {}
 
@@ -425,7 +418,7 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
     async with running(controller):
         # The PV controller releases both in its own order and time: wait for each state.
         await kube_cluster.wait_for(theirs_released, message=f"PV {theirs} Released")
-        await wait_gone(kube_cluster.api_client, kube_cluster, mine)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, mine)
         assert provisioner.deleted == [mine]
         other = await get_volume(kube_cluster.api_client, theirs)
         assert other is not None

@@ -41,7 +41,6 @@ from test_provision_e2e import (
     get_claim,
     get_volume,
     provisioner_name,
-    wait_gone,
     wait_ready,
 )
 
@@ -64,7 +63,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
-from pyprovlib.testing import events_of, running, wait_bound, wait_event, wait_idle
+from pyprovlib.testing import events_of, running, wait_bound, wait_deleted, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -536,7 +535,7 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
         for c in claims:
             await wait_bound(kube_cluster, c["metadata"]["name"])
             await delete_claim(kube_cluster, c["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_names[2])
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_names[2])
         kept = [await get_volume(kube_cluster.api_client, n) for n in pv_names[:2]]
         await settle(controller, *(pv for pv in kept if pv is not None))
         for pv_name in pv_names[:2]:

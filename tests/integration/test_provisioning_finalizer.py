@@ -50,7 +50,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
-from pyprovlib.testing import running, wait_bound, wait_event
+from pyprovlib.testing import running, wait_bound, wait_deleted, wait_event
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.support import wait_idle
 
@@ -104,13 +104,6 @@ async def kill(task: asyncio.Task[None]) -> None:
         await task
 
 
-async def wait_claim_gone(cluster: TestCluster, name: str) -> None:
-    async def gone() -> bool:
-        return await get_claim(cluster, name) is None
-
-    await cluster.wait_for(gone, message=f"claim {name} deleted")
-
-
 async def finalizers(cluster: TestCluster, name: str) -> list[str]:
     claim = await get_claim(cluster, name)
     assert claim is not None, f"claim {name} is gone"
@@ -147,7 +140,7 @@ async def deleted_but_held(cluster: TestCluster, name: str) -> AsyncIterator[Obj
         yield deleting
     finally:
         await patch({"$deleteFromPrimitiveList/finalizers": [hold]})
-    await wait_claim_gone(cluster, name)
+    await wait_deleted(cluster, PERSISTENT_VOLUME_CLAIMS, name)
 
 
 async def delete_while_retried(
@@ -198,7 +191,7 @@ async def restart_until_gone(
     second = MemoryProvisioner(backend)
     restarted = ProvisionController(cluster.api_client, name, second, protected_options())
     async with running(restarted):
-        await wait_claim_gone(cluster, claim_name)
+        await wait_deleted(cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     return second
 
 
@@ -280,7 +273,7 @@ async def test_claim_deleted_while_provisioning_fails_in_the_background(
         assert held is not None, "the claim went while its volume may still be created"
         assert pv_name in provisioner.assets
         provisioner.healthy = True
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     assert provisioner.assets == {}
     assert provisioner.deleted == [pv_name]
     assert await get_volume(kube_cluster.api_client, pv_name) is None
@@ -300,7 +293,7 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
         assert stale is not None
         assert FINALIZER_PROVISIONING in stale["metadata"]["finalizers"]
         provisioner.healthy = True
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
         assert provisioner.deleted == [pv_name]
         calls = len(provisioner.calls)
         await controller.sync_claim(stale)  # what a worker reading the stale cache does
@@ -321,7 +314,7 @@ async def test_final_failure_releases_the_claim(kube_cluster: TestCluster) -> No
         # Deleting it now needs nothing from the controller.
         controller.stop()
     await delete_claim(kube_cluster, claim_name)
-    await wait_claim_gone(kube_cluster, claim_name)
+    await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
 
 
 async def test_class_gone_while_a_deleted_claim_waits(kube_cluster: TestCluster) -> None:
@@ -342,7 +335,7 @@ async def test_class_gone_while_a_deleted_claim_waits(kube_cluster: TestCluster)
         assert await get_claim(kube_cluster, claim_name) is not None
         assert list(backend) == [pv_name]
         await create_class(kube_cluster, name, name=class_name)
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     assert backend == {}
 
 
