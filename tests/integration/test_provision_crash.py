@@ -25,6 +25,7 @@ from test_provision_e2e import (
     delete_claim,
     fast_options,
     get_volume,
+    kill,
     provisioner_name,
 )
 
@@ -51,12 +52,6 @@ class HangingProvisioner(MemoryProvisioner):
         self.asset_created.set()
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
-
-
-async def kill(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def killed_once(

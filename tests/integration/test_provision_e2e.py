@@ -24,6 +24,7 @@ test_provision_crash.py, leader election in test_provision_leader.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -188,6 +189,14 @@ def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
     assert metrics.registry is not None
     value = metrics.registry.get_sample_value(f"controller_{name}", labels)
     return value or 0.0
+
+
+async def kill(task: asyncio.Task[Any]) -> None:
+    """Cancel a controller's ``run()`` task (a crash, as far as its code can tell) and wait
+    for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def provisioner_name(cluster: TestCluster) -> str:

@@ -16,6 +16,7 @@ from test_provision_e2e import (
     create_claim,
     create_class,
     fast_options,
+    kill,
     provisioner_name,
     wait_ready,
 )
@@ -243,9 +244,7 @@ async def leader_fails_on_losing_its_lease(
         assert not controller.ready()
     finally:
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await kill(task)
 
 
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:

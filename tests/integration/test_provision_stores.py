@@ -12,6 +12,7 @@ graceful stop.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
@@ -102,6 +103,21 @@ async def test_backoff_store_reports_a_failed_cleanup(kube_cluster: TestCluster)
         assert event["message"].endswith("Please delete manually.")
 
 
+def volume_body(name: str, **spec: Any) -> Obj:
+    """A PV (1Gi, ReadWriteOnce, on a host path) to hand a store, with ``spec`` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": "/tmp/x"},
+            **spec,
+        },
+    }
+
+
 async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer) -> None:
     async with apiserver.api_client() as api:
         recorder = EventRecorder(api, "test-store")
@@ -111,16 +127,7 @@ async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer
             "kind": "PersistentVolumeClaim",
             "metadata": {"name": "c", "namespace": "default", "uid": "u-1"},
         }
-        volume: Obj = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "pvc-u-1"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "hostPath": {"path": "/tmp/x"},
-            },
-        }
+        volume = volume_body("pvc-u-1")
         async with asyncio.TaskGroup() as tg:
             writer = tg.create_task(recorder.run())
             await store.store_volume(claim, volume)
@@ -205,17 +212,9 @@ async def test_queue_store_success_event_needs_the_claim_in_the_cache(
     async with apiserver.api_client() as api:
         recorder = EventRecorder(api, "test-store", registry=CollectorRegistry())
         store = QueueStore(api, ItemExponentialFailureRateLimiter(0.01, 0.1), Indexer(), recorder)
-        volume: Obj = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "pvc-orphan"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "hostPath": {"path": "/tmp/x"},
-                "claimRef": {"namespace": "default", "name": "c", "uid": "not-cached"},
-            },
-        }
+        volume = volume_body(
+            "pvc-orphan", claimRef={"namespace": "default", "name": "c", "uid": "not-cached"}
+        )
         await store.store_volume({}, volume)
         assert await ResourceClient(api, PERSISTENT_VOLUMES).get("pvc-orphan")
         # No claim with that UID in the cache: nothing to attach an event to.

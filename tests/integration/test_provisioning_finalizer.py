@@ -36,6 +36,7 @@ from test_provision_e2e import (
     fast_options,
     get_claim,
     get_volume,
+    kill,
     provisioner_name,
 )
 
@@ -96,12 +97,6 @@ class RefusingProvisioner(MemoryProvisioner):
     async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
         self.calls.append(options)
         raise ProvisioningError("no space left for this claim", ProvisioningState.FINISHED)
-
-
-async def kill(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def finalizers(cluster: TestCluster, name: str) -> list[str]:
