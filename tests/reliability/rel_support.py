@@ -205,19 +205,43 @@ async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) 
     return None
 
 
+async def bounded(coros: Iterable[Awaitable[Any]], limit: int = 16) -> None:
+    """Await ``coros`` concurrently, at most ``limit`` at a time."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[Any]) -> None:
+        async with semaphore:
+            await coro
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+class Problems:
+    """A scenario's view that lists what breaks its invariants (:meth:`problems`): settled
+    when nothing does."""
+
+    def problems(self) -> list[str]:
+        raise NotImplementedError
+
+    def settled(self) -> bool:
+        return not self.problems()
+
+    def report(self, examples: int = 6) -> str:
+        problems = self.problems()
+        return f"{len(problems)} problems, e.g. {problems[:examples]}"
+
+
 async def create_claims(
     client: ApiClient, namespaces: Iterable[str], per_namespace: int, class_name: str
 ) -> list[tuple[str, str]]:
     """Create claims (concurrently, bounded), returning their (namespace, name)."""
     claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
     keys = [(ns, f"claim-{i}") for ns in namespaces for i in range(per_namespace)]
-    limit = asyncio.Semaphore(32)
 
     async def one(ns: str, name: str) -> None:
-        async with limit:
-            await with_retries(lambda: claims.create(claim_body(ns, name, class_name), ns))
+        await with_retries(lambda: claims.create(claim_body(ns, name, class_name), ns))
 
-    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+    await bounded((one(ns, n) for ns, n in keys), limit=32)
     return keys
 
 
@@ -237,13 +261,11 @@ async def create_paced(
 
 async def delete_claims(client: ApiClient, keys: Iterable[tuple[str, str]]) -> None:
     claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-    limit = asyncio.Semaphore(32)
 
     async def one(ns: str, name: str) -> None:
-        async with limit:
-            await with_retries(lambda: claims.delete(name, ns))
+        await with_retries(lambda: claims.delete(name, ns))
 
-    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+    await bounded((one(ns, n) for ns, n in keys), limit=32)
 
 
 async def wait_until(

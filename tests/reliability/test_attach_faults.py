@@ -37,6 +37,8 @@ from kubernetes_asyncio.client import ApiClient
 from rel_support import (
     FAULT_KINDS,
     LoggedProcess,
+    Problems,
+    bounded,
     cancel,
     chaos,
     load_support,
@@ -114,7 +116,7 @@ HANDLERS = ("memory", "reconciler", "trivial")
 
 
 @dataclass
-class World:
+class World(Problems):
     """The objects of one scenario and what the test expects of them."""
 
     server: ApiServer
@@ -309,23 +311,6 @@ class World:
                 problems.append(f"PV {name} is deleted and unused but still exists")
         problems += [f"deleted PV {n} is gone though a VA uses it" for n in used - set(pvs)]
         return problems
-
-    def settled(self) -> bool:
-        return not self.problems()
-
-    def report(self) -> str:
-        problems = self.problems()
-        return f"{len(problems)} problems, e.g. {problems[:6]}"
-
-
-async def bounded(coros: Any, limit: int = 16) -> None:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(coro: Awaitable[None]) -> None:
-        async with semaphore:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
 
 
 def make_backend(

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from rel_support import (
     FAULT_KINDS,
+    Problems,
+    bounded,
     cancel,
     chaos,
     create_namespace,
@@ -116,7 +118,7 @@ class RecordingResizer(Resizer):
 
 
 @dataclass
-class World:
+class World(Problems):
     """The claims of one scenario and what the test asked of them."""
 
     server: ApiServer
@@ -245,13 +247,6 @@ class World:
                 )
         return problems
 
-    def settled(self) -> bool:
-        return not self.problems()
-
-    def report(self) -> str:
-        problems = self.problems()
-        return f"{len(problems)} problems, e.g. {problems[:5]}"
-
     def check_calls(self) -> None:
         """No shrink, no overshoot: every call asked for at least what the volume had and at
         most the largest request its claim ever made."""
@@ -287,16 +282,6 @@ class World:
                 if not reasons.get(wanted):
                     problems.append(f"claim {name} has no {wanted} event: {reasons}")
         assert not problems, f"{len(problems)} event problems: {problems[:8]}"
-
-
-async def bounded(coros: Any, limit: int = 16) -> None:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(coro: Awaitable[None]) -> None:
-        async with semaphore:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
 
 
 @contextlib.asynccontextmanager
