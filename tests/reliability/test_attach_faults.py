@@ -41,6 +41,7 @@ from rel_support import (
     bounded,
     cancel,
     chaos,
+    csi_volume_body,
     load_support,
     unique,
     wait_until,
@@ -185,17 +186,8 @@ class World(Problems):
 
         async def one(name: str) -> None:
             self.handles[name] = f"vol-{name}"
-            body = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "csi": {"driver": self.driver, "volumeHandle": self.handles[name]},
-                },
-            }
+            csi = {"driver": self.driver, "volumeHandle": self.handles[name]}
+            body = csi_volume_body(name, csi, access_mode="ReadWriteMany")
             await with_retries(lambda: api.create(body))
 
         await bounded(one(n) for n in names)

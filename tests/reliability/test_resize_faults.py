@@ -40,6 +40,7 @@ from rel_support import (
     cancel,
     chaos,
     create_namespace,
+    csi_volume_body,
     load_support,
     unique,
     wait_until,
@@ -167,19 +168,12 @@ class World(Problems):
         self.requests[claim] = [GI]
         self.resizer.sizes[handle] = GI
         await ResourceClient(self.client, PERSISTENT_VOLUMES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": self.storage_class,
-                    "claimRef": {"namespace": self.namespace, "name": claim},
-                    "csi": {"driver": self.resizer.name, "volumeHandle": handle},
-                },
-            }
+            csi_volume_body(
+                pv,
+                {"driver": self.resizer.name, "volumeHandle": handle},
+                storageClassName=self.storage_class,
+                claimRef={"namespace": self.namespace, "name": claim},
+            )
         )
         await ResourceClient(self.client, PERSISTENT_VOLUME_CLAIMS).create(
             {
