@@ -191,6 +191,21 @@ def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
     return value or 0.0
 
 
+def volume_body(name: str, **spec: Any) -> Obj:
+    """A PV (1Gi, ReadWriteOnce, on a host path) for tests, with ``spec`` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{name}"},
+            **spec,
+        },
+    }
+
+
 async def kill(task: asyncio.Task[Any]) -> None:
     """Cancel a controller's ``run()`` task (a crash, as far as its code can tell) and wait
     for it to end."""

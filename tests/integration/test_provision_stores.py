@@ -12,7 +12,6 @@ graceful stop.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
@@ -23,6 +22,7 @@ from test_provision_e2e import (
     create_claim,
     fast_options,
     get_volume,
+    volume_body,
 )
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
@@ -101,21 +101,6 @@ async def test_backoff_store_reports_a_failed_cleanup(kube_cluster: TestCluster)
             "backend unreachable",
         )
         assert event["message"].endswith("Please delete manually.")
-
-
-def volume_body(name: str, **spec: Any) -> Obj:
-    """A PV (1Gi, ReadWriteOnce, on a host path) to hand a store, with ``spec`` added."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": "/tmp/x"},
-            **spec,
-        },
-    }
 
 
 async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer) -> None:
