@@ -32,10 +32,8 @@ from kubernetes_asyncio.client import (
     V1PersistentVolume,
     V1PersistentVolumeSpec,
 )
-from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
@@ -122,19 +120,17 @@ class BackendProvisioner(Provisioner):
 
 
 def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
-    """No leader election, private metrics, millisecond retries, no give-up thresholds."""
+    """The integration suite's options (no leader election, private metrics, millisecond
+    retries), with retries up to half a second, no give-up thresholds and eight workers."""
+    integration = load_support("integration", "test_provision_e2e")
     defaults: dict[str, Any] = {
-        "leader_election": False,
-        "metrics": ProvisionMetrics(CollectorRegistry()),
         "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
-        "create_provisioned_pv_retry_count": 3,
-        "create_provisioned_pv_interval": 0.01,
         "failed_provision_threshold": 0,
         "failed_delete_threshold": 0,
         "threadiness": 8,
     }
-    defaults.update(kwargs)
-    return ProvisionControllerOptions(**defaults)
+    options: ProvisionControllerOptions = integration.fast_options(**{**defaults, **kwargs})
+    return options
 
 
 def running(
