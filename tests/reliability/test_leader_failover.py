@@ -16,6 +16,7 @@ import json
 import random
 import signal
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -140,16 +141,17 @@ async def test_leader_killed_repeatedly_many_times(replicas: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class Replicas:
     """``python -m pyprovlib.examples.nfs`` replicas with leader election, one log each."""
 
-    def __init__(self, tmp_path: Path, kubeconfig: Path, root: Path, namespace: str) -> None:
-        self.tmp_path = tmp_path
-        self.kubeconfig = kubeconfig
-        self.root = root
-        self.namespace = namespace
-        self.procs: list[tuple[asyncio.subprocess.Process, Path]] = []
-        self.killed_at: dict[int, float] = {}  # index -> wall-clock time of the SIGKILL
+    tmp_path: Path
+    kubeconfig: Path
+    root: Path
+    namespace: str
+    procs: list[tuple[asyncio.subprocess.Process, Path]] = field(init=False, default_factory=list)
+    # index -> wall-clock time of the SIGKILL
+    killed_at: dict[int, float] = field(init=False, default_factory=dict)
 
     async def start(self) -> None:
         index = len(self.procs)

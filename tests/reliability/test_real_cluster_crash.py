@@ -21,6 +21,7 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,13 +108,12 @@ class RealNFSProcess(NFSProcess):
         return [f"--provisioner-name={self.name}", *super().flags()]
 
 
+@dataclass(eq=False)
 class RealReplicas(Replicas):
     """test_leader_failover's replicas on the real cluster, under a provisioner name of their
     own (so the Lease is theirs too)."""
 
-    def __init__(self, tmp_path: Path, kubeconfig: Path, root: Path, ns: str, name: str) -> None:
-        super().__init__(tmp_path, kubeconfig, root, ns)
-        self.name = name
+    name: str
 
     def flags(self) -> list[str]:
         return [
@@ -127,18 +127,23 @@ class RealReplicas(Replicas):
         ]
 
 
+@dataclass(eq=False)
 class World:
     """One scenario's cluster, class, export directory and view."""
 
-    def __init__(self, cluster: TestCluster, tmp_path: Path, name: str, class_name: str) -> None:
-        self.cluster = cluster
-        self.tmp_path = tmp_path
-        self.name = name
-        self.class_name = class_name
-        self.root = tmp_path / "export"
-        self.view = ApiView(cluster)
-        assert cluster.kubeconfig is not None
-        self.kubeconfig = cluster.kubeconfig
+    cluster: TestCluster
+    tmp_path: Path
+    name: str
+    class_name: str
+    root: Path = field(init=False)
+    view: ApiView = field(init=False)
+    kubeconfig: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = self.tmp_path / "export"
+        self.view = ApiView(self.cluster)
+        assert self.cluster.kubeconfig is not None
+        self.kubeconfig = self.cluster.kubeconfig
 
     def assets(self) -> list[str]:
         return nfs_assets(self.root)
