@@ -19,7 +19,15 @@ import sys
 import time
 from asyncio.subprocess import Process
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -145,6 +153,35 @@ async def cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+@contextlib.asynccontextmanager
+async def background(coro: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run ``coro`` (a watcher, a loop injecting faults) for the duration of the block; it is
+    cancelled and awaited afterwards."""
+    task = asyncio.create_task(coro)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def stop_controllers(
+    controllers: Iterable[tuple[ProvisionController, asyncio.Task[None]]],
+) -> None:
+    """Stop each controller gracefully (waiting up to 10 s for its ``run()`` task), then
+    cancel the tasks that did not end."""
+    controllers = list(controllers)
+    for controller, _task in controllers:
+        controller.stop()
+    for _controller, task in controllers:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(10):
+                await task
+        if not task.done():
+            await cancel(task)
 
 
 async def create_namespace(client: ApiClient, name: str) -> None:
@@ -617,12 +654,8 @@ async def chaos(
             await inject_one()
 
     await inject_one()
-
-    task = asyncio.create_task(loop())
     try:
-        yield injected
+        async with background(loop()):
+            yield injected
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         server.faults.clear()

@@ -44,6 +44,7 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from rel_support import (
     all_bound,
+    background,
     check_invariants,
     create_claims,
     create_class,
@@ -514,13 +515,8 @@ async def restarting(
             await restart()
             await asyncio.sleep(rng.uniform(interval / 2, interval * 1.5))
 
-    task = asyncio.create_task(loop())
-    try:
+    async with background(loop()):
         yield done
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def run_restarts(

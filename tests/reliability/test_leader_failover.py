@@ -26,6 +26,7 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
+    background,
     cancel,
     create_paced,
     delete_claims,
@@ -34,6 +35,7 @@ from rel_support import (
     nfs_argv,
     nfs_world,
     start_logged,
+    stop_controllers,
     wait_until,
 )
 
@@ -95,27 +97,17 @@ async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -
         keys = [(ns, f"claim-{i}") for i in range(claims)]
         loop = asyncio.get_running_loop()
         kill_times: list[float] = []
-        watcher = asyncio.create_task(watch_leaders())
         try:
-            await asyncio.gather(
-                kill_leaders(),
-                create_paced(client, keys, class_name, lambda: rng.uniform(0, 0.02)),
-            )
-            uids = await scenario.wait_bound(claims, timeout=60)
-            await asyncio.gather(kill_leaders(), delete_claims(client, keys))
-            await scenario.wait_deleted(uids, timeout=60)
+            async with background(watch_leaders()):
+                await asyncio.gather(
+                    kill_leaders(),
+                    create_paced(client, keys, class_name, lambda: rng.uniform(0, 0.02)),
+                )
+                uids = await scenario.wait_bound(claims, timeout=60)
+                await asyncio.gather(kill_leaders(), delete_claims(client, keys))
+                await scenario.wait_deleted(uids, timeout=60)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            for r in live:
-                r.controller.stop()
-            for r in live:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(10):
-                        await r.task
-                if not r.task.done():
-                    await cancel(r.task)
+            await stop_controllers((r.controller, r.task) for r in live)
         # Crashed leaders were not released: takeovers waited for the lease to expire.
         assert len(kill_times) == 2 * kills
         assert backend.overlaps == [], f"two replicas provisioned at once: {backend.overlaps[:5]}"

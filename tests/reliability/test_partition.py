@@ -44,6 +44,7 @@ from rel_support import (
     BackendProvisioner,
     World,
     all_bound,
+    background,
     cancel,
     claim_body,
     create_class,
@@ -52,6 +53,7 @@ from rel_support import (
     delete_claims,
     fast_options,
     memory_world,
+    stop_controllers,
     unbound_report,
     unique,
     wait_until,
@@ -201,14 +203,7 @@ class Cluster:
         ]
 
     async def close(self) -> None:
-        for r in self.replicas:
-            r.controller.stop()
-        for r in self.replicas:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(10):
-                    await r.task
-            if not r.task.done():
-                await cancel(r.task)
+        await stop_controllers((r.controller, r.task) for r in self.replicas)
         for r in self.replicas:
             r.proxy.heal()
         for client in {id(r.client): r.client for r in self.replicas}.values():
@@ -221,15 +216,12 @@ class Cluster:
 async def cluster_of(replicas: int) -> AsyncIterator[tuple[Cluster, str]]:
     async with memory_world("partition") as world:
         cluster = Cluster(world)
-        watcher = asyncio.create_task(cluster.watch_leaders())
         try:
-            for _ in range(replicas):
-                await cluster.add_replica()
-            yield cluster, world.class_name
+            async with background(cluster.watch_leaders()):
+                for _ in range(replicas):
+                    await cluster.add_replica()
+                yield cluster, world.class_name
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             await cluster.close()
 
 
