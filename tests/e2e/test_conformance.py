@@ -29,6 +29,7 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
 )
+from pyprovlib.testing import wait_deleted
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -124,15 +125,8 @@ async def test_claim_create_get_list_replace_patch_delete(kube_cluster: TestClus
 
     await core.delete_namespaced_persistent_volume_claim(name, ns)
 
-    async def gone() -> bool:
-        try:
-            await core.read_namespaced_persistent_volume_claim(name, ns)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
     # On a real cluster the pvc-protection finalizer is removed by a controller shortly after.
-    await kube_cluster.wait_for(gone, message="claim deleted")
+    await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, name, namespace=ns)
 
 
 async def test_persistent_volume_crud_and_status(kube_cluster: TestCluster) -> None:
@@ -187,14 +181,7 @@ async def test_persistent_volume_crud_and_status(kube_cluster: TestCluster) -> N
 
     await core.delete_persistent_volume(name)
 
-    async def gone() -> bool:
-        try:
-            await core.read_persistent_volume(name)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    await kube_cluster.wait_for(gone, message="PV deleted")
+    await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, name)
 
 
 async def test_storage_class_crud_and_defaults(kube_cluster: TestCluster) -> None:
@@ -387,14 +374,7 @@ async def test_volume_attachment_and_status_subresource(kube_cluster: TestCluste
         name, [{"op": "remove", "path": "/metadata/finalizers"}], _content_type=JSON_PATCH
     )
 
-    async def gone() -> bool:
-        try:
-            await storage.read_volume_attachment(name)
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    await kube_cluster.wait_for(gone, message="VolumeAttachment deleted")
+    await wait_deleted(kube_cluster, VOLUME_ATTACHMENTS, name)
 
 
 async def test_already_exists_conflict_and_not_found(kube_cluster: TestCluster) -> None:
@@ -790,12 +770,12 @@ async def test_pv_controller_annotates_and_binds_provisioned_claims(
     await kube_cluster.wait_for(released, message="PV Released after its claim went away")
 
 
-async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluster) -> None:
-    core = CoreV1Api(kube_cluster.api_client)
-    storage = StorageV1Api(kube_cluster.api_client)
+async def waiting_for_a_consumer(kube_cluster: TestCluster) -> tuple[str, Any]:
+    """A claim of a new WaitForFirstConsumer class, once the PV controller said it waits.
+    Returns its name and that event."""
     cls = kube_cluster.unique_name("late")
     kube_cluster.track(STORAGE_CLASSES, cls)
-    await storage.create_storage_class(
+    await StorageV1Api(kube_cluster.api_client).create_storage_class(
         {
             "metadata": {"name": cls},
             "provisioner": PROVISIONER,
@@ -803,10 +783,15 @@ async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluste
         }
     )
     name = kube_cluster.unique_name("claim")
-    await core.create_namespaced_persistent_volume_claim(
+    await CoreV1Api(kube_cluster.api_client).create_namespaced_persistent_volume_claim(
         kube_cluster.namespace, claim_body(name, storageClassName=cls)
     )
-    event = await event_for(kube_cluster, name, "WaitForFirstConsumer")
+    return name, await event_for(kube_cluster, name, "WaitForFirstConsumer")
+
+
+async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluster) -> None:
+    core = CoreV1Api(kube_cluster.api_client)
+    name, event = await waiting_for_a_consumer(kube_cluster)
     assert event.message == "waiting for first consumer to be created before binding"
     waiting = await core.read_namespaced_persistent_volume_claim(name, kube_cluster.namespace)
     assert not provisioner_annotated(waiting)
@@ -824,22 +809,7 @@ async def test_wait_for_first_consumer_needs_a_consumer(kube_cluster: TestCluste
 
 async def test_schedule_sets_selected_node_in_memory(kube_cluster: TestCluster) -> None:
     kube_cluster.require_own_cluster("sets selected-node without a pod")
-    core = CoreV1Api(kube_cluster.api_client)
-    storage = StorageV1Api(kube_cluster.api_client)
-    cls = kube_cluster.unique_name("late")
-    kube_cluster.track(STORAGE_CLASSES, cls)
-    await storage.create_storage_class(
-        {
-            "metadata": {"name": cls},
-            "provisioner": PROVISIONER,
-            "volumeBindingMode": "WaitForFirstConsumer",
-        }
-    )
-    name = kube_cluster.unique_name("claim")
-    await core.create_namespaced_persistent_volume_claim(
-        kube_cluster.namespace, claim_body(name, storageClassName=cls)
-    )
-    await event_for(kube_cluster, name, "WaitForFirstConsumer")
+    name, _event = await waiting_for_a_consumer(kube_cluster)
     await kube_cluster.schedule(name, "node-7")
     claim = await claim_where(kube_cluster, name, provisioner_annotated, "provisioning")
     assert claim.metadata.annotations["volume.kubernetes.io/selected-node"] == "node-7"

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
+from test_provision_e2e import volume_body
 
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, meta_namespace_key
@@ -232,17 +233,7 @@ async def test_informer_survives_a_server_restart(
     factory.start(task_group)
     assert await factory.wait_for_cache_sync(timeout=10)
     await apiserver.restart()
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": "after-restart"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": "/x"},
-        },
-    }
-    await pvs.create(pv)
+    await pvs.create(volume_body("after-restart"))
     await until(lambda: "after-restart" in informer.store, "object created after restart")
 
 

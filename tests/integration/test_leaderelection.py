@@ -134,6 +134,13 @@ class Sim:
             await asyncio.sleep(0.002)
         raise AssertionError(f"{self.traffic.in_flight} lease requests did not finish")
 
+    async def lead(self, leader: Candidate, *followers: Candidate) -> None:
+        """Start ``leader``, run until it leads, then start ``followers``."""
+        leader.start()
+        await self.run_until(leader.elector.is_leader, limit=1)
+        for follower in followers:
+            follower.start()
+
     def leaders(self) -> list[Candidate]:
         return [c for c in self.candidates if c.elector.is_leader()]
 
@@ -233,9 +240,7 @@ async def test_single_elector_creates_and_renews(sim: Sim) -> None:
 
 async def test_two_electors_one_leader_and_followers_see_it(sim: Sim) -> None:
     a, b = sim.add("a"), sim.add("b")
-    a.start()
-    await sim.run_until(a.elector.is_leader, limit=1)
-    b.start()
+    await sim.lead(a, b)
     await sim.run_for(60)
     assert a.elector.is_leader()
     assert not b.elector.is_leader()
@@ -279,10 +284,7 @@ async def test_failover_after_cancel_is_immediate(sim: Sim) -> None:
 
 async def test_hung_leader_steps_down_and_follower_takes_over(sim: Sim) -> None:
     a, b, c = sim.add("a"), sim.add("b"), sim.add("c")
-    a.start()
-    await sim.run_until(a.elector.is_leader, limit=1)
-    b.start()
-    c.start()
+    await sim.lead(a, b, c)
     await sim.run_for(5)
     last_renew = sim.clock.monotonic()
     # Only the leader writes while the lease is held: failing updates makes it "hang".
@@ -308,9 +310,7 @@ async def test_hung_leader_steps_down_and_follower_takes_over(sim: Sim) -> None:
 
 async def test_renewal_request_hanging_counts_as_failure(sim: Sim) -> None:
     a, b = sim.add("a"), sim.add("b")
-    a.start()
-    await sim.run_until(a.elector.is_leader, limit=1)
-    b.start()
+    await sim.lead(a, b)
     await sim.run_for(4)
     # The next renewal hangs in the server far past the renew deadline.
     sim.server.faults.latency(60, verb="update", resource="leases", count=1)
@@ -325,8 +325,7 @@ async def test_renewal_request_hanging_counts_as_failure(sim: Sim) -> None:
 
 async def test_conflicting_writer_makes_leader_fall_back_and_keep_lease(sim: Sim) -> None:
     a = sim.add("a")
-    a.start()
-    await sim.run_until(a.elector.is_leader, limit=1)
+    await sim.lead(a)
     # Someone else touches the lease (a label): a's cached resourceVersion is stale, so its
     # fast-path update gets 409 and it re-reads, then renews.
     async with sim.server.api_client() as other:
@@ -372,9 +371,7 @@ async def test_work_ending_releases_and_propagates(sim: Sim) -> None:
 
 async def test_cancel_before_leading_does_not_call_stopped(sim: Sim) -> None:
     a, b = sim.add("a"), sim.add("b")
-    a.start()
-    await sim.run_until(a.elector.is_leader, limit=1)
-    b.start()
+    await sim.lead(a, b)
     await sim.run_for(3)
     await b.stop()
     assert b.stopped_calls == 0

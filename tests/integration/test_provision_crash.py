@@ -13,24 +13,27 @@ import asyncio
 import contextlib
 import copy
 import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
     create_class,
     delete_claim,
     fast_options,
     get_volume,
+    kill,
     provisioner_name,
-    wait_gone,
 )
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import PERSISTENT_VOLUMES
 from pyprovlib.provisioner import ProvisionOptions
-from pyprovlib.testing import running, wait_bound
+from pyprovlib.testing import running, wait_bound, wait_deleted
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.netproxy import TcpProxy
 
@@ -51,10 +54,37 @@ class HangingProvisioner(MemoryProvisioner):
         raise AssertionError("unreachable")
 
 
-async def kill(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+async def killed_once(
+    cluster: TestCluster,
+    controller: ProvisionController,
+    class_name: str,
+    reached: Callable[[Obj], Awaitable[object]],
+) -> tuple[Obj, str]:
+    """Run ``controller``, create a claim and kill the controller (a crash) once
+    ``reached(claim)`` returns. Returns the claim and its PV's name."""
+    task = asyncio.create_task(controller.run())
+    try:
+        claim = await create_claim(cluster, class_name)
+        async with asyncio.timeout(30):
+            await reached(claim)
+    finally:
+        await kill(task)
+    return claim, f"pvc-{claim['metadata']['uid']}"
+
+
+@contextlib.asynccontextmanager
+async def restarted_bound(
+    cluster: TestCluster, name: str, backend: dict[str, Obj], claim: Obj, pv_name: str
+) -> AsyncIterator[MemoryProvisioner]:
+    """A new controller on the crashed one's ``backend``: the claim ends Bound to ``pv_name``
+    with the one asset. The block runs with the controller running."""
+    second = MemoryProvisioner(backend)
+    restarted = ProvisionController(cluster.api_client, name, second, fast_options())
+    async with running(restarted):
+        bound = await wait_bound(cluster, claim["metadata"]["name"])
+        assert bound["spec"]["volumeName"] == pv_name
+        assert list(backend) == [pv_name]
+        yield second
 
 
 async def test_killed_while_the_provisioner_runs(kube_cluster: TestCluster) -> None:
@@ -63,26 +93,16 @@ async def test_killed_while_the_provisioner_runs(kube_cluster: TestCluster) -> N
     backend: dict[str, Obj] = {}
     first = HangingProvisioner(backend)
     controller = ProvisionController(kube_cluster.api_client, name, first, fast_options())
-    task = asyncio.create_task(controller.run())
-    try:
-        claim = await create_claim(kube_cluster, class_name)
-        async with asyncio.timeout(30):
-            await first.asset_created.wait()
-    finally:
-        await kill(task)
-    pv_name = f"pvc-{claim['metadata']['uid']}"
+    claim, pv_name = await killed_once(
+        kube_cluster, controller, class_name, lambda _claim: first.asset_created.wait()
+    )
     assert list(backend) == [pv_name]
     assert await get_volume(kube_cluster.api_client, pv_name) is None
 
-    second = MemoryProvisioner(backend)
-    restarted = ProvisionController(kube_cluster.api_client, name, second, fast_options())
-    async with running(restarted):
-        bound = await wait_bound(kube_cluster, claim["metadata"]["name"])
-        assert bound["spec"]["volumeName"] == pv_name
-        assert list(backend) == [pv_name]
+    async with restarted_bound(kube_cluster, name, backend, claim, pv_name) as second:
         assert [c.pv_name for c in second.calls] == [pv_name]
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert backend == {}
 
 
@@ -98,24 +118,20 @@ async def test_killed_while_the_pv_is_being_saved(kube_cluster: TestCluster) -> 
     first = MemoryProvisioner(backend)
     controller = ProvisionController(kube_cluster.api_client, name, first, fast_options())
     server.faults.latency(30.0, verb="create", resource="persistentvolumes", count=1)
-    task = asyncio.create_task(controller.run())
-    try:
-        claim = await create_claim(kube_cluster, class_name)
+
+    async def saving(claim: Obj) -> None:
         pv_name = f"pvc-{claim['metadata']['uid']}"
 
-        async def saving() -> bool:
+        async def in_flight() -> bool:
             return pv_name in backend and server.requests.count("create", "persistentvolumes") >= 1
 
-        await kube_cluster.wait_for(saving, message="asset created and PV create in flight")
-    finally:
-        await kill(task)
+        await kube_cluster.wait_for(in_flight, message="asset created and PV create in flight")
+
+    claim, pv_name = await killed_once(kube_cluster, controller, class_name, saving)
     assert await get_volume(kube_cluster.api_client, pv_name) is None
 
-    second = MemoryProvisioner(backend)
-    restarted = ProvisionController(kube_cluster.api_client, name, second, fast_options())
-    async with running(restarted):
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        assert list(backend) == [pv_name]
+    async with restarted_bound(kube_cluster, name, backend, claim, pv_name):
+        pass
 
 
 class PartitioningProvisioner(MemoryProvisioner):
@@ -153,28 +169,17 @@ async def test_killed_while_the_pv_create_is_lost_in_the_network(
         async with ApiClient(configuration=config) as proxied:
             first = PartitioningProvisioner(backend, proxy)
             controller = ProvisionController(proxied, name, first, fast_options())
-            task = asyncio.create_task(controller.run())
-            try:
-                claim = await create_claim(kube_cluster, class_name)
-                async with asyncio.timeout(30):
-                    await first.cut.wait()
-            finally:
-                await kill(task)
-    pv_name = f"pvc-{claim['metadata']['uid']}"
+            claim, pv_name = await killed_once(
+                kube_cluster, controller, class_name, lambda _claim: first.cut.wait()
+            )
     assert list(backend) == [pv_name]
     assert await get_volume(kube_cluster.api_client, pv_name) is None
 
-    second = MemoryProvisioner(backend)
-    restarted = ProvisionController(kube_cluster.api_client, name, second, fast_options())
-    async with running(restarted):
-        bound = await wait_bound(kube_cluster, claim["metadata"]["name"])
-        assert bound["spec"]["volumeName"] == pv_name
-        assert list(backend) == [pv_name]
+    async with restarted_bound(kube_cluster, name, backend, claim, pv_name):
+        pass
 
 
 async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Gated(MemoryProvisioner):
         def __init__(self) -> None:
@@ -188,7 +193,7 @@ async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: Test
             return await super().provision(options)
 
     provisioner = Gated()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     task = asyncio.create_task(controller.run())
     try:
         claim = await create_claim(kube_cluster, class_name)

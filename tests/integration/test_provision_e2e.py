@@ -24,6 +24,7 @@ test_provision_crash.py, leader election in test_provision_leader.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -54,7 +55,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ApiException, ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
-from pyprovlib.testing import eventually, running, wait_bound, wait_event, wait_idle
+from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -168,11 +169,15 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
-async def wait_gone(api: ApiClient, cluster: TestCluster, pv_name: str) -> None:
-    async def gone() -> bool:
-        return await get_volume(api, pv_name) is None
-
-    await cluster.wait_for(gone, message=f"PV {pv_name} deleted")
+async def bound_then_deleted(cluster: TestCluster, class_name: str) -> str:
+    """Create a claim of ``class_name``, wait until it is Bound, delete it and wait until its
+    PV is gone (the controller running). Returns the PV's name."""
+    claim = await create_claim(cluster, class_name)
+    await wait_bound(cluster, claim["metadata"]["name"])
+    pv_name = f"pvc-{claim['metadata']['uid']}"
+    await delete_claim(cluster, claim["metadata"]["name"])
+    await wait_deleted(cluster, PERSISTENT_VOLUMES, pv_name)
+    return pv_name
 
 
 async def wait_ready(cluster: TestCluster, controller: ProvisionController) -> None:
@@ -186,18 +191,58 @@ def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
     return value or 0.0
 
 
+def volume_body(name: str, **spec: Any) -> Obj:
+    """A PV (1Gi, ReadWriteOnce, on a host path) for tests, with ``spec`` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{name}"},
+            **spec,
+        },
+    }
+
+
+async def kill(task: asyncio.Task[Any]) -> None:
+    """Cancel a controller's ``run()`` task (a crash, as far as its code can tell) and wait
+    for it to end."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def provisioner_name(cluster: TestCluster) -> str:
     return f"test.pyprovlib.io/{cluster.unique_name('p')}"
+
+
+async def controller_for(
+    cluster: TestCluster,
+    provisioner: Provisioner,
+    options: ProvisionControllerOptions | None = None,
+    **class_extra: Any,
+) -> tuple[ProvisionController, str]:
+    """A controller of ``provisioner`` under a provisioner name of its own (with
+    :func:`fast_options` unless ``options``), and a StorageClass for that name with
+    ``class_extra``. Returns the controller and the class name."""
+    name = provisioner_name(cluster)
+    class_name = await create_class(cluster, name, **class_extra)
+    controller = ProvisionController(
+        cluster.api_client, name, provisioner, options or fast_options()
+    )
+    return controller, class_name
 
 
 async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, mountOptions=["noatime"])
     provisioner = MemoryProvisioner()
     options = fast_options()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, options, mountOptions=["noatime"]
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name, size="2Gi")
         claim_name = claim["metadata"]["name"]
@@ -208,7 +253,10 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
 
         pv = await get_volume(kube_cluster.api_client, pv_name)
         assert pv is not None
-        assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == name
+        assert (
+            pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED]
+            == controller.provisioner_name
+        )
         assert pv["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
         assert pv["spec"]["claimRef"]["name"] == claim_name
         assert pv["spec"]["storageClassName"] == class_name
@@ -235,7 +283,7 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
         )  # type: ignore[arg-type]
 
         await delete_claim(kube_cluster, claim_name)
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert provisioner.assets == {}
         assert provisioner.deleted == [pv_name]
         assert (
@@ -278,17 +326,17 @@ async def test_additional_provisioner_names(kube_cluster: TestCluster) -> None:
         # The PV records the class's provisioner, so deletion finds it under either name.
         assert pv["metadata"]["annotations"][ANN_DYNAMICALLY_PROVISIONED] == old_name
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv["metadata"]["name"])
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv["metadata"]["name"])
         assert provisioner.assets == {}
 
 
 async def test_wait_for_first_consumer_waits_for_the_selected_node(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, volumeBindingMode="WaitForFirstConsumer"
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -297,7 +345,7 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
         # claim must still wait.
         annotated = await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
             claim_name,
-            {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: name}}},
+            {"metadata": {"annotations": {ANN_STORAGE_PROVISIONER: controller.provisioner_name}}},
             namespace=kube_cluster.namespace,
         )
         await wait_idle(controller, annotated)
@@ -310,10 +358,8 @@ async def test_wait_for_first_consumer_waits_for_the_selected_node(
 
 
 async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, reclaimPolicy="Retain")
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner, reclaimPolicy="Retain")
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         pv_name = f"pvc-{claim['metadata']['uid']}"
@@ -339,11 +385,9 @@ async def test_retain_policy_keeps_the_volume_and_its_asset(kube_cluster: TestCl
 async def test_finalizer_protects_the_volume_until_its_asset_is_deleted(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(add_finalizer=True)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(add_finalizer=True)
     )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -354,7 +398,7 @@ async def test_finalizer_protects_the_volume_until_its_asset_is_deleted(
         assert FINALIZER_PV in pv["metadata"]["finalizers"]
 
         await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert provisioner.deleted == [pv_name]
         assert provisioner.assets == {}
 
@@ -398,7 +442,7 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
     async with running(controller):
         # The PV controller releases both in its own order and time: wait for each state.
         await kube_cluster.wait_for(theirs_released, message=f"PV {theirs} Released")
-        await wait_gone(kube_cluster.api_client, kube_cluster, mine)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, mine)
         assert provisioner.deleted == [mine]
         other = await get_volume(kube_cluster.api_client, theirs)
         assert other is not None
@@ -406,11 +450,9 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
 
 
 async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(threadiness=3)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(threadiness=3)
     )
     async with running(controller):
         claims = await asyncio.gather(*(create_claim(kube_cluster, class_name) for _ in range(12)))
@@ -422,10 +464,8 @@ async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) 
 async def test_the_class_model_is_converted_once_per_class_version(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         for _ in range(2):
             claim = await create_claim(kube_cluster, class_name)

@@ -31,6 +31,8 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 from test_provision_e2e import (
     MemoryProvisioner,
+    bound_then_deleted,
+    controller_for,
     counter,
     create_claim,
     create_class,
@@ -39,7 +41,6 @@ from test_provision_e2e import (
     get_claim,
     get_volume,
     provisioner_name,
-    wait_gone,
     wait_ready,
 )
 
@@ -62,7 +63,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
-from pyprovlib.testing import events_of, running, wait_bound, wait_event, wait_idle
+from pyprovlib.testing import events_of, running, wait_bound, wait_deleted, wait_event, wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -130,10 +131,8 @@ async def test_missing_class_gets_an_event_and_is_retried_until_created(
 
 
 async def test_claim_with_selector_is_refused_with_an_event(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(
             kube_cluster, class_name, selector={"matchLabels": {"tier": "gold"}}
@@ -148,17 +147,15 @@ async def test_claim_with_selector_is_refused_with_an_event(kube_cluster: TestCl
 
 
 async def test_block_claim_on_a_filesystem_only_provisioner(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name, volumeMode="Block")
         await wait_event(
             kube_cluster,
             claim["metadata"]["name"],
             "ProvisioningFailed",
-            f"{name} does not support block volume provisioning",
+            f"{controller.provisioner_name} does not support block volume provisioning",
         )
         await settle(controller, claim)
         assert provisioner.calls == []
@@ -170,10 +167,8 @@ class BlockMemoryProvisioner(MemoryProvisioner, BlockProvisioner):
 
 
 async def test_block_claim_on_a_block_provisioner(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = BlockMemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name, volumeMode="Block")
         await wait_bound(kube_cluster, claim["metadata"]["name"])
@@ -230,8 +225,6 @@ async def test_invalid_storage_request_is_refused(kube_cluster: TestCluster) -> 
 
 
 async def test_ignored_claims_are_left_alone(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Picky(MemoryProvisioner):
         async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
@@ -242,7 +235,7 @@ async def test_ignored_claims_are_left_alone(kube_cluster: TestCluster) -> None:
 
     provisioner = Picky()
     options = fast_options()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     async with running(controller):
         ignored = await create_claim(
             kube_cluster, class_name, name=kube_cluster.unique_name("skip")
@@ -274,12 +267,10 @@ async def test_ignored_claims_are_left_alone(kube_cluster: TestCluster) -> None:
 
 
 async def test_final_error_is_retried_up_to_the_threshold(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = ScriptedProvisioner()
     provisioner.fail_forever = ProvisioningError("backend full", ProvisioningState.FINISHED)
     options = fast_options(failed_provision_threshold=3)
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -303,12 +294,10 @@ async def test_final_error_is_retried_up_to_the_threshold(kube_cluster: TestClus
 
 
 async def test_no_change_does_not_mark_the_claim_in_progress(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = ScriptedProvisioner(
         [ProvisioningError("secret missing", ProvisioningState.NO_CHANGE)] * 2
     )
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         uid = claim["metadata"]["uid"]
@@ -325,13 +314,11 @@ async def test_no_change_does_not_mark_the_claim_in_progress(kube_cluster: TestC
 async def test_in_background_claim_deleted_midway_is_finished_then_cleaned_up(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = ScriptedProvisioner()
     provisioner.fail_forever = ProvisioningError("still creating", ProvisioningState.IN_BACKGROUND)
     # A threshold of 1 would give up at once on a FINISHED error; in-progress claims go on.
     options = fast_options(failed_provision_threshold=1)
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         uid = claim["metadata"]["uid"]
@@ -371,12 +358,12 @@ async def test_reschedule_removes_the_selected_node(kube_cluster: TestCluster) -
     # No pod uses the claim, so neither the in-memory harness nor kube-scheduler selects a
     # node on its own: the test plays the scheduler with schedule().
     first_node, second_node = (name_of(n) for n in await kube_cluster.ready_nodes(2))
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
     provisioner = ScriptedProvisioner(
         [ProvisioningError("node-1 has no capacity", ProvisioningState.RESCHEDULE)]
     )
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, volumeBindingMode="WaitForFirstConsumer"
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
@@ -400,15 +387,15 @@ async def test_reschedule_removes_the_selected_node(kube_cluster: TestCluster) -
 async def test_final_error_and_in_background_keep_the_selected_node(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, volumeBindingMode="WaitForFirstConsumer")
     provisioner = ScriptedProvisioner(
         [
             ProvisioningError("transient", ProvisioningState.FINISHED),
             ProvisioningError("creating", ProvisioningState.IN_BACKGROUND),
         ]
     )
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, volumeBindingMode="WaitForFirstConsumer"
+    )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         # The scheduler (in memory: the harness) selects a node once, for the pod.
@@ -420,11 +407,9 @@ async def test_final_error_and_in_background_keep_the_selected_node(
 
 
 async def test_infeasible_error_delays_retries(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = ScriptedProvisioner([InfeasibleError("parameter 'iops' must be a number")])
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(retry_interval_max=1.0)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(retry_interval_max=1.0)
     )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -440,11 +425,12 @@ async def test_infeasible_error_delays_retries(kube_cluster: TestCluster) -> Non
 
 
 async def test_replacing_the_class_ends_the_infeasible_delay(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name, parameters={"iops": "lots"})
     provisioner = ScriptedProvisioner([InfeasibleError("parameter 'iops' must be a number")])
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(retry_interval_max=300.0)
+    controller, class_name = await controller_for(
+        kube_cluster,
+        provisioner,
+        fast_options(retry_interval_max=300.0),
+        parameters={"iops": "lots"},
     )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -457,7 +443,9 @@ async def test_replacing_the_class_ends_the_infeasible_delay(kube_cluster: TestC
             return controller.class_informer.store.get_by_key(class_name) is None
 
         await kube_cluster.wait_for(class_gone, message="old class gone from the cache")
-        await create_class(kube_cluster, name, name=class_name, parameters={"iops": "3000"})
+        await create_class(
+            kube_cluster, controller.provisioner_name, name=class_name, parameters={"iops": "3000"}
+        )
         # The claim is looked at again when it changes (or at resync): touch it.
         await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).patch(
             claim_name,
@@ -469,8 +457,6 @@ async def test_replacing_the_class_ends_the_infeasible_delay(kube_cluster: TestC
 
 
 async def test_provision_timeout_keeps_the_claim_in_progress(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Slow(MemoryProvisioner):
         def __init__(self) -> None:
@@ -484,8 +470,8 @@ async def test_provision_timeout_keeps_the_claim_in_progress(kube_cluster: TestC
             return await super().provision(options)
 
     provisioner = Slow()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(provision_timeout=0.2)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(provision_timeout=0.2)
     )
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -502,8 +488,6 @@ async def test_provision_timeout_keeps_the_claim_in_progress(kube_cluster: TestC
 
 
 async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Stubborn(MemoryProvisioner):
         failures = 2
@@ -516,13 +500,9 @@ async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) 
 
     provisioner = Stubborn()
     options = fast_options()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
         assert provisioner.assets == {}
         # PV events are recorded in the default namespace (it is cluster-scoped).
         await wait_event(
@@ -534,8 +514,6 @@ async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) 
 
 
 async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Guarded(MemoryProvisioner, DeletionGuard):
         async def should_delete(self, volume: V1PersistentVolume) -> bool:
@@ -547,7 +525,7 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
             await super().delete(volume)
 
     provisioner = Guarded()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claims = [await create_claim(kube_cluster, class_name) for _ in range(3)]
         guarded_claim, ignored_claim, _ = (c["metadata"]["name"] for c in claims)
@@ -557,7 +535,7 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
         for c in claims:
             await wait_bound(kube_cluster, c["metadata"]["name"])
             await delete_claim(kube_cluster, c["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_names[2])
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_names[2])
         kept = [await get_volume(kube_cluster.api_client, n) for n in pv_names[:2]]
         await settle(controller, *(pv for pv in kept if pv is not None))
         for pv_name in pv_names[:2]:
@@ -575,15 +553,13 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
 
 
 async def test_qualifier_declines_claims(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Qualified(MemoryProvisioner, Qualifier):
         async def should_provision(self, claim: V1PersistentVolumeClaim) -> bool:
             return not claim.metadata.name.startswith("no-")
 
     provisioner = Qualified()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         declined = await create_claim(
             kube_cluster, class_name, name=kube_cluster.unique_name("no-thanks")
@@ -598,17 +574,15 @@ async def test_qualifier_declines_claims(kube_cluster: TestCluster) -> None:
 
 
 async def test_bound_claims_are_not_provisioned(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         await wait_ready(kube_cluster, controller)
         claim = await create_claim(
             kube_cluster,
             class_name,
             volumeName="some-static-volume",
-            annotations={ANN_STORAGE_PROVISIONER: name},
+            annotations={ANN_STORAGE_PROVISIONER: controller.provisioner_name},
         )
         await settle(controller, claim)
         assert provisioner.calls == []

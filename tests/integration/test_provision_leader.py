@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -15,6 +16,7 @@ from test_provision_e2e import (
     create_claim,
     create_class,
     fast_options,
+    kill,
     provisioner_name,
     wait_ready,
 )
@@ -209,32 +211,40 @@ async def test_a_lease_taken_by_another_holder_fails_the_controller(
     """The Lease is taken over behind the leader's back (as an operator, or a replica that
     saw it expire, would): its next renewal sees another holder and the controller stops
     with LeaderElectionLostError. Runs on a real control plane too."""
-    name = provisioner_name(kube_cluster)
-    controller = ProvisionController(
-        kube_cluster.api_client,
-        name,
-        MemoryProvisioner(),
-        fast_options(**leader_options(kube_cluster)),
-    )
-    task = asyncio.create_task(controller.run())
-    try:
-        await wait_ready(kube_cluster, controller)
+
+    async def taken_over(lease: str) -> None:
         # A merge patch: no resourceVersion to race the controller's renewals with.
         await ResourceClient(kube_cluster.api_client, LEASES).patch(
-            name.replace("/", "-"),
+            lease,
             {"spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600}},
             namespace=kube_cluster.namespace,
         )
-        with pytest.raises(LeaderElectionLostError, match=name.replace("/", "-")):
+
+    await leader_fails_on_losing_its_lease(kube_cluster, taken_over)
+
+
+async def leader_fails_on_losing_its_lease(
+    cluster: TestCluster, lose: Callable[[str], Awaitable[object]]
+) -> None:
+    """Run a leader-elected controller until it leads, ``lose(lease name)`` its lease: the
+    controller must end with LeaderElectionLostError naming the lease, unhealthy, not ready."""
+    name = provisioner_name(cluster)
+    lease = name.replace("/", "-")
+    controller = ProvisionController(
+        cluster.api_client, name, MemoryProvisioner(), fast_options(**leader_options(cluster))
+    )
+    task = asyncio.create_task(controller.run())
+    try:
+        await wait_ready(cluster, controller)
+        await lose(lease)
+        with pytest.raises(LeaderElectionLostError, match=lease):
             async with asyncio.timeout(10):
                 await task
         assert not controller.healthy()
         assert not controller.ready()
     finally:
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await kill(task)
 
 
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:
@@ -243,25 +253,11 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
         "cannot be made to do; test_a_lease_taken_by_another_holder_fails_the_controller "
         "covers losing the lease there"
     )
-    name = provisioner_name(kube_cluster)
-    controller = ProvisionController(
-        kube_cluster.api_client,
-        name,
-        MemoryProvisioner(),
-        fast_options(**leader_options(kube_cluster)),
-    )
-    task = asyncio.create_task(controller.run())
-    try:
-        await wait_ready(kube_cluster, controller)
+
+    async def renewals_fail(lease: str) -> None:
         kube_cluster.server.faults.fail(500, resource="leases", count=None)
-        with pytest.raises(LeaderElectionLostError, match=name.replace("/", "-")):
-            async with asyncio.timeout(10):
-                await task
-        assert not controller.healthy()
-        assert not controller.ready()
+
+    try:
+        await leader_fails_on_losing_its_lease(kube_cluster, renewals_fail)
     finally:
         kube_cluster.server.faults.clear()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -18,15 +18,14 @@ from kubernetes_asyncio.client import V1PersistentVolume
 from prometheus_client import CollectorRegistry
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
-    create_class,
     fast_options,
     get_volume,
-    provisioner_name,
+    volume_body,
 )
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.volume_store import BackoffStore, QueueStore, VolumeSaveError
 from pyprovlib.kube.clock import FakeClock
 from pyprovlib.kube.events import EventRecorder
@@ -45,12 +44,10 @@ async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(
 ) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
     # Give up after two attempts, so the asset count can be checked at rest.
     options = fast_options(failed_provision_threshold=1)
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     server.faults.fail(500, verb="create", resource="persistentvolumes", count=None)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
@@ -85,16 +82,14 @@ async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(
 async def test_backoff_store_reports_a_failed_cleanup(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
 
     class Undeletable(MemoryProvisioner):
         async def delete(self, volume: V1PersistentVolume) -> None:
             raise RuntimeError("backend unreachable")
 
     provisioner = Undeletable()
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(failed_provision_threshold=1)
+    controller, class_name = await controller_for(
+        kube_cluster, provisioner, fast_options(failed_provision_threshold=1)
     )
     server.faults.fail(503, verb="create", resource="persistentvolumes", count=None)
     async with running(controller):
@@ -117,16 +112,7 @@ async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer
             "kind": "PersistentVolumeClaim",
             "metadata": {"name": "c", "namespace": "default", "uid": "u-1"},
         }
-        volume: Obj = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "pvc-u-1"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "hostPath": {"path": "/tmp/x"},
-            },
-        }
+        volume = volume_body("pvc-u-1")
         async with asyncio.TaskGroup() as tg:
             writer = tg.create_task(recorder.run())
             await store.store_volume(claim, volume)
@@ -147,18 +133,22 @@ async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer
         assert apiserver.requests.count("create", "persistentvolumes") == 1
 
 
+def queue_store_options(limiter: ItemExponentialFailureRateLimiter) -> ProvisionControllerOptions:
+    """Options that save PVs through the QueueStore (no blocking retries), retried by
+    ``limiter``."""
+    return fast_options(
+        create_provisioned_pv_retry_count=None,
+        create_provisioned_pv_interval=None,
+        create_provisioned_pv_limiter=limiter,
+    )
+
+
 async def test_queue_store_keeps_retrying_in_the_background(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    options = fast_options(
-        create_provisioned_pv_retry_count=None,
-        create_provisioned_pv_interval=None,
-        create_provisioned_pv_limiter=ItemExponentialFailureRateLimiter(0.01, 0.05),
-    )
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    options = queue_store_options(ItemExponentialFailureRateLimiter(0.01, 0.05))
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     assert isinstance(controller.volume_store, QueueStore)
     server.faults.fail(500, verb="create", resource="persistentvolumes", count=3)
     async with running(controller):
@@ -176,16 +166,10 @@ async def test_queue_store_makes_a_last_attempt_on_graceful_stop(
 ) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner()
-    options = fast_options(
-        create_provisioned_pv_retry_count=None,
-        create_provisioned_pv_interval=None,
-        # Retries far in the future: only the stop's last attempt can save the PV in time.
-        create_provisioned_pv_limiter=ItemExponentialFailureRateLimiter(600.0, 600.0),
-    )
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, options)
+    # Retries far in the future: only the stop's last attempt can save the PV in time.
+    options = queue_store_options(ItemExponentialFailureRateLimiter(600.0, 600.0))
+    controller, class_name = await controller_for(kube_cluster, provisioner, options)
     store = controller.volume_store
     assert isinstance(store, QueueStore)
     server.faults.fail(500, verb="create", resource="persistentvolumes", count=None)
@@ -213,17 +197,9 @@ async def test_queue_store_success_event_needs_the_claim_in_the_cache(
     async with apiserver.api_client() as api:
         recorder = EventRecorder(api, "test-store", registry=CollectorRegistry())
         store = QueueStore(api, ItemExponentialFailureRateLimiter(0.01, 0.1), Indexer(), recorder)
-        volume: Obj = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "pvc-orphan"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "hostPath": {"path": "/tmp/x"},
-                "claimRef": {"namespace": "default", "name": "c", "uid": "not-cached"},
-            },
-        }
+        volume = volume_body(
+            "pvc-orphan", claimRef={"namespace": "default", "name": "c", "uid": "not-cached"}
+        )
         await store.store_volume({}, volume)
         assert await ResourceClient(api, PERSISTENT_VOLUMES).get("pvc-orphan")
         # No claim with that UID in the cache: nothing to attach an event to.

@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
+    controller_for,
     create_claim,
     create_class,
     delete_claim,
     fast_options,
     get_claim,
     get_volume,
+    kill,
     provisioner_name,
 )
 
@@ -48,7 +51,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
-from pyprovlib.testing import running, wait_bound, wait_event
+from pyprovlib.testing import running, wait_bound, wait_deleted, wait_event
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.support import wait_idle
 
@@ -96,23 +99,59 @@ class RefusingProvisioner(MemoryProvisioner):
         raise ProvisioningError("no space left for this claim", ProvisioningState.FINISHED)
 
 
-async def kill(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-
-
-async def wait_claim_gone(cluster: TestCluster, name: str) -> None:
-    async def gone() -> bool:
-        return await get_claim(cluster, name) is None
-
-    await cluster.wait_for(gone, message=f"claim {name} deleted")
-
-
 async def finalizers(cluster: TestCluster, name: str) -> list[str]:
     claim = await get_claim(cluster, name)
     assert claim is not None, f"claim {name} is gone"
     return list(claim["metadata"].get("finalizers") or [])
+
+
+async def wait_released(cluster: TestCluster, name: str, why: str) -> None:
+    """Wait until the claim ``name`` no longer carries our finalizer."""
+
+    async def released() -> bool:
+        return FINALIZER_PROVISIONING not in await finalizers(cluster, name)
+
+    await cluster.wait_for(released, message=f"finalizer removed {why}")
+
+
+@contextlib.asynccontextmanager
+async def deleted_but_held(cluster: TestCluster, name: str) -> AsyncIterator[Obj]:
+    """Delete the claim ``name`` while a finalizer of the test's holds it: the block sees it
+    marked for deletion (and gets it, as read then); afterwards the hold is released and the
+    claim is gone."""
+    hold = "test.pyprovlib.io/hold"
+    claims = ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
+
+    async def patch(finalizers: Obj) -> None:
+        await claims.patch(
+            name, {"metadata": finalizers}, namespace=cluster.namespace, patch_type="strategic"
+        )
+
+    await patch({"finalizers": [hold]})
+    try:
+        await delete_claim(cluster, name)
+        deleting = await get_claim(cluster, name)
+        assert deleting is not None
+        yield deleting
+    finally:
+        await patch({"$deleteFromPrimitiveList/finalizers": [hold]})
+    await wait_deleted(cluster, PERSISTENT_VOLUME_CLAIMS, name)
+
+
+async def delete_while_retried(
+    cluster: TestCluster, class_name: str, provisioner: FlakyProvisioner
+) -> tuple[str, str]:
+    """Create a claim, wait until its provisioning failed in the background and was retried,
+    then delete it. Returns (claim, PV name)."""
+    claim = await create_claim(cluster, class_name)
+    claim_name = claim["metadata"]["name"]
+
+    async def retried() -> bool:
+        return len(provisioner.calls) >= 2
+
+    await cluster.wait_for(retried, message="provisioning retried")
+    await delete_claim(cluster, claim_name)
+    return claim_name, f"pvc-{claim['metadata']['uid']}"
 
 
 async def delete_mid_provision(
@@ -147,19 +186,15 @@ async def restart_until_gone(
     second = MemoryProvisioner(backend)
     restarted = ProvisionController(cluster.api_client, name, second, protected_options())
     async with running(restarted):
-        await wait_claim_gone(cluster, claim_name)
+        await wait_deleted(cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     return second
 
 
 async def test_finalizer_held_while_provisioning_and_removed_once_bound(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = GatedProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, fast_options(provisioning_finalizer=True)
-    )
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     patches_before = (
         kube_cluster.server.requests.count("patch", "persistentvolumeclaims")
         if kube_cluster.server is not None
@@ -176,10 +211,7 @@ async def test_finalizer_held_while_provisioning_and_removed_once_bound(
         provisioner.gate.set()
         await wait_bound(kube_cluster, claim_name)
 
-        async def released() -> bool:
-            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
-
-        await kube_cluster.wait_for(released, message="finalizer removed after binding")
+        await wait_released(kube_cluster, claim_name, "after binding")
         # Once the updates our own patches caused are processed, count.
         latest = await get_claim(kube_cluster, claim_name)
         assert latest is not None
@@ -227,28 +259,16 @@ async def test_claim_deleted_while_provisioning_retain_class_keeps_a_pv(
 async def test_claim_deleted_while_provisioning_fails_in_the_background(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = FlakyProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, protected_options()
-    )
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        claim_name = claim["metadata"]["name"]
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-
-        async def retried() -> bool:
-            return len(provisioner.calls) >= 2
-
-        await kube_cluster.wait_for(retried, message="provisioning retried")
-        await delete_claim(kube_cluster, claim_name)
+        claim_name, pv_name = await delete_while_retried(kube_cluster, class_name, provisioner)
         await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "backend still busy")
         held = await get_claim(kube_cluster, claim_name)
         assert held is not None, "the claim went while its volume may still be created"
         assert pv_name in provisioner.assets
         provisioner.healthy = True
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     assert provisioner.assets == {}
     assert provisioner.deleted == [pv_name]
     assert await get_volume(kube_cluster.api_client, pv_name) is None
@@ -260,27 +280,15 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
     """A worker may read the deleted claim from the informer cache after the controller
     released it (the DELETED event not processed yet): the volume, already deleted, must not be
     provisioned and deleted again."""
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = FlakyProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, protected_options()
-    )
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        claim_name = claim["metadata"]["name"]
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-
-        async def retried() -> bool:
-            return len(provisioner.calls) >= 2
-
-        await kube_cluster.wait_for(retried, message="provisioning retried")
-        await delete_claim(kube_cluster, claim_name)
+        claim_name, pv_name = await delete_while_retried(kube_cluster, class_name, provisioner)
         stale = await get_claim(kube_cluster, claim_name)  # deleting, still protected
         assert stale is not None
         assert FINALIZER_PROVISIONING in stale["metadata"]["finalizers"]
         provisioner.healthy = True
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
         assert provisioner.deleted == [pv_name]
         calls = len(provisioner.calls)
         await controller.sync_claim(stale)  # what a worker reading the stale cache does
@@ -290,25 +298,18 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
 
 
 async def test_final_failure_releases_the_claim(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = RefusingProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, protected_options()
-    )
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
         await wait_event(kube_cluster, claim_name, "ProvisioningFailed", "no space left")
 
-        async def released() -> bool:
-            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
-
-        await kube_cluster.wait_for(released, message="finalizer removed after a final error")
+        await wait_released(kube_cluster, claim_name, "after a final error")
         # Deleting it now needs nothing from the controller.
         controller.stop()
     await delete_claim(kube_cluster, claim_name)
-    await wait_claim_gone(kube_cluster, claim_name)
+    await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
 
 
 async def test_class_gone_while_a_deleted_claim_waits(kube_cluster: TestCluster) -> None:
@@ -329,45 +330,22 @@ async def test_class_gone_while_a_deleted_claim_waits(kube_cluster: TestCluster)
         assert await get_claim(kube_cluster, claim_name) is not None
         assert list(backend) == [pv_name]
         await create_class(kube_cluster, name, name=class_name)
-        await wait_claim_gone(kube_cluster, claim_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
     assert backend == {}
 
 
 async def test_claim_deleted_before_provisioning_is_not_provisioned(
     kube_cluster: TestCluster,
 ) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
-    hold = "test.pyprovlib.io/hold"
+    provisioner = MemoryProvisioner({})
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     claim = await create_claim(kube_cluster, class_name)
     claim_name = claim["metadata"]["name"]
-    claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
-    await claims.patch(
-        claim_name,
-        {"metadata": {"finalizers": [hold]}},
-        namespace=kube_cluster.namespace,
-        patch_type="strategic",
-    )
-    await delete_claim(kube_cluster, claim_name)
-    provisioner = MemoryProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, protected_options()
-    )
-    try:
+    async with deleted_but_held(kube_cluster, claim_name) as deleting:
         async with running(controller):
-            deleting = await get_claim(kube_cluster, claim_name)
-            assert deleting is not None
             await wait_idle(controller, deleting)
             assert provisioner.calls == []
         assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, claim_name)
-    finally:
-        await claims.patch(
-            claim_name,
-            {"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}},
-            namespace=kube_cluster.namespace,
-            patch_type="strategic",
-        )
-    await wait_claim_gone(kube_cluster, claim_name)
 
 
 async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_released(
@@ -377,23 +355,14 @@ async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_rele
     claim skipped the "deleting without our finalizer: nothing to do" guard, so a deleting,
     never-provisioned claim went down the provisioning path (a refused finalizer PATCH, a
     failure and retries; one refusal away from a volume for a claim on its way out)."""
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = MemoryProvisioner({})
-    controller = ProvisionController(
-        kube_cluster.api_client, name, provisioner, protected_options()
-    )
-    hold = "test.pyprovlib.io/hold"
-    claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
+    controller, class_name = await controller_for(kube_cluster, provisioner, protected_options())
     async with running(controller):
         bound = await create_claim(kube_cluster, class_name)
         bound_name = bound["metadata"]["name"]
         await wait_bound(kube_cluster, bound_name)
 
-        async def released() -> bool:
-            return FINALIZER_PROVISIONING not in await finalizers(kube_cluster, bound_name)
-
-        await kube_cluster.wait_for(released, message="finalizer removed once bound")
+        await wait_released(kube_cluster, bound_name, "once bound")
         # A worker reading a version from before the removal (a stale cache) makes the
         # controller remember the release, whatever order the binder's writes came in.
         current = await get_claim(kube_cluster, bound_name)
@@ -414,39 +383,20 @@ async def test_deleting_unprovisioned_claim_is_left_alone_after_another_was_rele
 
     # Annotated as the PV controller does, so that nothing but the guard keeps it from us.
     leaving = await create_claim(
-        kube_cluster, class_name, annotations={ANN_STORAGE_PROVISIONER: name}
+        kube_cluster, class_name, annotations={ANN_STORAGE_PROVISIONER: controller.provisioner_name}
     )
     leaving_name = leaving["metadata"]["name"]
     # Stopped controller: nothing provisions the new claim before it is marked for deletion.
-    await claims.patch(
-        leaving_name,
-        {"metadata": {"finalizers": [hold]}},
-        namespace=kube_cluster.namespace,
-        patch_type="strategic",
-    )
-    try:
-        await delete_claim(kube_cluster, leaving_name)
-        deleting = await get_claim(kube_cluster, leaving_name)
-        assert deleting is not None
+    async with deleted_but_held(kube_cluster, leaving_name) as deleting:
         assert deleting["metadata"].get("deletionTimestamp")
         await controller.sync_claim(deleting)  # must neither raise nor provision
         assert len(provisioner.calls) == calls
         assert FINALIZER_PROVISIONING not in await finalizers(kube_cluster, leaving_name)
-    finally:
-        await claims.patch(
-            leaving_name,
-            {"metadata": {"$deleteFromPrimitiveList/finalizers": [hold]}},
-            namespace=kube_cluster.namespace,
-            patch_type="strategic",
-        )
-    await wait_claim_gone(kube_cluster, leaving_name)
 
 
 async def test_without_the_option_no_finalizer_is_added(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = GatedProvisioner({})
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
         claim = await create_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]

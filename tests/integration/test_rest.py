@@ -9,6 +9,7 @@ import json
 import pytest
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+from test_provision_e2e import volume_body
 
 from pyprovlib.kube.errors import is_conflict, is_gone, is_not_found, retry_after_seconds
 from pyprovlib.kube.objects import Obj
@@ -26,19 +27,6 @@ def claim(name: str, ns: str = "default", size: str = "1Gi") -> Obj:
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": size}},
             "storageClassName": "fast",
-        },
-    }
-
-
-def volume(name: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": f"/tmp/{name}"},
         },
     }
 
@@ -99,7 +87,7 @@ async def test_crud_and_patches_round_trip_json(pvcs: ResourceClient) -> None:
 
 async def test_delete_preconditions_and_cluster_scoped(kube_client: ApiClient) -> None:
     pvs = ResourceClient(kube_client, PERSISTENT_VOLUMES)
-    pv = await pvs.create(volume("pv-1"))
+    pv = await pvs.create(volume_body("pv-1"))
     with pytest.raises(ApiException) as wrong_uid:
         await pvs.delete("pv-1", preconditions={"uid": "not-the-uid"})
     assert wrong_uid.value.status == 409

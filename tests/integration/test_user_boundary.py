@@ -11,17 +11,11 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from test_provision_e2e import (
     MemoryProvisioner,
-    create_claim,
-    create_class,
-    delete_claim,
-    fast_options,
-    provisioner_name,
+    bound_then_deleted,
+    controller_for,
     running,
-    wait_bound,
-    wait_gone,
 )
 
-from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
 from pyprovlib.testing.cluster import TestCluster
 
@@ -70,16 +64,10 @@ class JSONDeleter(MemoryProvisioner, ObjectDeleter):
 
 
 async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = SharingGuard()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
     (deleted,) = provisioner.deleted_models
     assert deleted.metadata.name == pv_name
     # The guard was asked about that very object (it may also have been asked on other syncs).
@@ -87,19 +75,13 @@ async def test_the_guard_and_delete_receive_one_model(kube_cluster: TestCluster)
 
 
 async def test_an_object_deleter_gets_the_pv_json_read_only(kube_cluster: TestCluster) -> None:
-    name = provisioner_name(kube_cluster)
-    class_name = await create_class(kube_cluster, name)
     provisioner = JSONDeleter()
-    controller = ProvisionController(kube_cluster.api_client, name, provisioner, fast_options())
+    controller, class_name = await controller_for(kube_cluster, provisioner)
     async with running(controller):
-        claim = await create_claim(kube_cluster, class_name)
-        await wait_bound(kube_cluster, claim["metadata"]["name"])
-        pv_name = f"pvc-{claim['metadata']['uid']}"
-        await delete_claim(kube_cluster, claim["metadata"]["name"])
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        pv_name = await bound_then_deleted(kube_cluster, class_name)
         assert controller.healthy()
     assert provisioner.deleted == [pv_name]
     assert provisioner.writable == [False]
     (volume,) = provisioner.objects
-    assert volume["spec"]["claimRef"]["uid"] == claim["metadata"]["uid"]
+    assert f"pvc-{volume['spec']['claimRef']['uid']}" == pv_name  # the claim's uid
     assert pv_name not in provisioner.assets

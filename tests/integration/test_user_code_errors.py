@@ -18,10 +18,10 @@ from test_provision_e2e import (
     delete_claim,
     fast_options,
     provisioner_name,
-    wait_gone,
 )
 
 from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.kube.resources import PERSISTENT_VOLUMES
 from pyprovlib.provisioner import (
     DeletionGuard,
     ProvisioningError,
@@ -29,7 +29,7 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
-from pyprovlib.testing import events_of, running, wait_bound, wait_event
+from pyprovlib.testing import events_of, running, wait_bound, wait_deleted, wait_event
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -171,7 +171,7 @@ async def test_bugs_in_the_qualifier_guard_and_delete_are_logged_with_tracebacks
             "ZeroDivisionError: division by zero",
             namespace="default",
         )
-        await wait_gone(kube_cluster.api_client, kube_cluster, pv_name)
+        await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
     for error_type, event in (
         ("AttributeError", "the provisioner's should_provision raised an unexpected exception"),
         ("IndexError", "the provisioner's should_delete raised an unexpected exception"),

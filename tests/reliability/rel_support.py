@@ -14,10 +14,21 @@ import importlib.util
 import itertools
 import os
 import random
+import signal
 import sys
 import time
+from asyncio.subprocess import Process
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Sequence,
+)
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,10 +40,8 @@ from kubernetes_asyncio.client import (
     V1PersistentVolume,
     V1PersistentVolumeSpec,
 )
-from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
@@ -119,19 +128,17 @@ class BackendProvisioner(Provisioner):
 
 
 def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
-    """No leader election, private metrics, millisecond retries, no give-up thresholds."""
+    """The integration suite's options (no leader election, private metrics, millisecond
+    retries), with retries up to half a second, no give-up thresholds and eight workers."""
+    integration = load_support("integration", "test_provision_e2e")
     defaults: dict[str, Any] = {
-        "leader_election": False,
-        "metrics": ProvisionMetrics(CollectorRegistry()),
         "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
-        "create_provisioned_pv_retry_count": 3,
-        "create_provisioned_pv_interval": 0.01,
         "failed_provision_threshold": 0,
         "failed_delete_threshold": 0,
         "threadiness": 8,
     }
-    defaults.update(kwargs)
-    return ProvisionControllerOptions(**defaults)
+    options: ProvisionControllerOptions = integration.fast_options(**{**defaults, **kwargs})
+    return options
 
 
 def running(
@@ -146,6 +153,35 @@ async def cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+@contextlib.asynccontextmanager
+async def background(coro: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """Run ``coro`` (a watcher, a loop injecting faults) for the duration of the block; it is
+    cancelled and awaited afterwards."""
+    task = asyncio.create_task(coro)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def stop_controllers(
+    controllers: Iterable[tuple[ProvisionController, asyncio.Task[None]]],
+) -> None:
+    """Stop each controller gracefully (waiting up to 10 s for its ``run()`` task), then
+    cancel the tasks that did not end."""
+    controllers = list(controllers)
+    for controller, _task in controllers:
+        controller.stop()
+    for _controller, task in controllers:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(10):
+                await task
+        if not task.done():
+            await cancel(task)
 
 
 async def create_namespace(client: ApiClient, name: str) -> None:
@@ -179,6 +215,23 @@ def claim_body(namespace: str, name: str, class_name: str, size: str = "1Gi") ->
     }
 
 
+def csi_volume_body(name: str, csi: Obj, *, access_mode: str = "ReadWriteOnce", **spec: Any) -> Obj:
+    """A pre-provisioned CSI PV of 1Gi that is retained (``csi``: driver, volumeHandle, ...),
+    with ``spec`` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": [access_mode],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "csi": csi,
+            **spec,
+        },
+    }
+
+
 async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) -> Any:
     """Run one API call of the *test* (not of the code under test) through injected faults:
     the test's own writes must land for the scenario to mean anything."""
@@ -202,31 +255,67 @@ async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) 
     return None
 
 
+async def bounded(coros: Iterable[Awaitable[Any]], limit: int = 16) -> None:
+    """Await ``coros`` concurrently, at most ``limit`` at a time."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[Any]) -> None:
+        async with semaphore:
+            await coro
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+class Problems:
+    """A scenario's view that lists what breaks its invariants (:meth:`problems`): settled
+    when nothing does."""
+
+    def problems(self) -> list[str]:
+        raise NotImplementedError
+
+    def settled(self) -> bool:
+        return not self.problems()
+
+    def report(self, examples: int = 6) -> str:
+        problems = self.problems()
+        return f"{len(problems)} problems, e.g. {problems[:examples]}"
+
+
 async def create_claims(
     client: ApiClient, namespaces: Iterable[str], per_namespace: int, class_name: str
 ) -> list[tuple[str, str]]:
     """Create claims (concurrently, bounded), returning their (namespace, name)."""
     claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
     keys = [(ns, f"claim-{i}") for ns in namespaces for i in range(per_namespace)]
-    limit = asyncio.Semaphore(32)
 
     async def one(ns: str, name: str) -> None:
-        async with limit:
-            await with_retries(lambda: claims.create(claim_body(ns, name, class_name), ns))
+        await with_retries(lambda: claims.create(claim_body(ns, name, class_name), ns))
 
-    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+    await bounded((one(ns, n) for ns, n in keys), limit=32)
     return keys
+
+
+async def create_paced(
+    client: ApiClient,
+    keys: Iterable[tuple[str, str]],
+    class_name: str,
+    pause: Callable[[], float],
+) -> None:
+    """Create claims (namespace, name) one at a time, ``pause()`` seconds apart: claims keep
+    arriving while a scenario's faults go on."""
+    claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+    for ns, name in keys:
+        await claims.create(claim_body(ns, name, class_name), ns)
+        await asyncio.sleep(pause())
 
 
 async def delete_claims(client: ApiClient, keys: Iterable[tuple[str, str]]) -> None:
     claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-    limit = asyncio.Semaphore(32)
 
     async def one(ns: str, name: str) -> None:
-        async with limit:
-            await with_retries(lambda: claims.delete(name, ns))
+        await with_retries(lambda: claims.delete(name, ns))
 
-    await asyncio.gather(*(one(ns, n) for ns, n in keys))
+    await bounded((one(ns, n) for ns, n in keys), limit=32)
 
 
 async def wait_until(
@@ -318,6 +407,188 @@ def check_invariants(
     assert not problems, f"{len(problems)} invariant violations: {problems[:20]}"
 
 
+@dataclass(eq=False)
+class Scenario:
+    """Where one scenario's claims, PVs and assets live, and the two end states every scenario
+    waits for — all claims Bound, everything deleted — with the invariants checked at each.
+
+    ``assets`` lists the backend's asset names as they are now; ``detail`` adds to a timeout's
+    message (a process's log, say)."""
+
+    server: ApiServer
+    namespaces: Sequence[str]
+    class_names: Sequence[str]
+    assets: Callable[[], Collection[str]]
+    detail: Callable[[], str] = lambda: ""
+
+    def claims(self) -> list[Obj]:
+        return our_claims(self.server, self.namespaces)
+
+    def volumes(self) -> list[Obj]:
+        return our_volumes(self.server, self.class_names)
+
+    def check(self, *, deleted_uids: Iterable[str] = ()) -> None:
+        check_invariants(
+            self.server, self.namespaces, self.class_names, self.assets(), deleted_uids=deleted_uids
+        )
+
+    async def wait_bound(self, expected: int, *, timeout: float) -> list[str]:
+        """Wait until the scenario has ``expected`` claims, all Bound, check the invariants and
+        return the claims' uids (for :meth:`wait_deleted`)."""
+        await wait_until(
+            lambda: all_bound(self.server, self.namespaces, expected),
+            timeout=timeout,
+            message=lambda: f"{unbound_report(self.server, self.namespaces)}\n{self.detail()}",
+        )
+        self.check()
+        return [c["metadata"]["uid"] for c in self.claims()]
+
+    async def wait_deleted(self, uids: Iterable[str], *, timeout: float) -> None:
+        """Wait until no asset and no PV is left, and check the invariants, ``uids`` being the
+        deleted claims'."""
+        await wait_until(
+            lambda: not self.assets() and not self.volumes(),
+            timeout=timeout,
+            message=lambda: (
+                f"{len(self.assets())} assets ({sorted(self.assets())[:5]}) and "
+                f"{len(self.volumes())} PVs left\n{self.detail()}"
+            ),
+        )
+        self.check(deleted_uids=uids)
+
+
+PV_NAME_LEN = len("pvc-") + 36
+
+
+def nfs_assets(root: Path) -> list[str]:
+    """PV names of the NFS example's volume directories (``<ns>-<claim>-<pv>``); an archived
+    or foreign directory shows up under its own name and so breaks the invariants."""
+    out = []
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        out.append(name[-PV_NAME_LEN:] if name[-PV_NAME_LEN:].startswith("pvc-") else name)
+    return out
+
+
+NFS_PROVISIONER = "pyprovlib.io/nfs"
+
+
+@dataclass
+class World:
+    """An in-memory API server (with the PV binder), a namespace and a StorageClass that
+    deletes, the scenario's backend and its :class:`Scenario`. For the NFS example
+    (:func:`nfs_world`), also its kubeconfig and export directory."""
+
+    server: ApiServer
+    client: ApiClient
+    ns: str
+    class_name: str
+    backend: Backend
+    scenario: Scenario
+    kubeconfig: Path = Path()
+    root: Path = Path()
+
+
+@contextlib.asynccontextmanager
+async def memory_world(prefix: str) -> AsyncIterator[World]:
+    """A :class:`World` of :class:`BackendProvisioner` (provisioner :data:`PROVISIONER`)."""
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        ns = unique(prefix)
+        await create_namespace(client, ns)
+        class_name = await create_class(client, reclaimPolicy="Delete")
+        backend = Backend()
+        scenario = Scenario(server, [ns], [class_name], lambda: backend.assets)
+        yield World(server, client, ns, class_name, backend, scenario)
+
+
+@contextlib.asynccontextmanager
+async def nfs_world(tmp_path: Path, prefix: str) -> AsyncIterator[World]:
+    """A :class:`World` of the NFS example (whose assets are directories in ``root``)."""
+    root = tmp_path / "export"
+    root.mkdir()
+    async with ApiServer(binder=True) as server, server.api_client() as client:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        ns = unique(prefix)
+        await create_namespace(client, ns)
+        class_name = await create_class(
+            client, NFS_PROVISIONER, reclaimPolicy="Delete", parameters={"onDelete": "delete"}
+        )
+        scenario = Scenario(server, [ns], [class_name], lambda: nfs_assets(root))
+        yield World(server, client, ns, class_name, Backend(), scenario, kubeconfig, root)
+
+
+def nfs_argv(kubeconfig: Path, root: Path, *flags: str) -> list[str]:
+    """``python -m pyprovlib.examples.nfs`` exporting ``root``, logging JSON, plus ``flags``."""
+    return [
+        sys.executable,
+        "-m",
+        "pyprovlib.examples.nfs",
+        f"--kubeconfig={kubeconfig}",
+        "--nfs-server=nfs.example.test",
+        "--nfs-path=/export",
+        f"--nfs-mount-path={root}",
+        "--log-format=json",
+        *flags,
+    ]
+
+
+async def start_logged(
+    argv: Sequence[str], log: Path, mode: str = "ab", env: dict[str, str] | None = None
+) -> Process:
+    """Start ``argv`` (no shell) with its stdout and stderr going to ``log``."""
+    with log.open(mode) as out:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            env=dict(os.environ) if env is None else env,
+        )
+
+
+class LoggedProcess:
+    """A controller process under test, started again after every crash: each run appends to
+    one log. Subclasses say how to start it (:meth:`argv`)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: Process | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    async def start(self) -> None:
+        self.proc = await start_logged(self.argv(), self.log, env=self.env())
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def kill(self) -> None:
+        """SIGKILL: a crash."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def terminate(self) -> int:
+        """SIGTERM, and the exit code of the graceful shutdown."""
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            return await self.proc.wait()
+
+    async def close(self) -> None:
+        """Kill it if it is still running (a test's cleanup)."""
+        if self.running():
+            await self.kill()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
 def asset_dirs(root: Path) -> list[str]:
     """The volume directories under a file-backed provisioner's root."""
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
@@ -383,12 +654,8 @@ async def chaos(
             await inject_one()
 
     await inject_one()
-
-    task = asyncio.create_task(loop())
     try:
-        yield injected
+        async with background(loop()):
+            yield injected
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         server.faults.clear()

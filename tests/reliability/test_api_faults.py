@@ -20,18 +20,15 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
+    Scenario,
     all_bound,
     chaos,
-    check_invariants,
     create_claims,
     create_class,
     create_namespace,
     delete_claims,
     fast_options,
-    our_claims,
-    our_volumes,
     running,
-    unbound_report,
     unique,
     wait_until,
 )
@@ -50,6 +47,7 @@ async def run_scenario(
         class_name = await create_class(client, reclaimPolicy="Delete")
         total = namespaces * per_namespace
         backend = Backend()
+        scenario = Scenario(server, ns_names, [class_name], lambda: backend.assets)
         controller = ProvisionController(
             client, PROVISIONER, BackendProvisioner(backend), fast_options()
         )
@@ -62,30 +60,16 @@ async def run_scenario(
                         lambda: all_bound(server, ns_names, total), timeout=5, message=""
                     )
             assert injected, "no fault was injected: the scenario tested nothing"
-            await wait_until(
-                lambda: all_bound(server, ns_names, total),
-                timeout=90,
-                message=lambda: unbound_report(server, ns_names),
-            )
-            check_invariants(server, ns_names, [class_name], backend.assets)
+            uids = await scenario.wait_bound(total, timeout=90)
             assert sum(backend.creations.values()) >= total
 
-            uids = [c["metadata"]["uid"] for c in our_claims(server, ns_names)]
             async with chaos(server, kinds, seed + 1) as injected:
                 await delete_claims(client, keys)
                 with contextlib.suppress(AssertionError):
                     await wait_until(lambda: not backend.assets, timeout=5, message="")
             assert injected
-            await wait_until(
-                lambda: not backend.assets and not our_volumes(server, [class_name]),
-                timeout=90,
-                message=lambda: (
-                    f"{len(backend.assets)} assets and "
-                    f"{len(our_volumes(server, [class_name]))} PVs left"
-                ),
-            )
-            check_invariants(server, ns_names, [class_name], backend.assets, deleted_uids=uids)
-            assert our_claims(server, ns_names) == []
+            await scenario.wait_deleted(uids, timeout=90)
+            assert scenario.claims() == []
             # Nothing is still queued or believed in progress once everything is gone.
             await wait_until(
                 lambda: len(controller.claim_queue) == 0 and len(controller.volume_queue) == 0,

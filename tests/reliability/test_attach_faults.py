@@ -24,9 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import random
-import signal
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -36,7 +34,19 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
-from rel_support import FAULT_KINDS, cancel, chaos, load_support, unique, wait_until, with_retries
+from rel_support import (
+    FAULT_KINDS,
+    LoggedProcess,
+    Problems,
+    bounded,
+    cancel,
+    chaos,
+    csi_volume_body,
+    load_support,
+    unique,
+    wait_until,
+    with_retries,
+)
 
 from pyprovlib.attacher import AttachNode, AttachVolume
 from pyprovlib.controller.attach import NODE_ID_ANNOTATION, AttachController
@@ -107,7 +117,7 @@ HANDLERS = ("memory", "reconciler", "trivial")
 
 
 @dataclass
-class World:
+class World(Problems):
     """The objects of one scenario and what the test expects of them."""
 
     server: ApiServer
@@ -176,17 +186,8 @@ class World:
 
         async def one(name: str) -> None:
             self.handles[name] = f"vol-{name}"
-            body = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "csi": {"driver": self.driver, "volumeHandle": self.handles[name]},
-                },
-            }
+            csi = {"driver": self.driver, "volumeHandle": self.handles[name]}
+            body = csi_volume_body(name, csi, access_mode="ReadWriteMany")
             await with_retries(lambda: api.create(body))
 
         await bounded(one(n) for n in names)
@@ -302,23 +303,6 @@ class World:
                 problems.append(f"PV {name} is deleted and unused but still exists")
         problems += [f"deleted PV {n} is gone though a VA uses it" for n in used - set(pvs)]
         return problems
-
-    def settled(self) -> bool:
-        return not self.problems()
-
-    def report(self) -> str:
-        problems = self.problems()
-        return f"{len(problems)} problems, e.g. {problems[:6]}"
-
-
-async def bounded(coros: Any, limit: int = 16) -> None:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(coro: Awaitable[None]) -> None:
-        async with semaphore:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
 
 
 def make_backend(
@@ -617,18 +601,17 @@ async def test_crash_between_backend_and_api_in_both_directions() -> None:
 # -- crashes: a real attacher process SIGKILLed ---------------------------------------------------
 
 
-class AttacherProcess:
+class AttacherProcess(LoggedProcess):
     """``python -m pyprovlib.csi.attacher`` against the in-memory server and a CSI driver
     served by the test (its state survives the process)."""
 
     def __init__(self, kubeconfig: Path, endpoint: str, log: Path) -> None:
+        super().__init__(log)
         self.kubeconfig = kubeconfig
         self.endpoint = endpoint
-        self.log = log
-        self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self) -> None:
-        argv = [
+    def argv(self) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "pyprovlib.csi.attacher",
@@ -641,28 +624,11 @@ class AttacherProcess:
             "--worker-threads=4",
             "--log-format=json",
         ]
-        env = dict(os.environ)
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
         env.pop("KUBECONFIG", None)
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=env
-            )
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def terminate(self) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            return await self.proc.wait()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+        return env
 
     def starts(self) -> int:
         """How many processes logged that their controller runs (workers started)."""
@@ -726,8 +692,7 @@ async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> N
                         )
                     assert await process.terminate() == 0, process.tail()
                 finally:
-                    if process.proc is not None and process.proc.returncode is None:
-                        await process.kill()
+                    await process.close()
             assert_all_gone(world)
             assert any(killed_mid_work), "no kill landed while there was work left"
 

@@ -44,6 +44,7 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from rel_support import (
     all_bound,
+    background,
     check_invariants,
     create_claims,
     create_class,
@@ -286,6 +287,10 @@ class Stack:
             if e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == name
         ]
 
+    def have_events(self, reason: str, names: Iterable[str]) -> bool:
+        """Every object of ``names`` has an event with ``reason``."""
+        return all(self.events(reason, name) for name in names)
+
     async def wait_bound(self, total: int, timeout: float = 30) -> None:
         await self.wait(
             lambda: all_bound(self.server, self.namespaces, total),
@@ -510,13 +515,8 @@ async def restarting(
             await restart()
             await asyncio.sleep(rng.uniform(interval / 2, interval * 1.5))
 
-    task = asyncio.create_task(loop())
-    try:
+    async with background(loop()):
         yield done
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def run_restarts(
@@ -737,8 +737,18 @@ async def test_claim_deleted_mid_hang_then_sidecar_restart_leaks_nothing() -> No
 # -- every status code from each controller RPC ----------------------------------------------
 
 
-def failed_enough(s: Stack, method: str, names: Iterable[str], code: Status, times: int) -> bool:
-    return all(s.backend.count(method, n, code) >= times for n in names)
+async def wait_retried(
+    s: Stack, method: str, names: Iterable[str], code: Status, recorded: Callable[[], bool]
+) -> None:
+    """Wait until ``method`` answered ``code`` at least twice for each volume of ``names`` (so
+    the failure was retried) and ``recorded()`` shows the failure where the sidecar puts it
+    (events, statuses)."""
+    names = list(names)
+    await s.wait(
+        lambda: all(s.backend.count(method, n, code) >= 2 for n in names) and recorded(),
+        timeout=20,
+        message=lambda: f"two failed {method} per volume, recorded: {s.backend.calls}",
+    )
 
 
 def injected(code: Status) -> Fault:
@@ -761,13 +771,9 @@ async def create_phase(s: Stack, code: Status, claims: int = 2) -> dict[str, str
     names = await claim_uids(s, claims)
     keys = claim_keys(s)
     # Retried (INVALID_ARGUMENT only after the slow-retry period), an event each time.
-    await s.wait(
-        lambda: (
-            failed_enough(s, CREATE, names, code, 2)
-            and all(s.events("ProvisioningFailed", k[1]) for k in keys.values())
-        ),
-        timeout=20,
-        message=lambda: f"two failed CreateVolume per claim: {s.backend.calls}",
+    claim_names = [claim for _ns, claim in keys.values()]
+    await wait_retried(
+        s, CREATE, names, code, lambda: s.have_events("ProvisioningFailed", claim_names)
     )
     in_progress = s.controller.claims_in_progress()
     for name, uid in names.items():
@@ -798,14 +804,7 @@ async def delete_phase(s: Stack, code: Status, names: Iterable[str]) -> None:
     names = list(names)
     s.backend.fail(DELETE, injected(code))
     await s.delete_all()
-    await s.wait(
-        lambda: (
-            failed_enough(s, DELETE, names, code, 2)
-            and all(s.events("VolumeFailedDelete", n) for n in names)
-        ),
-        timeout=20,
-        message=lambda: f"two failed DeleteVolume per volume: {s.backend.calls}",
-    )
+    await wait_retried(s, DELETE, names, code, lambda: s.have_events("VolumeFailedDelete", names))
     for name in names:
         events = s.events("VolumeFailedDelete", name)
         assert any(go_name in e["message"] for e in events), events
@@ -975,6 +974,11 @@ class Attachments:
     def errors(self, field: str) -> list[Obj]:
         return [status_of(self.va(i)).get(field) or {} for i in range(len(self.names))]
 
+    def saved_errors(self, field: str, code: Status) -> bool:
+        """Every VolumeAttachment's ``field`` (``attachError``, ``detachError``) carries
+        ``code``."""
+        return all(e.get("errorCode") == code.value for e in self.errors(field))
+
     async def create(self) -> None:
         for index, name in enumerate(self.names):
             await self.vas.create(
@@ -1002,14 +1006,7 @@ async def publish_phase(s: Stack, code: Status, at: Attachments) -> None:
     finalizer = finalizer_name(DRIVER_NAME)
     s.backend.fail(PUBLISH, injected(code))
     await at.create()
-    await s.wait(
-        lambda: (
-            failed_enough(s, PUBLISH, at.names, code, 2)
-            and all(e.get("errorCode") == code.value for e in at.errors("attachError"))
-        ),
-        timeout=20,
-        message=lambda: f"attach errors saved: {at.errors('attachError')}",
-    )
+    await wait_retried(s, PUBLISH, at.names, code, lambda: at.saved_errors("attachError", code))
     for index, name in enumerate(at.names):
         current = at.va(index)
         assert go_name in status_of(current)["attachError"]["message"]
@@ -1035,14 +1032,7 @@ async def unpublish_phase(s: Stack, code: Status, at: Attachments) -> None:
     finalizer = finalizer_name(DRIVER_NAME)
     s.backend.fail(UNPUBLISH, injected(code))
     await at.delete()
-    await s.wait(
-        lambda: (
-            failed_enough(s, UNPUBLISH, at.names, code, 2)
-            and all(e.get("errorCode") == code.value for e in at.errors("detachError"))
-        ),
-        timeout=20,
-        message=lambda: f"detach errors saved: {at.errors('detachError')}",
-    )
+    await wait_retried(s, UNPUBLISH, at.names, code, lambda: at.saved_errors("detachError", code))
     for index, name in enumerate(at.names):
         current = at.va(index)
         assert current is not None, "a VolumeAttachment went away while detaching failed"
@@ -1076,13 +1066,9 @@ async def expand_phase(s: Stack, code: Status, names: Iterable[str]) -> None:
         await claims.patch(
             claim, {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}, namespace=namespace
         )
-    await s.wait(
-        lambda: (
-            failed_enough(s, EXPAND, names, code, 2)
-            and all(s.events("VolumeResizeFailed", k[1]) for k in keys.values())
-        ),
-        timeout=20,
-        message=lambda: f"two failed expansions per claim: {s.backend.calls}",
+    claim_names = [claim for _ns, claim in keys.values()]
+    await wait_retried(
+        s, EXPAND, names, code, lambda: s.have_events("VolumeResizeFailed", claim_names)
     )
     final = code.value not in IN_PROGRESS_CODES
     infeasible = code.value in INFEASIBLE_CODES

@@ -13,11 +13,10 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import random
 import signal
-import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,25 +26,20 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
-    all_bound,
+    background,
     cancel,
-    check_invariants,
-    claim_body,
-    create_class,
-    create_namespace,
+    create_paced,
     delete_claims,
     fast_options,
-    our_claims,
-    our_volumes,
-    unbound_report,
-    unique,
+    memory_world,
+    nfs_argv,
+    nfs_world,
+    start_logged,
+    stop_controllers,
     wait_until,
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
 
 
 class Replica:
@@ -65,11 +59,9 @@ class Replica:
 
 async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("leader")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        backend = Backend()
+    async with memory_world("leader") as world:
+        server, client, ns, class_name = world.server, world.client, world.ns, world.class_name
+        backend, scenario = world.backend, world.scenario
         counter = iter(range(1000))
         live = [Replica(client, backend, ns, next(counter)) for _ in range(replicas)]
         max_leaders = 0
@@ -102,46 +94,20 @@ async def failover_scenario(replicas: int, kills: int, claims: int, seed: int) -
                 live = [r for r in live if r is not leader]
                 live.append(Replica(client, backend, ns, next(counter)))
 
-        claims_api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-
-        async def create_slowly() -> None:
-            for i in range(claims):
-                await claims_api.create(claim_body(ns, f"claim-{i}", class_name), ns)
-                await asyncio.sleep(rng.uniform(0, 0.02))
-
+        keys = [(ns, f"claim-{i}") for i in range(claims)]
         loop = asyncio.get_running_loop()
         kill_times: list[float] = []
-        watcher = asyncio.create_task(watch_leaders())
         try:
-            await asyncio.gather(kill_leaders(), create_slowly())
-            await wait_until(
-                lambda: all_bound(server, [ns], claims),
-                timeout=60,
-                message=lambda: unbound_report(server, [ns]),
-            )
-            check_invariants(server, [ns], [class_name], backend.assets)
-            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
-            await asyncio.gather(
-                kill_leaders(), delete_claims(client, [(ns, f"claim-{i}") for i in range(claims)])
-            )
-            await wait_until(
-                lambda: not backend.assets and not our_volumes(server, [class_name]),
-                timeout=60,
-                message=lambda: f"{len(backend.assets)} assets left",
-            )
-            check_invariants(server, [ns], [class_name], backend.assets, deleted_uids=uids)
+            async with background(watch_leaders()):
+                await asyncio.gather(
+                    kill_leaders(),
+                    create_paced(client, keys, class_name, lambda: rng.uniform(0, 0.02)),
+                )
+                uids = await scenario.wait_bound(claims, timeout=60)
+                await asyncio.gather(kill_leaders(), delete_claims(client, keys))
+                await scenario.wait_deleted(uids, timeout=60)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            for r in live:
-                r.controller.stop()
-            for r in live:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(10):
-                        await r.task
-                if not r.task.done():
-                    await cancel(r.task)
+            await stop_controllers((r.controller, r.task) for r in live)
         # Crashed leaders were not released: takeovers waited for the lease to expire.
         assert len(kill_times) == 2 * kills
         assert backend.overlaps == [], f"two replicas provisioned at once: {backend.overlaps[:5]}"
@@ -167,40 +133,32 @@ async def test_leader_killed_repeatedly_many_times(replicas: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class Replicas:
     """``python -m pyprovlib.examples.nfs`` replicas with leader election, one log each."""
 
-    def __init__(self, tmp_path: Path, kubeconfig: Path, root: Path, namespace: str) -> None:
-        self.tmp_path = tmp_path
-        self.kubeconfig = kubeconfig
-        self.root = root
-        self.namespace = namespace
-        self.procs: list[tuple[asyncio.subprocess.Process, Path]] = []
-        self.killed_at: dict[int, float] = {}  # index -> wall-clock time of the SIGKILL
+    tmp_path: Path
+    kubeconfig: Path
+    root: Path
+    namespace: str
+    procs: list[tuple[asyncio.subprocess.Process, Path]] = field(init=False, default_factory=list)
+    # index -> wall-clock time of the SIGKILL
+    killed_at: dict[int, float] = field(init=False, default_factory=dict)
 
     async def start(self) -> None:
         index = len(self.procs)
         log = self.tmp_path / f"replica-{index}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
+        proc = await start_logged(nfs_argv(self.kubeconfig, self.root, *self.flags()), log, "wb")
+        self.procs.append((proc, log))
+
+    def flags(self) -> list[str]:
+        return [
             "--leader-election=true",
             f"--leader-election-namespace={self.namespace}",
             "--leader-election-lease-duration=3s",
             "--leader-election-renew-deadline=2s",
             "--leader-election-retry-period=400ms",
-            "--log-format=json",
         ]
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
-        self.procs.append((proc, log))
 
     def became_leader(self, index: int) -> list[float]:
         """Wall-clock times at which replica ``index`` logged "became leader"."""
@@ -276,16 +234,9 @@ _WORK_EVENTS = (
 
 async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: int) -> None:
     rng = random.Random(replicas * 100 + kills)
-    root = tmp_path / "export"
-    root.mkdir()
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        ns = unique("px")
-        await create_namespace(client, ns)
-        class_name = await create_class(
-            client, "pyprovlib.io/nfs", reclaimPolicy="Delete", parameters={"onDelete": "delete"}
-        )
-        group = Replicas(tmp_path, kubeconfig, root, ns)
+    async with nfs_world(tmp_path, "px") as world:
+        client, ns, class_name, scenario = world.client, world.ns, world.class_name, world.scenario
+        group = Replicas(tmp_path, world.kubeconfig, world.root, ns)
         try:
             for _ in range(replicas):
                 await group.start()
@@ -308,49 +259,18 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
 
             keys = [(ns, f"claim-{i}") for i in range(claims)]
             await asyncio.gather(
-                kill_leaders(), delete_or_create(client, keys, class_name, create=True)
+                kill_leaders(), create_paced(client, keys, class_name, lambda: 0.05)
             )
             await group.top_up(replicas)
-            await wait_until(
-                lambda: all_bound(server, [ns], claims),
-                timeout=90,
-                message=lambda: unbound_report(server, [ns]),
-            )
-            check_invariants(server, [ns], [class_name], nfs_dirs(root))
-            uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
-            await asyncio.gather(
-                kill_leaders(), delete_or_create(client, keys, class_name, create=False)
-            )
+            uids = await scenario.wait_bound(claims, timeout=90)
+            await asyncio.gather(kill_leaders(), delete_claims(client, keys))
             await group.top_up(replicas)
-            await wait_until(
-                lambda: not list(root.iterdir()) and not our_volumes(server, [class_name]),
-                timeout=90,
-                message=lambda: f"left: {nfs_dirs(root)[:5]}",
-            )
-            check_invariants(server, [ns], [class_name], nfs_dirs(root), deleted_uids=uids)
+            await scenario.wait_deleted(uids, timeout=90)
         finally:
             await group.stop_all()
         assert len(group.killed_at) == 2 * kills
         assert group.overlapping_work() == [], group.overlapping_work()
         assert sum(bool(group.became_leader(i)) for i in range(len(group.procs))) > 2 * kills
-
-
-async def delete_or_create(
-    client: Any, keys: list[tuple[str, str]], class_name: str, *, create: bool
-) -> None:
-    if not create:
-        await delete_claims(client, keys)
-        return
-    api = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
-    for ns, name in keys:
-        await api.create(claim_body(ns, name, class_name), ns)
-        await asyncio.sleep(0.05)
-
-
-def nfs_dirs(root: Path) -> list[str]:
-    """PV names of the volume directories (``<ns>-<claim>-<pv>``)."""
-    n = len("pvc-") + 36
-    return [e.name[-n:] if e.name[-n:].startswith("pvc-") else e.name for e in root.iterdir()]
 
 
 async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:

@@ -42,16 +42,18 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
+    World,
     all_bound,
+    background,
     cancel,
-    check_invariants,
     claim_body,
     create_class,
     create_namespace,
+    create_paced,
     delete_claims,
     fast_options,
-    our_claims,
-    our_volumes,
+    memory_world,
+    stop_controllers,
     unbound_report,
     unique,
     wait_until,
@@ -120,11 +122,12 @@ class Replica:
 class Cluster:
     """The API server, the replicas and the bookkeeping of one scenario."""
 
-    def __init__(self, server: ApiServer, client: ApiClient, namespace: str) -> None:
-        self.server = server
-        self.client = client
-        self.namespace = namespace
-        self.backend = Backend()
+    def __init__(self, world: World) -> None:
+        self.server = world.server
+        self.client = world.client
+        self.namespace = world.ns
+        self.backend = world.backend
+        self.scenario = world.scenario
         self.replicas: list[Replica] = []
         self._names = itertools.count()
         self.max_leaders = 0
@@ -200,14 +203,7 @@ class Cluster:
         ]
 
     async def close(self) -> None:
-        for r in self.replicas:
-            r.controller.stop()
-        for r in self.replicas:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(10):
-                    await r.task
-            if not r.task.done():
-                await cancel(r.task)
+        await stop_controllers((r.controller, r.task) for r in self.replicas)
         for r in self.replicas:
             r.proxy.heal()
         for client in {id(r.client): r.client for r in self.replicas}.values():
@@ -218,30 +214,22 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def cluster_of(replicas: int) -> AsyncIterator[tuple[Cluster, str]]:
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("partition")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        cluster = Cluster(server, client, ns)
-        watcher = asyncio.create_task(cluster.watch_leaders())
+    async with memory_world("partition") as world:
+        cluster = Cluster(world)
         try:
-            for _ in range(replicas):
-                await cluster.add_replica()
-            yield cluster, class_name
+            async with background(cluster.watch_leaders()):
+                for _ in range(replicas):
+                    await cluster.add_replica()
+                yield cluster, world.class_name
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
             await cluster.close()
 
 
 async def create_slowly(
     cluster: Cluster, class_name: str, names: list[str], rng: random.Random
 ) -> None:
-    api = ResourceClient(cluster.client, PERSISTENT_VOLUME_CLAIMS)
-    for name in names:
-        await api.create(claim_body(cluster.namespace, name, class_name), cluster.namespace)
-        await asyncio.sleep(rng.uniform(0, 0.1))
+    keys = [(cluster.namespace, name) for name in names]
+    await create_paced(cluster.client, keys, class_name, lambda: rng.uniform(0, 0.1))
 
 
 async def leader_partition_scenario(
@@ -279,12 +267,7 @@ async def leader_partition_scenario(
             "lease expired"
         )
 
-        await wait_until(
-            lambda: all_bound(cluster.server, [ns], claims),
-            timeout=30,
-            message=lambda: unbound_report(cluster.server, [ns]),
-        )
-        check_invariants(cluster.server, [ns], [class_name], cluster.backend.assets)
+        await cluster.scenario.wait_bound(claims, timeout=30)
 
         # Healed and restarted (same proxy and client, as a pod restarting on that node), the
         # old leader's replica must not lead while the new leader holds the lease — observed
@@ -293,16 +276,9 @@ async def leader_partition_scenario(
         holder = cluster.lease_holder()
         assert holder == new.controller.id
         restarted = await cluster.add_replica(old.proxy, old.client)
-        uids = [c["metadata"]["uid"] for c in our_claims(cluster.server, [ns])]
+        uids = [c["metadata"]["uid"] for c in cluster.scenario.claims()]
         await delete_claims(cluster.client, [(ns, n) for n in names])
-        await wait_until(
-            lambda: not cluster.backend.assets and not our_volumes(cluster.server, [class_name]),
-            timeout=30,
-            message=lambda: f"{len(cluster.backend.assets)} assets left",
-        )
-        check_invariants(
-            cluster.server, [ns], [class_name], cluster.backend.assets, deleted_uids=uids
-        )
+        await cluster.scenario.wait_deleted(uids, timeout=30)
         assert restarted.led_at is None, "the restarted old leader led while the lease was held"
         assert cluster.lease_holder() == holder
         assert new.leading()
@@ -343,7 +319,6 @@ async def short_partition_scenario(mode: PartitionMode, claims: int) -> None:
     meanwhile is retried and nothing is lost."""
     rng = random.Random(len(mode))
     async with cluster_of(2) as (cluster, class_name):
-        ns = cluster.namespace
         leader = await cluster.wait_leader()
         holder = cluster.lease_holder()
         names = [f"claim-{i}" for i in range(claims)]
@@ -357,12 +332,7 @@ async def short_partition_scenario(mode: PartitionMode, claims: int) -> None:
         finally:
             if not creating.done():
                 await cancel(creating)
-        await wait_until(
-            lambda: all_bound(cluster.server, [ns], claims),
-            timeout=30,
-            message=lambda: unbound_report(cluster.server, [ns]),
-        )
-        check_invariants(cluster.server, [ns], [class_name], cluster.backend.assets)
+        await cluster.scenario.wait_bound(claims, timeout=30)
         assert leader.leading()
         assert not leader.task.done()
         assert cluster.lease_holder() == holder
@@ -389,28 +359,17 @@ async def non_leader_partition_scenario(replicas: int, mode: PartitionMode, clai
         await create_slowly(cluster, class_name, names, rng)
         # Partitioned for longer than a lease, had anything depended on the follower.
         await wait_until(
-            lambda: (
-                all_bound(cluster.server, [ns], claims)
-                and loop.time() - partitioned_at > LEASE_DURATION + 2 * RETRY_PERIOD
-            ),
+            lambda: loop.time() - partitioned_at > LEASE_DURATION + 2 * RETRY_PERIOD,
             timeout=30,
-            message=lambda: unbound_report(cluster.server, [ns]),
+            message="a lease's time partitioned",
         )
-        check_invariants(cluster.server, [ns], [class_name], cluster.backend.assets)
+        uids = await cluster.scenario.wait_bound(claims, timeout=30)
         stats = follower.proxy.stats
         # The follower kept trying to read the lease, and was cut off.
         assert (stats.refused + stats.reset if mode == "reset" else stats.blackholed) > 0
         follower.proxy.heal()
-        uids = [c["metadata"]["uid"] for c in our_claims(cluster.server, [ns])]
         await delete_claims(cluster.client, [(ns, n) for n in names])
-        await wait_until(
-            lambda: not cluster.backend.assets and not our_volumes(cluster.server, [class_name]),
-            timeout=30,
-            message=lambda: f"{len(cluster.backend.assets)} assets left",
-        )
-        check_invariants(
-            cluster.server, [ns], [class_name], cluster.backend.assets, deleted_uids=uids
-        )
+        await cluster.scenario.wait_deleted(uids, timeout=30)
         assert leader.leading()
         assert cluster.lease_holder() == holder
         # The follower is still a healthy follower, and never did any storage work.

@@ -17,40 +17,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import signal
-import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio.client import ApiClient
 from rel_support import (
     PROVISIONER,
-    Backend,
     BackendProvisioner,
-    all_bound,
+    LoggedProcess,
+    World,
     cancel,
-    check_invariants,
     create_claims,
-    create_class,
-    create_namespace,
     delete_claims,
     fast_options,
-    our_claims,
-    our_volumes,
+    memory_world,
+    nfs_argv,
+    nfs_world,
     running,
-    unbound_report,
-    unique,
     wait_until,
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.testing.server import ApiServer
-
-NFS_NAME = "pyprovlib.io/nfs"
-PV_NAME_LEN = len("pvc-") + 36
 
 # --------------------------------------------------------------------------------------------
 # In-process: task cancellation at random points
@@ -59,11 +47,8 @@ PV_NAME_LEN = len("pvc-") + 36
 
 async def cancellation_scenario(claims: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        ns = unique("crash")
-        await create_namespace(client, ns)
-        class_name = await create_class(client, reclaimPolicy="Delete")
-        backend = Backend()
+    async with memory_world("crash") as world:
+        client, backend = world.client, world.backend
 
         async def crash_once() -> None:
             # A slow backend widens the windows between asset and PV.
@@ -73,34 +58,22 @@ async def cancellation_scenario(claims: int, kills: int, seed: int) -> None:
             await asyncio.sleep(rng.uniform(0.05, 0.6))
             await cancel(task)
 
-        keys = await create_claims(client, [ns], claims, class_name)
+        def restarted() -> ProvisionController:
+            return ProvisionController(
+                client, PROVISIONER, BackendProvisioner(backend), fast_options()
+            )
+
+        keys = await create_claims(client, [world.ns], claims, world.class_name)
         for _ in range(kills):
             await crash_once()
-        controller = ProvisionController(
-            client, PROVISIONER, BackendProvisioner(backend), fast_options()
-        )
-        async with running(controller):
-            await wait_until(
-                lambda: all_bound(server, [ns], claims),
-                timeout=60,
-                message=lambda: unbound_report(server, [ns]),
-            )
-        check_invariants(server, [ns], [class_name], backend.assets)
+        async with running(restarted()):
+            uids = await world.scenario.wait_bound(claims, timeout=60)
 
-        uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
         await delete_claims(client, keys)
         for _ in range(kills):
             await crash_once()
-        controller = ProvisionController(
-            client, PROVISIONER, BackendProvisioner(backend), fast_options()
-        )
-        async with running(controller):
-            await wait_until(
-                lambda: not backend.assets and not our_volumes(server, [class_name]),
-                timeout=60,
-                message=lambda: f"{len(backend.assets)} assets left",
-            )
-        check_invariants(server, [ns], [class_name], backend.assets, deleted_uids=uids)
+        async with running(restarted()):
+            await world.scenario.wait_deleted(uids, timeout=60)
 
 
 async def test_task_cancelled_at_random_points() -> None:
@@ -117,80 +90,30 @@ async def test_task_cancelled_at_random_points_500_claims() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class NFSProcess:
+class NFSProcess(LoggedProcess):
     """``python -m pyprovlib.examples.nfs`` against the in-memory server."""
 
     def __init__(self, kubeconfig: Path, root: Path, log: Path) -> None:
+        super().__init__(log)
         self.kubeconfig = kubeconfig
         self.root = root
-        self.log = log
-        self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
-            "--leader-election=false",
-            "--log-format=json",
-            "--worker-threads=8",
-        ]
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
+    def flags(self) -> list[str]:
+        return ["--leader-election=false", "--worker-threads=8"]
 
-    async def kill(self) -> None:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def terminate(self) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            return await self.proc.wait()
+    def argv(self) -> list[str]:
+        return nfs_argv(self.kubeconfig, self.root, *self.flags())
 
 
 @contextlib.asynccontextmanager
-async def nfs_world(
-    tmp_path: Path,
-) -> AsyncIterator[tuple[ApiServer, ApiClient, NFSProcess, str, str]]:
-    root = tmp_path / "export"
-    root.mkdir()
-    async with ApiServer(binder=True) as server, server.api_client() as client:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        ns = unique("nfs")
-        await create_namespace(client, ns)
-        class_name = await create_class(
-            client, NFS_NAME, reclaimPolicy="Delete", parameters={"onDelete": "delete"}
-        )
-        process = NFSProcess(kubeconfig, root, tmp_path / "nfs.log")
+async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[World, NFSProcess]]:
+    async with nfs_world(tmp_path, "nfs") as world:
+        process = NFSProcess(world.kubeconfig, world.root, tmp_path / "nfs.log")
+        world.scenario.detail = process.tail
         try:
-            yield server, client, process, ns, class_name
+            yield world, process
         finally:
-            if process.proc is not None and process.proc.returncode is None:
-                await process.kill()
-
-
-def nfs_assets(root: Path) -> list[str]:
-    """PV names of the volume directories (``<ns>-<claim>-<pv>``); an archived or foreign
-    directory shows up under its own name and so breaks the invariants."""
-    out = []
-    for entry in sorted(root.iterdir()):
-        name = entry.name
-        out.append(name[-PV_NAME_LEN:] if name[-PV_NAME_LEN:].startswith("pvc-") else name)
-    return out
-
-
-def log_tail(process: NFSProcess) -> str:
-    return process.log.read_text(errors="replace")[-3000:]
+            await process.close()
 
 
 async def test_nfs_process_sigkilled_at_random_points(tmp_path: Path) -> None:
@@ -204,97 +127,73 @@ async def test_nfs_process_sigkilled_at_random_points_200_claims(tmp_path: Path)
 
 async def sigkill_scenario(tmp_path: Path, claims: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
-    async with nfs_world(tmp_path) as (server, client, process, ns, class_name):
-        root = process.root
+    async with nfs_process(tmp_path) as (world, process):
+        scenario = world.scenario
         # Every PV save and delete takes a while, so kills land between asset and PV.
-        server.faults.latency(0.15, verb="create", resource="persistentvolumes")
-        server.faults.latency(0.15, verb="delete", resource="persistentvolumes")
-        keys = await create_claims(client, [ns], claims, class_name)
+        world.server.faults.latency(0.15, verb="create", resource="persistentvolumes")
+        world.server.faults.latency(0.15, verb="delete", resource="persistentvolumes")
+        keys = await create_claims(world.client, [world.ns], claims, world.class_name)
 
-        async def kill_mid_work(progress: Callable[[], int]) -> bool:
+        async def kill_mid_work() -> bool:
             """Start, wait until the process works, kill at a random point; True when the
             kill landed with work left to do."""
             await process.start()
-            before = progress()
+            before = len(scenario.assets())
             with contextlib.suppress(AssertionError):
-                await wait_until(lambda: progress() != before, timeout=20, message="")
+                await wait_until(lambda: len(scenario.assets()) != before, timeout=20, message="")
             await asyncio.sleep(rng.uniform(0.0, 0.4))
             await process.kill()
-            return progress() > 0 and progress() != before
+            return len(scenario.assets()) not in (0, before)
 
-        def dirs() -> int:
-            return len(list(root.iterdir()))
-
-        mid = [await kill_mid_work(dirs) for _ in range(kills)]
+        mid = [await kill_mid_work() for _ in range(kills)]
         await process.start()
-        await wait_until(
-            lambda: all_bound(server, [ns], claims),
-            timeout=120,
-            message=lambda: unbound_report(server, [ns]) + "\n" + log_tail(process),
-        )
-        check_invariants(server, [ns], [class_name], nfs_assets(root))
-        uids = [c["metadata"]["uid"] for c in our_claims(server, [ns])]
+        uids = await world.scenario.wait_bound(claims, timeout=120)
         await process.kill()
-        await delete_claims(client, keys)
-        mid += [await kill_mid_work(dirs) for _ in range(kills)]
+        await delete_claims(world.client, keys)
+        mid += [await kill_mid_work() for _ in range(kills)]
         await process.start()
-        await wait_until(
-            lambda: not list(root.iterdir()) and not our_volumes(server, [class_name]),
-            timeout=120,
-            message=lambda: f"left: {nfs_assets(root)[:5]}\n{log_tail(process)}",
-        )
+        await world.scenario.wait_deleted(uids, timeout=120)
         assert await process.terminate() == 0
-        check_invariants(server, [ns], [class_name], nfs_assets(root), deleted_uids=uids)
+        scenario.check(deleted_uids=uids)
         assert any(mid), "no kill landed while the process was working"
 
 
 async def test_nfs_sigkill_between_asset_created_and_pv_saved(tmp_path: Path) -> None:
-    async with nfs_world(tmp_path) as (server, client, process, ns, class_name):
-        root = process.root
+    async with nfs_process(tmp_path) as (world, process):
+        server, scenario = world.server, world.scenario
         # The PV create hangs: the directory exists, the PV does not.
         server.faults.latency(60.0, verb="create", resource="persistentvolumes", count=1)
-        keys = await create_claims(client, [ns], 1, class_name)
+        keys = await create_claims(world.client, [world.ns], 1, world.class_name)
         await process.start()
         await wait_until(
             lambda: (
-                bool(list(root.iterdir()))
+                bool(scenario.assets())
                 and server.requests.count("create", "persistentvolumes") >= 1
             ),
             timeout=30,
-            message=lambda: "directory created and PV create in flight\n" + log_tail(process),
+            message=lambda: "directory created and PV create in flight\n" + process.tail(),
         )
         await process.kill()
-        assert our_volumes(server, [class_name]) == []
-        assert len(list(root.iterdir())) == 1  # the window: an asset without a PV
+        assert scenario.volumes() == []
+        assert len(scenario.assets()) == 1  # the window: an asset without a PV
 
         await process.start()
-        await wait_until(
-            lambda: all_bound(server, [ns], 1),
-            timeout=30,
-            message=lambda: unbound_report(server, [ns]) + log_tail(process),
-        )
-        check_invariants(server, [ns], [class_name], nfs_assets(root))
-        uid = our_claims(server, [ns])[0]["metadata"]["uid"]
+        uids = await world.scenario.wait_bound(1, timeout=30)
 
         # Now the other window: directory removed, the PV delete hangs, kill.
         server.faults.latency(60.0, verb="delete", resource="persistentvolumes", count=1)
-        await delete_claims(client, keys)
+        await delete_claims(world.client, keys)
         await wait_until(
             lambda: (
-                not list(root.iterdir())
-                and server.requests.count("delete", "persistentvolumes") >= 1
+                not scenario.assets() and server.requests.count("delete", "persistentvolumes") >= 1
             ),
             timeout=30,
-            message=lambda: "directory removed and PV delete in flight\n" + log_tail(process),
+            message=lambda: "directory removed and PV delete in flight\n" + process.tail(),
         )
         await process.kill()
-        assert len(our_volumes(server, [class_name])) == 1  # the window: a PV without asset
+        assert len(scenario.volumes()) == 1  # the window: a PV without asset
 
         await process.start()
-        await wait_until(
-            lambda: not our_volumes(server, [class_name]),
-            timeout=30,
-            message=lambda: "PV deleted after restart\n" + log_tail(process),
-        )
+        await world.scenario.wait_deleted(uids, timeout=30)
         assert await process.terminate() == 0
-        check_invariants(server, [ns], [class_name], nfs_assets(root), deleted_uids=[uid])
+        scenario.check(deleted_uids=uids)

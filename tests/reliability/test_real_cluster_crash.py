@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,11 @@ from rel_support import (
     claim_body,
     create_claims,
     delete_claims,
+    nfs_assets,
     unbound_report,
 )
 from test_leader_failover import Replicas
-from test_process_crash import NFSProcess, nfs_assets
+from test_process_crash import NFSProcess
 
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
@@ -104,73 +104,46 @@ class RealNFSProcess(NFSProcess):
         super().__init__(kubeconfig, root, log)
         self.name = name
 
-    async def start(self) -> None:
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
-            f"--provisioner-name={self.name}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
-            "--leader-election=false",
-            "--log-format=json",
-            "--worker-threads=8",
-        ]
-        with self.log.open("ab") as out:
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
+    def flags(self) -> list[str]:
+        return [f"--provisioner-name={self.name}", *super().flags()]
 
 
+@dataclass(eq=False)
 class RealReplicas(Replicas):
     """test_leader_failover's replicas on the real cluster, under a provisioner name of their
     own (so the Lease is theirs too)."""
 
-    def __init__(self, tmp_path: Path, kubeconfig: Path, root: Path, ns: str, name: str) -> None:
-        super().__init__(tmp_path, kubeconfig, root, ns)
-        self.name = name
+    name: str
 
-    async def start(self) -> None:
-        index = len(self.procs)
-        log = self.tmp_path / f"replica-{index}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "pyprovlib.examples.nfs",
-            f"--kubeconfig={self.kubeconfig}",
+    def flags(self) -> list[str]:
+        return [
             f"--provisioner-name={self.name}",
-            "--nfs-server=nfs.example.test",
-            "--nfs-path=/export",
-            f"--nfs-mount-path={self.root}",
             "--leader-election=true",
             f"--leader-election-namespace={self.namespace}",
             # longer than in memory: a loaded machine's real apiserver answers slower
             "--leader-election-lease-duration=6s",
             "--leader-election-renew-deadline=4s",
             "--leader-election-retry-period=500ms",
-            "--log-format=json",
         ]
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT, env=dict(os.environ)
-            )
-        self.procs.append((proc, log))
 
 
+@dataclass(eq=False)
 class World:
     """One scenario's cluster, class, export directory and view."""
 
-    def __init__(self, cluster: TestCluster, tmp_path: Path, name: str, class_name: str) -> None:
-        self.cluster = cluster
-        self.tmp_path = tmp_path
-        self.name = name
-        self.class_name = class_name
-        self.root = tmp_path / "export"
-        self.view = ApiView(cluster)
-        assert cluster.kubeconfig is not None
-        self.kubeconfig = cluster.kubeconfig
+    cluster: TestCluster
+    tmp_path: Path
+    name: str
+    class_name: str
+    root: Path = field(init=False)
+    view: ApiView = field(init=False)
+    kubeconfig: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.root = self.tmp_path / "export"
+        self.view = ApiView(self.cluster)
+        assert self.cluster.kubeconfig is not None
+        self.kubeconfig = self.cluster.kubeconfig
 
     def assets(self) -> list[str]:
         return nfs_assets(self.root)
@@ -272,7 +245,7 @@ async def test_nfs_process_sigkilled_while_provisioning_and_deleting(
 
         mid = [await kill_mid_work(dirs, claims) for _ in range(kills)]
         await process.start()
-        await world.wait_bound(claims, lambda: tail(process.log))
+        await world.wait_bound(claims, process.tail)
         await world.check()
         uids = await uids_of(world)
         await process.kill()
@@ -280,14 +253,13 @@ async def test_nfs_process_sigkilled_while_provisioning_and_deleting(
         await delete_claims(kube_cluster.api_client, keys)
         mid += [await kill_mid_work(dirs, 0) for _ in range(kills)]
         await process.start()
-        await world.wait_all_gone(lambda: tail(process.log))
+        await world.wait_all_gone(process.tail)
         assert await process.terminate() == 0
         await world.check(deleted_uids=uids)
         print(f"kills that landed mid-work: {mid}")
         assert any(mid), "no kill landed while the process was working"
     finally:
-        if process.proc is not None and process.proc.returncode is None:
-            await process.kill()
+        await process.close()
 
 
 async def test_two_replicas_leader_sigkilled_while_provisioning(
@@ -353,16 +325,14 @@ async def test_apiserver_restarted_while_provisioning(
         async def some_work() -> bool:
             return bool(world.assets())
 
-        await poll(some_work, timeout=60, message=lambda: tail(process.log))
+        await poll(some_work, timeout=60, message=process.tail)
         await restart()
         # claims created after the restart too: the informers must have come back
         api = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
         for i in range(claims // 2, claims):
             await api.create(claim_body(ns, f"claim-{i}", world.class_name), ns)
-        await world.wait_bound(claims, lambda: tail(process.log))
+        await world.wait_bound(claims, process.tail)
         await world.check()
-        assert process.proc is not None
-        assert process.proc.returncode is None, "the provisioner exited: " + tail(process.log)
+        assert process.running(), "the provisioner exited: " + process.tail()
     finally:
-        if process.proc is not None and process.proc.returncode is None:
-            await process.kill()
+        await process.close()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +35,12 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from rel_support import (
     FAULT_KINDS,
+    Problems,
+    bounded,
     cancel,
     chaos,
     create_namespace,
+    csi_volume_body,
     load_support,
     unique,
     wait_until,
@@ -116,7 +119,7 @@ class RecordingResizer(Resizer):
 
 
 @dataclass
-class World:
+class World(Problems):
     """The claims of one scenario and what the test asked of them."""
 
     server: ApiServer
@@ -165,19 +168,12 @@ class World:
         self.requests[claim] = [GI]
         self.resizer.sizes[handle] = GI
         await ResourceClient(self.client, PERSISTENT_VOLUMES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": self.storage_class,
-                    "claimRef": {"namespace": self.namespace, "name": claim},
-                    "csi": {"driver": self.resizer.name, "volumeHandle": handle},
-                },
-            }
+            csi_volume_body(
+                pv,
+                {"driver": self.resizer.name, "volumeHandle": handle},
+                storageClassName=self.storage_class,
+                claimRef={"namespace": self.namespace, "name": claim},
+            )
         )
         await ResourceClient(self.client, PERSISTENT_VOLUME_CLAIMS).create(
             {
@@ -245,13 +241,6 @@ class World:
                 )
         return problems
 
-    def settled(self) -> bool:
-        return not self.problems()
-
-    def report(self) -> str:
-        problems = self.problems()
-        return f"{len(problems)} problems, e.g. {problems[:5]}"
-
     def check_calls(self) -> None:
         """No shrink, no overshoot: every call asked for at least what the volume had and at
         most the largest request its claim ever made."""
@@ -287,16 +276,6 @@ class World:
                 if not reasons.get(wanted):
                     problems.append(f"claim {name} has no {wanted} event: {reasons}")
         assert not problems, f"{len(problems)} event problems: {problems[:8]}"
-
-
-async def bounded(coros: Any, limit: int = 16) -> None:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(coro: Awaitable[None]) -> None:
-        async with semaphore:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
 
 
 @contextlib.asynccontextmanager

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-from rel_support import create_namespace, unique, wait_until
+from rel_support import create_namespace, csi_volume_body, unique, wait_until
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
@@ -149,21 +149,14 @@ async def test_attacher_run_with_secrets_leaks_nothing(
             }
         )
         await ResourceClient(client, PERSISTENT_VOLUMES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": "pv-secret"},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "csi": {
-                        "driver": DRIVER,
-                        "volumeHandle": "vol-1",
-                        "controllerPublishSecretRef": {"name": "creds", "namespace": ns},
-                    },
+            csi_volume_body(
+                "pv-secret",
+                {
+                    "driver": DRIVER,
+                    "volumeHandle": "vol-1",
+                    "controllerPublishSecretRef": {"name": "creds", "namespace": ns},
                 },
-            }
+            )
         )
         backend = EchoingAttacher()
         options = AttachControllerOptions(

@@ -157,6 +157,19 @@ def lw() -> ScriptedLW:
 Runner = Callable[..., Awaitable[tuple[SharedInformer, Recorder]]]
 
 
+async def watching(
+    lw: ScriptedLW, run_informer: Runner, *objs: Obj
+) -> tuple[SharedInformer, Recorder, FakeWatch]:
+    """Start an informer whose first list holds ``objs`` (at version 10) and wait until it
+    watches; returns the informer, its recorder and that watch."""
+    lw.lists.put_nowait(page(list(objs), "10"))
+    watch = FakeWatch()
+    lw.watches.put_nowait(watch)
+    inf, rec = await run_informer()
+    await until(lambda: len(lw.watch_calls) == 1)
+    return inf, rec, watch
+
+
 @pytest.fixture
 async def run_informer(
     lw: ScriptedLW, clock: FakeClock
@@ -210,11 +223,7 @@ async def test_paginated_initial_list_then_watch_from_its_version(
 async def test_watch_events_update_store_and_handlers_and_resume_from_last_version(
     lw: ScriptedLW, run_informer: Runner, clock: FakeClock
 ) -> None:
-    lw.lists.put_nowait(page([obj("a", "5")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    inf, rec = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    inf, rec, w1 = await watching(lw, run_informer, obj("a", "5"))
     await clock.advance(5)  # the watch is not "very short"
     w1.push(
         {"type": "ADDED", "object": obj("b", "11")},
@@ -242,11 +251,7 @@ async def test_watch_events_update_store_and_handlers_and_resume_from_last_versi
 async def test_expired_watch_relists_with_tombstones_adds_and_updates(
     lw: ScriptedLW, run_informer: Runner, clock: FakeClock
 ) -> None:
-    lw.lists.put_nowait(page([obj("a", "5"), obj("b", "6"), obj("c", "7")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    inf, rec = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    inf, rec, w1 = await watching(lw, run_informer, obj("a", "5"), obj("b", "6"), obj("c", "7"))
     w1.push({"type": "MODIFIED", "object": obj("c", "15")})
     w1.push(WatchExpiredError({"kind": "Status", "code": 410, "reason": "Expired"}))
     await until(lambda: clock.waiters == 1, "backoff before relist")
@@ -270,11 +275,7 @@ async def test_expired_watch_relists_with_tombstones_adds_and_updates(
 async def test_relist_at_expired_version_falls_back_to_latest(
     lw: ScriptedLW, run_informer: Runner, clock: FakeClock
 ) -> None:
-    lw.lists.put_nowait(page([obj("a", "5")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    inf, _ = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    inf, _, w1 = await watching(lw, run_informer, obj("a", "5"))
     w1.push(WatchExpiredError({"code": 410}))
     lw.lists.put_nowait(api_error(410))
     lw.lists.put_nowait(page([obj("a", "50")], "60"))
@@ -484,11 +485,7 @@ async def refused() -> aiohttp.ClientConnectorError:
 async def test_refused_connection_backs_off_and_resumes_the_watch(
     lw: ScriptedLW, run_informer: Runner, clock: FakeClock
 ) -> None:
-    lw.lists.put_nowait(page([obj("a", "5")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    _inf, rec = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    _inf, rec, w1 = await watching(lw, run_informer, obj("a", "5"))
     await clock.advance(2)
     # the stream breaks mid-way after an event: resumed at once from the last version
     w1.push(
@@ -509,11 +506,7 @@ async def test_refused_connection_backs_off_and_resumes_the_watch(
 async def test_list_at_a_version_the_server_has_not_reached_falls_back_to_latest(
     lw: ScriptedLW, run_informer: Runner, clock: FakeClock
 ) -> None:
-    lw.lists.put_nowait(page([obj("a", "5")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    inf, _ = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    inf, _, w1 = await watching(lw, run_informer, obj("a", "5"))
     w1.push(WatchExpiredError({"code": 410}))
     too_large = ApiException(status=504, reason="Gateway Timeout")
     too_large.body = json.dumps(  # type: ignore[assignment]
@@ -539,11 +532,7 @@ async def test_relist_at_a_version_is_not_paged(
     """Regression (issue 17, found by restarting a real kube-apiserver): a paged LIST at the
     last seen version is an exact read from etcd, which the restarted watch cache cannot resume
     a watch from; relisting that way looped on 410 forever. Like client-go, relist unpaged."""
-    lw.lists.put_nowait(page([obj("a", "5")], "10"))
-    w1 = FakeWatch()
-    lw.watches.put_nowait(w1)
-    inf, _rec = await run_informer()
-    await until(lambda: len(lw.watch_calls) == 1)
+    inf, _rec, w1 = await watching(lw, run_informer, obj("a", "5"))
     w1.push(WatchExpiredError({"kind": "Status", "code": 410, "reason": "Expired"}))
     await until(lambda: clock.waiters == 1, "backoff before relist")
     lw.lists.put_nowait(page([obj("a", "30")], "40"))
