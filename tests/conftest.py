@@ -22,15 +22,27 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
+_OPT_IN = {
+    "slow": "full-scale variant: run with -m slow",
+    "heavy": "heavy test (processes, docs build, bench smoke): run with -m heavy, as CI does",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Heavier variants (``@pytest.mark.slow``) run only when ``-m`` names ``slow``, so the
-    default run stays within CI's budget."""
-    if "slow" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="full-scale variant: run with -m slow")
+    """Heavier variants (``@pytest.mark.slow``) and heavy tests (``@pytest.mark.heavy``) run
+    only when ``-m`` names their marker, so the default run stays fast; CI runs ``-m heavy``
+    as a step of its own."""
+    markexpr = config.getoption("markexpr") or ""
+    skips = {
+        name: pytest.mark.skip(reason=reason)
+        for name, reason in _OPT_IN.items()
+        if name not in markexpr
+    }
     for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(skip)
+        for name, skip in skips.items():
+            if item.get_closest_marker(name) is not None:
+                item.add_marker(skip)
+                break
 
 
 @pytest.fixture

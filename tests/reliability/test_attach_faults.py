@@ -697,6 +697,7 @@ async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> N
             assert any(killed_mid_work), "no kill landed while there was work left"
 
 
+@pytest.mark.heavy
 async def test_attacher_process_sigkilled_at_random_points(tmp_path: Path) -> None:
     await sigkill_scenario(tmp_path, vas=8, kills=2, seed=70)
 

@@ -273,6 +273,7 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
         assert sum(bool(group.became_leader(i)) for i in range(len(group.procs))) > 2 * kills
 
 
+@pytest.mark.heavy
 async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:
     await process_failover(tmp_path, replicas=3, kills=2, claims=20)
 

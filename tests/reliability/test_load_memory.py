@@ -265,6 +265,7 @@ async def load_scenario(
         return figures
 
 
+@pytest.mark.heavy
 async def test_burst_then_memory_flat(tmp_path: Path) -> None:
     await load_scenario(tmp_path, namespaces=10, per_namespace=20, correlator_size=128)
 

@@ -116,6 +116,7 @@ async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[World, NFSProcess]]
             await process.close()
 
 
+@pytest.mark.heavy
 async def test_nfs_process_sigkilled_at_random_points(tmp_path: Path) -> None:
     await sigkill_scenario(tmp_path, claims=30, kills=2, seed=3)
 
