@@ -67,7 +67,6 @@ async def test_missing_rbd_fails_once_at_start_up(tmp_path: Path) -> None:
     assert "install ceph-common" in text
 
 
-@pytest.mark.heavy
 @pytest.mark.ceph
 async def test_entry_point_runs_the_controller(tmp_path: Path, ceph: Any) -> None:
     key = ceph.admin_key

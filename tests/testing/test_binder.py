@@ -549,7 +549,6 @@ async def test_stop_cancels_everything(apiserver: ApiServer) -> None:
             await CoreV1Api(client).read_namespace("nope")
 
 
-@pytest.mark.heavy
 async def test_many_claims_bind_with_a_bounded_number_of_requests(
     own: tuple[Kube, PVBinder, FakeClock], apiserver: ApiServer
 ) -> None:

@@ -166,7 +166,6 @@ async def test_standalone_module(tmp_path: Path) -> None:
         assert await server.child.exit_code(10) == 0
 
 
-@pytest.mark.heavy
 async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
     """``--binder-only`` runs the PV binder against a server in another process."""
     kubeconfig = tmp_path / "kubeconfig"

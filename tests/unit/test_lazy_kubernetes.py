@@ -50,7 +50,6 @@ _COUNT_MODULES = """
 """
 
 
-@pytest.mark.heavy
 def test_the_opt_in_loads_a_fraction_of_the_generated_modules() -> None:
     lazy = _run(_COUNT_MODULES)
     eager = _run(_COUNT_MODULES, lazy=False)
