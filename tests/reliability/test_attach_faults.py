@@ -47,6 +47,7 @@ from rel_support import (
     wait_until,
     with_retries,
 )
+from sidecar_support import running
 
 from pyprovlib.attacher import AttachNode, AttachVolume
 from pyprovlib.controller.attach import NODE_ID_ANNOTATION, AttachController
@@ -428,7 +429,7 @@ async def fault_scenario(handler: str, kinds: Sequence[str], vas: int, seed: int
     rng = random.Random(seed)
     async with world_of(handler, rng) as world:
         controller = world.controller()
-        async with attach_support.running(controller):
+        async with running(controller):
             await phase_attach(world, rng, vas)
             await settle(world)
             async with chaos(world.server, kinds, seed) as injected:
@@ -517,7 +518,7 @@ async def crash_scenario(handler: str, vas: int, kills: int, seed: int) -> None:
         for phase in phases:
             await asyncio.gather(crash_loop(), phase())
             controller = world.controller()
-            async with attach_support.running(controller):
+            async with running(controller):
                 await settle(world)
                 await queues_drained(controller)
         assert_all_gone(world)
@@ -567,7 +568,7 @@ async def test_crash_between_backend_and_api_in_both_directions() -> None:
             await cancel(task)
         assert not attach_support.is_attached(world.vas()[va])  # the window
         controller = world.controller()
-        async with attach_support.running(controller):
+        async with running(controller):
             await settle(world)
         assert (backend.count("attach"), backend.attaches[pair]) == (2, 1)
 
@@ -592,7 +593,7 @@ async def test_crash_between_backend_and_api_in_both_directions() -> None:
         assert meta(left).get("deletionTimestamp")
         assert world.finalizer in attach_support.finalizers(world.pvs()[pv])
         controller = world.controller()
-        async with attach_support.running(controller):
+        async with running(controller):
             await settle(world)
         assert_all_gone(world)
         assert (backend.count("detach"), backend.detaches[pair]) == (2, 1)

@@ -46,6 +46,7 @@ from rel_support import (
     wait_until,
     with_retries,
 )
+from sidecar_support import running
 
 from pyprovlib.controller.resize import ResizeController
 from pyprovlib.kube.objects import Obj, meta, name_of
@@ -321,7 +322,7 @@ async def fault_scenario(kinds: Sequence[str], claims: int, seed: int) -> None:
     rng = random.Random(seed)
     async with world_of(claims, rng) as world:
         controller = world.controller()
-        async with resize_support.running(controller):
+        async with running(controller):
             for step, faulty in ((1, True), (2, False)):
                 if faulty:
                     async with chaos(world.server, kinds, seed * 10 + step) as injected:
@@ -403,7 +404,7 @@ async def crash_scenario(claims: int, kills: int, seed: int) -> None:
         for step in (1, 2, 1):
             await asyncio.gather(crash_loop(), grow(world, rng, step))
             controller = world.controller()
-            async with resize_support.running(controller):
+            async with running(controller):
                 await settle(world)
                 await queue_drained(controller)
         assert any(killed_mid_work), "no kill landed while there was work left"
@@ -457,7 +458,7 @@ async def test_crash_between_backend_pv_and_claim() -> None:
                 server.faults.clear()
             assert window(), world.report()
             controller = world.controller()
-            async with resize_support.running(controller):
+            async with running(controller):
                 await settle(world)
 
         def pv_size() -> int | None:
