@@ -150,6 +150,12 @@ class ApiServer(Listener):
         return self._registry.feature_gates
 
     @property
+    def binder(self) -> PVBinder | None:
+        """The PV binder while a server made with ``binder=True`` runs (None otherwise), for
+        :func:`~pyprovlib.testing.wait_idle` before asserting what the binder did *not* do."""
+        return self._binder
+
+    @property
     def listening(self) -> bool:
         """Whether the server accepts connections (not before start, after stop, or while
         restarting)."""
