@@ -486,8 +486,8 @@ async def test_stop_lets_the_expansion_in_flight_finish(kube_cluster: TestCluste
         await wait_for(lambda: _async(bool(resizer.calls)), message="expansion started")
         assert not ctrl.draining()  # busy, but not stopping
         ctrl.stop()
-        # The queue is shut down and run() waits for the expansion in hand (it would have
-        # returned, and draining() never held, had it not waited).
+        # run() has shut the queue down with the expansion still in hand; it must return only
+        # once that expansion finished (checked below: completed, and its event written).
         await wait_for(lambda: _async(ctrl.draining()), message="stop waiting for the worker")
         assert not task.done()
         assert not ctrl.ready()
