@@ -30,6 +30,7 @@ from attach_support import (
 )
 from sidecar_support import running, wait_for
 
+from pyprovlib import testing
 from pyprovlib.attacher import AttachError, GrpcCode
 from pyprovlib.controller.attach import (
     NODE_ID_ANNOTATION,
@@ -430,10 +431,9 @@ async def test_error_only_updates_do_not_break_the_backoff(kube_cluster: TestClu
             va = controller.va_informer.store.get_by_key(va_name)
             return va if va is not None and "attachError" in status(va) else None
 
-        await wait_for(error_in_cache, message="attachError in the informer cache")
-        for _ in range(20):
-            await asyncio.sleep(0)
+        errored = await wait_for(error_in_cache, message="attachError in the informer cache")
         # The error-only update was seen and not queued: the retry waits for its backoff.
+        await testing.wait_idle(controller, errored)
         assert len(controller.va_queue) == 0
         assert backend.count("attach") == 1
         assert controller.va_queue.num_requeues(va_name) == 1

@@ -5,7 +5,6 @@ instance per node — and nothing is changed; ``--resize-events=false`` turns it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -108,14 +107,28 @@ async def resize_events(c: TestCluster, claim: str) -> list[Any]:
     ]
 
 
-async def wait_one_event(c: TestCluster, claim: str) -> Any:
+def parts(*controllers: Controller) -> list[Any]:
+    """The controllers ``controllers`` run (a composite's parts), for :func:`wait_idle`."""
+    out: list[Any] = []
+    for controller in controllers:
+        if isinstance(controller, CompositeController):
+            out.extend(parts(*controller.controllers))
+        else:
+            out.append(controller)
+    return out
+
+
+async def wait_one_event(c: TestCluster, claim: str, *controllers: Controller) -> Any:
     async def found() -> Any:
         events = await resize_events(c, claim)
         return events[0] if events else None
 
     event = await c.wait_for(found, timeout=30, message=f"{REASON_VOLUME_RESIZE_FAILED} on {claim}")
-    # Give a second instance (or a second look) time to answer too, then count.
-    await asyncio.sleep(1.0)
+    # Every instance (a second one, or a second look) has seen the grown claim and written
+    # what it decided on, with no retry pending; then count.
+    grown = await ResourceClient(c.api_client, PERSISTENT_VOLUME_CLAIMS).get(claim, c.namespace)
+    for controller in parts(*controllers):
+        await testing.wait_idle(controller, grown, count_delayed=True)
     events = await resize_events(c, claim)
     assert len(events) == 1, [(e.source, e.message, e.count) for e in events]
     assert (events[0].count or 1) == 1
@@ -141,7 +154,7 @@ async def test_growing_claim_gets_one_clear_event(
         assert isinstance(controller, CompositeController)
         claim, pv = await bound_claim(c, sc, node)
         await grow(c, claim)
-        event = await wait_one_event(c, claim)
+        event = await wait_one_event(c, claim, controller)
         assert event.type == "Warning"
         assert _TEXT in event.message
         assert pv in event.message
@@ -167,14 +180,14 @@ async def test_one_event_per_claim_with_one_instance_per_node(
         classes[node] = await make_expandable_class(c, provisioner, tmp_path / node)
     node_a, node_b = nodes
     async with (
-        running_cli(c, *node_argv(provisioner, node_a)),
-        running_cli(c, *node_argv(provisioner, node_b)),
+        running_cli(c, *node_argv(provisioner, node_a)) as first,
+        running_cli(c, *node_argv(provisioner, node_b)) as second,
     ):
         claims = {node: await bound_claim(c, classes[node], nodes[node]) for node in classes}
         for claim, _ in claims.values():
             await grow(c, claim)
         for claim, pv in claims.values():
-            event = await wait_one_event(c, claim)
+            event = await wait_one_event(c, claim, first, second)
             assert _TEXT in event.message
             await assert_unchanged(c, claim, pv)
 

@@ -226,9 +226,12 @@ async def test_single_elector_creates_and_renews(sim: Sim) -> None:
     assert spec["acquireTime"] == spec["renewTime"] == format_micro_time(sim.clock.now())
     assert a.new_leaders == ["a"]
     assert a.elector.leader == "a"
+    first = a.elector.attempts
+    assert first >= 1
 
     sim.server.requests.reset()
     await sim.run_for(10)
+    assert a.elector.attempts == first + 5  # one renewal each retry period
     spec = sim.lease()["spec"]
     assert spec["renewTime"] > spec["acquireTime"]
     assert spec["acquireTime"] == "2026-01-01T00:00:00.000000Z"
@@ -241,9 +244,13 @@ async def test_single_elector_creates_and_renews(sim: Sim) -> None:
 async def test_two_electors_one_leader_and_followers_see_it(sim: Sim) -> None:
     a, b = sim.add("a"), sim.add("b")
     await sim.lead(a, b)
+    await sim.run_for(1)
+    tried = b.elector.attempts
+    assert tried >= 1  # the follower read the Lease and saw it held
     await sim.run_for(60)
     assert a.elector.is_leader()
     assert not b.elector.is_leader()
+    assert b.elector.attempts > tried  # and kept contending
     assert b.new_leaders == ["a"]
     assert b.elector.leader == "a"
     assert sim.lease()["spec"]["leaseTransitions"] == 0

@@ -33,7 +33,7 @@ from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUMES
 from pyprovlib.provisioner import ProvisionOptions
-from pyprovlib.testing import running, wait_bound, wait_deleted
+from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.netproxy import TcpProxy
 
@@ -201,7 +201,7 @@ async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: Test
             await provisioner.entered.wait()
         controller.stop()
         assert not controller.ready()
-        await asyncio.sleep(0.1)
+        await eventually(controller.draining, timeout=10, message="stop waiting for the worker")
         assert not task.done(), "run() returned with an operation still in flight"
         provisioner.gate.set()
         async with asyncio.timeout(20):
@@ -212,9 +212,10 @@ async def test_graceful_stop_finishes_the_operation_in_flight(kube_cluster: Test
     assert controller.healthy()
     pv = await get_volume(kube_cluster.api_client, f"pvc-{claim['metadata']['uid']}")
     assert pv is not None
-    # A new claim is not picked up any more.
+    # A new claim is not picked up any more: once the PV controller has seen it (and waits
+    # for an external provisioner), the stopped controller would have been told of it too.
     later = await create_claim(kube_cluster, class_name)
-    await asyncio.sleep(0.2)
+    await wait_event(kube_cluster, later["metadata"]["name"], "ExternalProvisioning")
     assert all(c.pvc.metadata.uid != later["metadata"]["uid"] for c in provisioner.calls)
 
 

@@ -25,7 +25,7 @@ from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionCon
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.resources import LEASES
 from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing import running, wait_bound
+from pyprovlib.testing import eventually, running, wait_bound
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -195,7 +195,12 @@ async def test_a_follower_stops_without_ever_leading(kube_cluster: TestCluster) 
     async with running(leader):
         await wait_ready(kube_cluster, leader)
         task = asyncio.create_task(follower.run())
-        await asyncio.sleep(0.3)  # contending for the lease held by the leader
+        # Contending for the Lease held by the leader: it has seen the holder and tried again.
+        await eventually(
+            lambda: follower.standing_by() and follower.lease_attempts >= 2,
+            timeout=10,
+            message="the follower contending for the Lease",
+        )
         assert not follower.ready()
         follower.stop()
         async with asyncio.timeout(5):

@@ -45,6 +45,7 @@ from rel_support import (
     unique,
 )
 
+from pyprovlib import testing
 from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.events import CorrelatorOptions, EventCorrelator
@@ -196,21 +197,21 @@ async def load_scenario(
                     # controller's memory.
                     backend.creations.clear()
                     backend.in_flight.clear()
-                    # Let the informers and the event recorder catch up, then settle.
-                    for _ in range(100):
-                        if (
-                            len(controller.claim_queue) == 0
-                            and len(controller.volume_queue) == 0
-                            and not controller.claim_informer.store.list()
+                    # The informers have caught up with the deletions, and the controller
+                    # has done (and the event recorder written) all they caused.
+                    await testing.eventually(
+                        lambda: (
+                            not controller.claim_informer.store.list()
                             and not [
                                 v
                                 for v in controller.volume_informer.store.list()
                                 if v["spec"].get("storageClassName") == class_name
                             ]
-                        ):
-                            break
-                        await asyncio.sleep(0.2)
-                    await asyncio.sleep(1.0)
+                        ),
+                        timeout=30,
+                        message="the controller's caches to empty",
+                    )
+                    await testing.wait_idle(controller)
 
                 gc.collect()
                 figures["baseline_mb"] = tracemalloc.get_traced_memory()[0] / 2**20

@@ -245,13 +245,19 @@ async def test_kubeconfig_token_never_reaches_logs(tmp_path: Path) -> None:
             try:
 
                 def synced() -> bool:
+                    # Each kind of failure met, and every request the process made so far
+                    # answered with a failure it has logged: its informers are backing off,
+                    # nothing of it is in flight or left to log.
                     text = log.read_text(errors="replace")
-                    return all(f'"status": {code}' in text for code in (401, 403, 500))
+                    logged = sum(text.count(f'"status": {code}') for code in (401, 403, 500))
+                    return (
+                        all(f'"status": {code}' in text for code in (401, 403, 500))
+                        and logged == server.requests.count()
+                    )
 
                 await wait_until(
                     synced, timeout=30, message="the process met the API failures and went on"
                 )
-                await asyncio.sleep(1.0)
             finally:
                 proc.send_signal(signal.SIGTERM)
                 async with asyncio.timeout(30):

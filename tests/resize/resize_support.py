@@ -214,7 +214,8 @@ class Scenario:
 
     async def settled(self, ctrl: Any, *claims: str) -> None:
         """Wait until ``ctrl`` has seen ``claims`` as they are now (and their PVs) and has no
-        work left: the point for asserting that it did nothing more."""
+        work left — and so has the in-memory server's PV binder, playing the PV controller:
+        the point for asserting that neither did anything more."""
         seen: list[Obj] = []
         for name in claims:
             claim = await self.get_claim(name)
@@ -222,6 +223,9 @@ class Scenario:
             if pv := (claim.get("spec") or {}).get("volumeName"):
                 seen.append(await self.get_pv(pv))
         await testing.wait_idle(ctrl, *seen)
+        server = getattr(self.cluster, "server", None)
+        if server is not None and server.binder is not None:
+            await testing.wait_idle(server.binder, *seen)
 
     async def get_claim(self, name: str) -> Obj:
         return await self.pvcs.get(name, self.namespace)

@@ -484,12 +484,17 @@ async def test_stop_lets_the_expansion_in_flight_finish(kube_cluster: TestCluste
         await wait_for(lambda: _async(ctrl.ready()), message="ready")
         await s.request(claim, "2Gi")
         await wait_for(lambda: _async(bool(resizer.calls)), message="expansion started")
+        assert not ctrl.draining()  # busy, but not stopping
         ctrl.stop()
-        await asyncio.sleep(0.2)
-        assert not task.done()  # waits for the expansion in hand
+        # run() has shut the queue down with the expansion still in hand; it must return only
+        # once that expansion finished (checked below: completed, and its event written).
+        await wait_for(lambda: _async(ctrl.draining()), message="stop waiting for the worker")
+        assert not task.done()
+        assert not ctrl.ready()
         resizer.gate.set()
         async with asyncio.timeout(10):
             await task
+        assert not ctrl.draining()
         assert ctrl.healthy()
         assert capacity(await s.get_claim(claim)) == "2Gi"
         assert "VolumeResizeSuccessful" in await s.reasons(claim)  # events flushed on stop

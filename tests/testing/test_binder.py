@@ -509,16 +509,18 @@ async def own(apiserver: ApiServer) -> AsyncIterator[tuple[Kube, PVBinder, FakeC
 async def test_external_provisioning_event_is_repeated_at_a_bounded_rate(
     own: tuple[Kube, PVBinder, FakeClock],
 ) -> None:
-    kube, _, clock = own
+    kube, binder, clock = own
     await kube.storage_class("fast")
     await kube.claim("c1", "fast")
     first = await eventually(lambda: kube.event("c1", "ExternalProvisioning"), "first event")
     assert first.count == 1
 
     # Several resyncs inside the interval: no new event, no new count.
+    before = binder.resyncs
     for _ in range(5):
         await clock.advance(2.0)
-    await asyncio.sleep(0.2)
+    await eventually(lambda: _async(binder.resyncs >= before + 5), "five resyncs")
+    await testing.wait_idle(binder)
     events = [e for e in await kube.events_for("c1") if e.reason == "ExternalProvisioning"]
     assert len(events) == 1
     assert events[0].count == 1
@@ -532,6 +534,28 @@ async def test_external_provisioning_event_is_repeated_at_a_bounded_rate(
         return evs if len(evs) == 1 and evs[0].count == 2 else None
 
     await eventually(counted, "event count 2 on the same event")
+
+
+async def test_a_server_exposes_its_binder_while_it_runs() -> None:
+    server = ApiServer(binder=True)
+    assert server.binder is None
+    async with server:
+        binder = server.binder
+        assert isinstance(binder, PVBinder)
+        await asyncio.wait_for(binder.wait_for_sync(), 10)
+        await testing.wait_idle(binder)
+    assert server.binder is None
+    async with ApiServer() as plain:
+        assert plain.binder is None
+
+
+async def test_resyncs_count_the_periodic_passes(own: tuple[Kube, PVBinder, FakeClock]) -> None:
+    _, binder, clock = own
+    before = binder.resyncs
+    await clock.advance(1.0)
+    assert binder.resyncs == before  # not a period yet
+    await clock.advance(1.0)
+    await eventually(lambda: _async(binder.resyncs == before + 1), "one resync")
 
 
 async def test_stop_cancels_everything(apiserver: ApiServer) -> None:

@@ -148,9 +148,15 @@ async def test_static_binding_gives_one_volume_to_one_claim(
             listed = await request_json(client, "GET", path)
             return [c for c in listed["items"] if (c.get("status") or {}).get("phase") == "Bound"]
 
-        bound = await eventually("a claim Bound", one_bound)
-        # Give the other claims every chance to (wrongly) bind too: more resyncs pass.
-        await asyncio.sleep(0.5)
+        await eventually("a claim Bound", one_bound)
+        # Every claim seen and synced since (none waiting to retry): had another one been
+        # (wrongly) given the volume, it would be Bound by now.
+        binder = apiserver_with_binder.binder
+        assert binder is not None
+        listed = await request_json(client, "GET", path)
+        kind = {"apiVersion": "v1", "kind": "PersistentVolumeClaim"}
+        written = [{**kind, **c} for c in listed["items"]]
+        await testing.wait_idle(binder, *written, count_delayed=True)
         bound = await one_bound()
         pv = await request_json(client, "GET", "/api/v1/persistentvolumes/pv-static")
     assert len(bound) == 1

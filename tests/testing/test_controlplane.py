@@ -89,13 +89,18 @@ async def test_reaper_ends_processes_and_removes_directory_when_the_parent_is_ki
                              d / "sleeper.log")
         sleeper.start(reaper)
         # One that ignores SIGTERM: the reaper must SIGKILL it after the grace period.
+        armed = d / "stubborn.armed"
         stubborn = _Component(
             "stubborn",
             [sys.executable, "-c",
-             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+             "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+             "open(sys.argv[1], 'w').close(); time.sleep(600)", str(armed)],
             d / "stubborn.log")
         stubborn.start(reaper)
-        time.sleep(0.5)  # let the stubborn one install its handler
+        deadline = time.monotonic() + 60
+        while not armed.exists():  # its SIGTERM handler is installed
+            assert time.monotonic() < deadline, "the stubborn child never armed itself"
+            time.sleep(0.01)
         print(json.dumps({{"dir": str(d), "pids": [sleeper.pid, stubborn.pid],
                           "reaper": reaper.proc.pid}}), flush=True)
         time.sleep(600)

@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from standalone_support import standalone
 
+from pyprovlib import testing
 from pyprovlib.kube.objects import Obj, annotations_of
 from pyprovlib.kube.resources import (
     NODES,
@@ -79,8 +80,8 @@ async def add_class(
     )
 
 
-async def add_claim(api: ApiClient, name: str, class_name: str) -> None:
-    await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
+async def add_claim(api: ApiClient, name: str, class_name: str) -> Obj:
+    return await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
@@ -94,8 +95,8 @@ async def add_claim(api: ApiClient, name: str, class_name: str) -> None:
     )
 
 
-async def add_pod(api: ApiClient, name: str, claim: str, **spec: object) -> None:
-    await ResourceClient(api, PODS).create(
+async def add_pod(api: ApiClient, name: str, claim: str, **spec: object) -> Obj:
+    return await ResourceClient(api, PODS).create(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -124,14 +125,29 @@ async def wait_selected(api: ApiClient, claim: str, timeout: float = 10.0) -> st
     raise AssertionError(f"no node selected for claim {claim} within {timeout}s")
 
 
+async def test_idle_after_a_pass_over_what_its_caches_show(api: ApiClient) -> None:
+    scheduler = PodScheduler(api, resync_period=60.0)
+    assert not scheduler.idle()  # not running
+    async with scheduler:
+        await testing.wait_idle(scheduler)
+        await add_node(api, "n1")
+        await add_class(api, "late")
+        await add_claim(api, "data", "late")
+        pod = await add_pod(api, "app", "data")
+        # No resync within the test: the pod's arrival itself caused the pass that placed it.
+        await testing.wait_idle(scheduler, pod)
+        assert await selected_node(api, "data") == "n1"
+    assert not scheduler.idle()
+
+
 async def test_selects_a_ready_node_for_a_pods_late_claim(
     api: ApiClient, scheduler: PodScheduler
 ) -> None:
     await add_node(api, "a-not-ready", ready=False)
     await add_node(api, "b-ready")
     await add_class(api, "late")
-    await add_claim(api, "data", "late")
-    await asyncio.sleep(0.3)  # more than a resync: nothing selects a node without a pod
+    claim = await add_claim(api, "data", "late")
+    await testing.wait_idle(scheduler, claim)  # nothing selects a node without a pod
     assert await selected_node(api, "data") is None
     await add_pod(api, "app", "data")
     assert await wait_selected(api, "data") == "b-ready"
@@ -231,12 +247,14 @@ async def test_leaves_immediate_claims_and_unfit_pods_alone(
         "elsewhere",
         allowedTopologies=[{"matchLabelExpressions": [{"key": "zone", "values": ["z9"]}]}],
     )
-    await add_claim(api, "immediate", "now")
-    await add_claim(api, "nowhere", "elsewhere")
-    await add_pod(api, "app-1", "immediate")
-    await add_pod(api, "app-2", "nowhere")
-    await add_pod(api, "app-3", "missing-claim")
-    await asyncio.sleep(0.5)  # a few passes
+    written = [
+        await add_claim(api, "immediate", "now"),
+        await add_claim(api, "nowhere", "elsewhere"),
+        await add_pod(api, "app-1", "immediate"),
+        await add_pod(api, "app-2", "nowhere"),
+        await add_pod(api, "app-3", "missing-claim"),
+    ]
+    await testing.wait_idle(scheduler, *written)  # every pod looked at since
     assert await selected_node(api, "immediate") is None
     assert await selected_node(api, "nowhere") is None
 

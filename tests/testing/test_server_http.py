@@ -227,9 +227,11 @@ async def test_client_leaving_mid_request_cancels_it(apiserver: ApiServer) -> No
     await eventually(
         "the request to arrive", lambda: apiserver.requests.count("create", "configmaps") == 1
     )
+    assert apiserver.in_flight == 1  # held by the latency
     writer.close()
     await writer.wait_closed()
-    await asyncio.sleep(0.5)  # past the injected latency: the create would have happened
+    # The request ended: cancelled, or (were it not) answered after creating the object.
+    await eventually("the request to end", lambda: apiserver.in_flight == 0)
     assert apiserver.storage.get("configmaps", "default", "abandoned") is None
     async with apiserver.api_client() as client:
         await request_json(client, "POST", CM, body=json.loads(cm("kept")))

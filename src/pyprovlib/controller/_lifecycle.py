@@ -103,6 +103,7 @@ class ControllerLifecycle:
             client, resync_period=options.resync_period, clock=self._clock
         )
         self._has_run = False
+        self._run_ended = False
         self._stop_requested = asyncio.Event()
         self._synced = False
         self._failed = False
@@ -154,6 +155,29 @@ class ControllerLifecycle:
             for queue in self._work_queues()
         )
 
+    def draining(self) -> bool:
+        """True while a graceful stop waits for the operations in flight: :meth:`stop` was
+        called, :meth:`run` has shut its work queues down (no new work is taken) and has not
+        returned, and some key is still queued or being processed. The deterministic point
+        for asserting that ``run`` waits for the work in hand (``run`` still running once
+        this holds); False again when the last operation ended or ``run`` returned."""
+        if not self._has_run or self._run_ended or not self._stop_requested.is_set():
+            return False
+        queues = list(self._work_queues())
+        return (
+            bool(queues)
+            and all(queue.shutting_down for queue in queues)
+            and not all(queue.idle() for queue in queues)
+        )
+
+    @property
+    def lease_attempts(self) -> int:
+        """How many times this instance has tried to acquire or renew its leader election
+        Lease (finished tries, successful or not); 0 without leader election. A follower's
+        count going up while another instance leads is the point after which "it did not take
+        over" holds."""
+        return 0 if self._elector is None else self._elector.attempts
+
     def caught_up(self, obj: Mapping[str, Any]) -> bool:
         """Whether the controller's caches hold this version of ``obj`` (as a write returned
         it) or a later one, so its event handlers have queued whatever it causes."""
@@ -177,6 +201,7 @@ class ControllerLifecycle:
             raise
         finally:
             self._synced = False
+            self._run_ended = True
 
     async def _run_elected(self) -> None:
         """:meth:`_run_controller`, under leader election when the options ask for it."""

@@ -179,6 +179,7 @@ class LeaderElector:
         self._lease: Obj | None = None
         self._reported_leader = ""
         self._leading = False
+        self._attempts = 0
         self._log = log.bind(lease=f"{config.namespace}/{config.lease_name}", id=self.identity)
 
     def is_leader(self) -> bool:
@@ -189,6 +190,13 @@ class LeaderElector:
     def leader(self) -> str | None:
         """The holder this elector last observed, or None when the lease is free/unknown."""
         return self._observed.record.holder_identity or None
+
+    @property
+    def attempts(self) -> int:
+        """How many tries to acquire or renew the lease have finished (successful, refused,
+        failed or timed out): tests wait on it to know a follower has contended, instead of
+        sleeping."""
+        return self._attempts
 
     @property
     def observed_record(self) -> LeaderElectionRecord:
@@ -272,6 +280,7 @@ class LeaderElector:
             self._log.warning("lease attempt failed", error=_err(failure))
         else:
             ok = attempt.result()
+        self._attempts += 1
         self._maybe_report_transition()
         return ok
 

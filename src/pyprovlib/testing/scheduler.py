@@ -173,6 +173,8 @@ class PodScheduler(StartStop):
         self._classes = self._informer(STORAGE_CLASSES)
         self._claim_client = ResourceClient(api_client, PERSISTENT_VOLUME_CLAIMS)
         self._dirty = asyncio.Event()
+        self._passes = 0
+        self._in_pass = False
         self._task: asyncio.Task[None] | None = None
         # Why each pod waits, so the log says it once per change rather than every pass.
         self._reported: dict[str, str] = {}
@@ -208,6 +210,23 @@ class PodScheduler(StartStop):
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    def idle(self, *, count_delayed: bool = False) -> bool:
+        """Running, caches synced, and a pass over the pending pods has run since the last
+        change its caches showed and is not running now: whatever it would do about what its
+        caches show, it has done (so :func:`~pyprovlib.testing.wait_idle` works on it).
+        ``count_delayed`` is accepted for that protocol; nothing waits to be retried here."""
+        del count_delayed
+        return (
+            self._task is not None
+            and self._passes > 0
+            and not self._in_pass
+            and not self._dirty.is_set()
+        )
+
+    def caught_up(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the scheduler's caches hold this version of ``obj`` or a later one."""
+        return self._factory.caught_up(obj)
+
     async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
             self._factory.start(group)
@@ -215,7 +234,12 @@ class PodScheduler(StartStop):
             log.info("pod scheduler running", scheduler=self.scheduler_name)
             while True:
                 self._dirty.clear()
-                await self.schedule_pending()
+                self._in_pass = True
+                try:
+                    await self.schedule_pending()
+                finally:
+                    self._in_pass = False
+                    self._passes += 1
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.resync_period):
                         await self._dirty.wait()

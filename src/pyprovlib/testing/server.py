@@ -139,6 +139,7 @@ class ApiServer(Listener):
         """Request counters by (verb, resource) and recent User-Agents."""
         self._http: HttpServer | None = None
         self._binder: PVBinder | None = None
+        self._in_flight = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -148,6 +149,12 @@ class ApiServer(Listener):
         by default. Only ``CrossNamespaceVolumeDataSource`` changes anything (a claim's
         ``dataSourceRef.namespace`` is kept instead of the reference being dropped)."""
         return self._registry.feature_gates
+
+    @property
+    def binder(self) -> PVBinder | None:
+        """The PV binder while a server made with ``binder=True`` runs (None otherwise), for
+        :func:`~pyprovlib.testing.wait_idle` before asserting what the binder did *not* do."""
+        return self._binder
 
     @property
     def listening(self) -> bool:
@@ -269,10 +276,18 @@ class ApiServer(Listener):
         """Watch streams currently open."""
         return self._storage.watcher_count()
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being served now (held by injected latency, say), not counting open watch
+        streams: 0 is the point after which a request that was cancelled, or answered, can
+        have no further effect."""
+        return self._in_flight
+
     # --- HTTP --------------------------------------------------------------------------------
 
     async def _serve(self, request: Request) -> Reply | Stream:
         """One request, whichever way it came (HTTP, or the in-process binder's transport)."""
+        self._in_flight += 1
         try:
             return await self._dispatch(request)
         except ApiError as e:
@@ -288,6 +303,8 @@ class ApiServer(Listener):
         except Exception as e:
             log.exception("apiserver request failed", method=request.method, path=request.path)
             return self._error(internal_error(f"{type(e).__name__}: {e}"))
+        finally:
+            self._in_flight -= 1
 
     @classmethod
     def _too_large(cls) -> Reply:

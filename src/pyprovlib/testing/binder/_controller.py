@@ -156,6 +156,7 @@ class PVBinder(StartStop):
         self._volume_sync = VolumeSync(self.api, lambda key: self._queue.add(("claim", key)))
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
+        self._resyncs = 0
 
     def _informer(self, resource: Resource) -> SharedInformer:
         if self._factory is not None:
@@ -220,6 +221,13 @@ class PVBinder(StartStop):
         for informer in self._informers:
             await informer.wait_for_sync()
 
+    @property
+    def resyncs(self) -> int:
+        """How many periodic resyncs have queued every claim and volume again: with a
+        :class:`~pyprovlib.kube.clock.FakeClock`, wait for it to grow and then for
+        :meth:`idle` to know the resyncs a test advanced through were all synced."""
+        return self._resyncs
+
     def idle(self, *, count_delayed: bool = False) -> bool:
         """Nothing queued or being synced (nor, with ``count_delayed``, waiting to retry)."""
         return self._queue.idle() and not (count_delayed and self._queue.waiting())
@@ -274,6 +282,7 @@ class PVBinder(StartStop):
                 self._queue.add(("claim", key))
             for key in self.volumes.store.list_keys():
                 self._queue.add(("volume", key))
+            self._resyncs += 1
 
     async def _worker(self) -> None:
         # Like upstream, nothing is decided before the caches are complete: a claim missing
