@@ -534,9 +534,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     if not line:
                         raise RuntimeError("the controller exited before becoming ready")
 
-            spy: asyncio.subprocess.Process | None = None
-            if args.py_spy:
-                # Sampled from outside between READY and PROVISIONED: the provisioning only.
+            async def start_spy(output: str, pid: int) -> asyncio.subprocess.Process:
                 spy = await asyncio.create_subprocess_exec(
                     *(args.py_spy_command or "py-spy").split(),
                     "record",
@@ -546,13 +544,19 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     "--format",
                     "raw",
                     "--output",
-                    args.py_spy,
+                    output,
                     "--pid",
-                    str(controller.pid),
+                    str(pid),
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL,
                 )
                 await asyncio.sleep(1.0)  # attached
+                return spy
+
+            spy: asyncio.subprocess.Process | None = None
+            if args.py_spy:
+                # Sampled from outside between READY and PROVISIONED: the provisioning only.
+                spy = await start_spy(args.py_spy, controller.pid)
             observer = Observer(api, namespace, args.volumes)
             async with asyncio.TaskGroup() as tg:
                 watchers = [
@@ -611,6 +615,10 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     await spy.wait()
+                    spy = None
+                if args.py_spy_delete:
+                    # From PROVISIONED until every PV is gone: the deletion only.
+                    spy = await start_spy(args.py_spy_delete, controller.pid)
 
                 # Clean up through the controller too: deleting the claims releases the PVs.
                 async def delete(i: int) -> None:
@@ -622,6 +630,9 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     async with asyncio.timeout(args.timeout):
                         await observer.no_pvs.wait()
                 t_deleted = time.monotonic()
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    await spy.wait()
                 for w in watchers:
                     w.cancel()
 
@@ -794,6 +805,12 @@ def main() -> None:
         metavar="FILE",
         help="sample the controller with py-spy during provisioning; raw (collapsed) stacks "
         "to FILE",
+    )
+    p.add_argument(
+        "--py-spy-delete",
+        metavar="FILE",
+        help="sample the controller with py-spy while it deletes (claims deleted until every "
+        "PV is gone); raw (collapsed) stacks to FILE",
     )
     p.add_argument("--py-spy-command", help="how to run py-spy (default: py-spy on PATH)")
     p.add_argument("--py-spy-rate", type=int, default=250, help="py-spy samples per second")
