@@ -19,8 +19,9 @@ same run (interleaved) before the change is made where it belongs.
   (``$CSI_REAL_TRACEMALLOC``) / the modules loaded, by package (``$CSI_REAL_MODULES``).
 - ``eager``: kubernetes-asyncio's generated modules all imported at start-up, as a script
   importing it does (the sidecar otherwise loads them lazily, as ``python -m`` does).
-- ``pool16`` / ``pool32``: kubernetes-asyncio's ``Configuration.connection_pool_maxsize`` (the
-  aiohttp connector's limit, 100 by default) at 16 or 32: fewer TLS connections to open.
+- ``pool16`` / ``pool32`` / ``pool64`` / ``pool100``: kubernetes-asyncio's
+  ``Configuration.connection_pool_maxsize`` (the aiohttp connector's limit; 100 by default,
+  ``ClientSettings.max_connections`` where the tree has it) at that size.
 """
 
 from __future__ import annotations
@@ -179,6 +180,19 @@ def _pool(size: int) -> None:
 
     Configuration.__init__ = smaller_pool  # type: ignore[method-assign]
 
+    # Trees whose new_client sets the pool from ClientSettings.max_connections: the client's
+    # configuration is set just before its connector is made.
+    from pyprovlib.kube import config
+
+    client_init = config.LimitedApiClient.__init__
+
+    @functools.wraps(client_init)
+    def sized_client(self: Any, configuration: Any, *args: Any, **kwargs: Any) -> None:
+        configuration.connection_pool_maxsize = size
+        client_init(self, configuration, *args, **kwargs)
+
+    config.LimitedApiClient.__init__ = sized_client  # type: ignore[method-assign]
+
 
 def _uvloop() -> None:
     import asyncio
@@ -191,6 +205,8 @@ def _uvloop() -> None:
 VARIANTS = {
     "pool16": functools.partial(_pool, 16),
     "pool32": functools.partial(_pool, 32),
+    "pool64": functools.partial(_pool, 64),
+    "pool100": functools.partial(_pool, 100),
     "noconv": _noconv,
     "quietlogs": _quietlogs,
     "writers1": functools.partial(_writers, 1),
