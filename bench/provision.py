@@ -220,6 +220,19 @@ async def run_controller(args: argparse.Namespace) -> None:
     class Backend(MemoryProvisioner, Provisioner):
         pass
 
+    if args.object_deleter:
+        from collections.abc import Mapping
+
+        from pyprovlib.provisioner import ObjectDeleter
+
+        class JsonBackend(MemoryProvisioner, Provisioner, ObjectDeleter):
+            """Deletes from the PV's JSON: the controller converts no model for delete."""
+
+            async def delete_object(self, volume: Mapping[str, Any]) -> None:
+                self.assets.pop(volume["metadata"]["name"], None)
+
+        Backend = JsonBackend  # type: ignore[misc]
+
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
@@ -532,6 +545,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 provisioner,
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--aiohttp-trust-env"] if args.aiohttp_trust_env else []),
+                *(["--object-deleter"] if getattr(args, "object_deleter", False) else []),
                 stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -808,6 +822,12 @@ def main() -> None:
     p.add_argument("--role", choices=["driver", "controller"], default="driver")
     p.add_argument("--provisioner", default=PROVISIONER)
     p.add_argument("--profile", help="write the controller's cProfile stats to this file")
+    p.add_argument(
+        "--object-deleter",
+        action="store_true",
+        help="the backend is also an ObjectDeleter: deletes from the PV's JSON, so the "
+        "controller converts no V1PersistentVolume for it (what that conversion costs)",
+    )
     p.add_argument(
         "--py-spy",
         metavar="FILE",
