@@ -231,13 +231,14 @@ async def run_controller(args: argparse.Namespace) -> None:
             async def delete_object(self, volume: Mapping[str, Any]) -> None:
                 self.assets.pop(volume["metadata"]["name"], None)
 
-        Backend = JsonBackend  # type: ignore[misc]
+        backend: Backend | JsonBackend = JsonBackend()
+    else:
+        backend = Backend()
 
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
     api = make_client(configuration, args)
-    backend = Backend()
     controller = ProvisionController(
         api,
         args.provisioner,
