@@ -23,7 +23,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FIGURES = ("cpu_s_per_1000", "p50_s", "p99_s", "peak_rss_mb", "volumes_per_s")
+FIGURES = (
+    "cpu_s_per_1000",
+    "cpu_s_per_1000_delete",
+    "p50_s",
+    "p99_s",
+    "peak_rss_mb",
+    "volumes_per_s",
+)
 
 
 def _run(tree: Path, script: str, args: list[str]) -> dict[str, Any]:

@@ -547,6 +547,7 @@ def main() -> None:
     p.add_argument("--provisioner", default=provision.PROVISIONER.replace("/", "-"))
     p.add_argument("--socket", help="driver role: the unix socket to serve on")
     p.add_argument("--py-spy", metavar="FILE", help="as in provision.py")
+    p.add_argument("--py-spy-delete", metavar="FILE", help="as in provision.py")
     p.add_argument("--py-spy-command", help="as in provision.py")
     p.add_argument("--py-spy-rate", type=int, default=250, help="as in provision.py")
     p.add_argument(

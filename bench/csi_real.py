@@ -8,7 +8,8 @@ interleaved (go, py, py, go, ...), the two peers on the same work:
 - ``go``: ``csi-provisioner`` from the assets directory (kubernetes-csi/external-provisioner);
 - ``py``: ``python -m pyprovlib.csi.provisioner --provisioning-finalizer=false`` (upstream
   has no provisioning finalizer), started through this script's ``--role py-sidecar`` so
-  ``--stages`` can record per-stage timestamps inside it.
+  ``--stages`` can record per-stage timestamps inside it; kubernetes-asyncio's generated
+  modules load lazily there, as under ``python -m`` (``py+eager``: all of them at start-up).
 
 Both talk to the Go ``hostpathplugin`` (a fresh process and state directory per run, the same
 binary), with the same flags: ``--worker-threads`` (default 100, upstream's default),
@@ -573,6 +574,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_py_sidecar(stages: str | None, variants: list[str], argv: list[str]) -> int:
+    # As `python -m pyprovlib.csi.provisioner` does before anything imports kubernetes-asyncio
+    # (pyprovlib._lazy_kubernetes.enable_for_entry_point): its generated API and model modules
+    # load on first use. Started as a script, the sidecar would otherwise import all ~830 of
+    # them (~35 MB) and measure a process no user runs; the `eager` variant measures that one.
+    if "eager" not in variants:
+        import pyprovlib
+
+        pyprovlib.enable_lazy_kubernetes_imports()
     if variants:
         import variants as changes  # bench/variants.py
 

@@ -220,11 +220,25 @@ async def run_controller(args: argparse.Namespace) -> None:
     class Backend(MemoryProvisioner, Provisioner):
         pass
 
+    if args.object_deleter:
+        from collections.abc import Mapping
+
+        from pyprovlib.provisioner import ObjectDeleter
+
+        class JsonBackend(MemoryProvisioner, Provisioner, ObjectDeleter):
+            """Deletes from the PV's JSON: the controller converts no model for delete."""
+
+            async def delete_object(self, volume: Mapping[str, Any]) -> None:
+                self.assets.pop(volume["metadata"]["name"], None)
+
+        backend: Backend | JsonBackend = JsonBackend()
+    else:
+        backend = Backend()
+
     configuration = Configuration()
     await load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 64)
     api = make_client(configuration, args)
-    backend = Backend()
     controller = ProvisionController(
         api,
         args.provisioner,
@@ -260,7 +274,12 @@ async def run_controller(args: argparse.Namespace) -> None:
         print("PROVISIONED", flush=True)
 
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, controller.stop)
+
+    def stop() -> None:
+        snapshot["cpu_stop"] = _rusage()[0]
+        controller.stop()
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(
         signal.SIGUSR1, lambda: flushing.append(asyncio.create_task(provisioned()))
     )
@@ -294,6 +313,8 @@ async def run_controller(args: argparse.Namespace) -> None:
                 "cpu_provision_sys_s": snapshot.get("sys", sys0) - sys0,
                 "events_backlog_peak": snapshot.get("backlog"),
                 "cpu_delete_s": cpu1 - snapshot.get("cpu", cpu1),
+                # Of which the graceful stop (SIGTERM, after every PV was gone) took:
+                "cpu_stop_s": cpu1 - snapshot.get("cpu_stop", cpu1),
                 "cpu_total_s": cpu1,
                 "rss_ready_mb": rss0 / 1024,
                 "peak_rss_provision_mb": snapshot.get("rss", maxrss_kb) / 1024,
@@ -525,6 +546,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 provisioner,
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--aiohttp-trust-env"] if args.aiohttp_trust_env else []),
+                *(["--object-deleter"] if getattr(args, "object_deleter", False) else []),
                 stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )
@@ -534,9 +556,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     if not line:
                         raise RuntimeError("the controller exited before becoming ready")
 
-            spy: asyncio.subprocess.Process | None = None
-            if args.py_spy:
-                # Sampled from outside between READY and PROVISIONED: the provisioning only.
+            async def start_spy(output: str, pid: int) -> asyncio.subprocess.Process:
                 spy = await asyncio.create_subprocess_exec(
                     *(args.py_spy_command or "py-spy").split(),
                     "record",
@@ -546,13 +566,19 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     "--format",
                     "raw",
                     "--output",
-                    args.py_spy,
+                    output,
                     "--pid",
-                    str(controller.pid),
+                    str(pid),
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.DEVNULL,
                 )
                 await asyncio.sleep(1.0)  # attached
+                return spy
+
+            spy: asyncio.subprocess.Process | None = None
+            if args.py_spy:
+                # Sampled from outside between READY and PROVISIONED: the provisioning only.
+                spy = await start_spy(args.py_spy, controller.pid)
             observer = Observer(api, namespace, args.volumes)
             async with asyncio.TaskGroup() as tg:
                 watchers = [
@@ -611,6 +637,10 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     await spy.wait()
+                    spy = None
+                if args.py_spy_delete:
+                    # From PROVISIONED until every PV is gone: the deletion only.
+                    spy = await start_spy(args.py_spy_delete, controller.pid)
 
                 # Clean up through the controller too: deleting the claims releases the PVs.
                 async def delete(i: int) -> None:
@@ -622,6 +652,9 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
                     async with asyncio.timeout(args.timeout):
                         await observer.no_pvs.wait()
                 t_deleted = time.monotonic()
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    await spy.wait()
                 for w in watchers:
                     w.cancel()
 
@@ -699,6 +732,7 @@ async def drive(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s_per_1000": round(stats["cpu_provision_s"] * 1000 / n, 3),
         "cpu_sys_s_per_1000": round(stats.get("cpu_provision_sys_s", 0.0) * 1000 / n, 3),
         "cpu_s_per_1000_delete": round(stats["cpu_delete_s"] * 1000 / n, 3),
+        "cpu_s_stop": round(stats.get("cpu_stop_s", 0.0), 3),
         "controller_cpu_total_s": round(stats["cpu_total_s"], 3),
         "rss_idle_mb": round(stats["rss_ready_mb"], 1),
         "peak_rss_mb": round(stats["peak_rss_provision_mb"], 1),
@@ -790,10 +824,22 @@ def main() -> None:
     p.add_argument("--provisioner", default=PROVISIONER)
     p.add_argument("--profile", help="write the controller's cProfile stats to this file")
     p.add_argument(
+        "--object-deleter",
+        action="store_true",
+        help="the backend is also an ObjectDeleter: deletes from the PV's JSON, so the "
+        "controller converts no V1PersistentVolume for it (what that conversion costs)",
+    )
+    p.add_argument(
         "--py-spy",
         metavar="FILE",
         help="sample the controller with py-spy during provisioning; raw (collapsed) stacks "
         "to FILE",
+    )
+    p.add_argument(
+        "--py-spy-delete",
+        metavar="FILE",
+        help="sample the controller with py-spy while it deletes (claims deleted until every "
+        "PV is gone); raw (collapsed) stacks to FILE",
     )
     p.add_argument("--py-spy-command", help="how to run py-spy (default: py-spy on PATH)")
     p.add_argument("--py-spy-rate", type=int, default=250, help="py-spy samples per second")

@@ -15,8 +15,13 @@ same run (interleaved) before the change is made where it belongs.
   ``structlog.testing.capture_logs`` seeing every record).
 - ``writers1`` / ``writers4``: the event recorder writes with 1 or 4 writers instead of 16
   (client-go's recorder writes from one goroutine).
-- ``pool16`` / ``pool32``: kubernetes-asyncio's ``Configuration.connection_pool_maxsize`` (the
-  aiohttp connector's limit, 100 by default) at 16 or 32: fewer TLS connections to open.
+- ``tracemalloc`` / ``modules``: at exit, the largest allocation sites
+  (``$CSI_REAL_TRACEMALLOC``) / the modules loaded, by package (``$CSI_REAL_MODULES``).
+- ``eager``: kubernetes-asyncio's generated modules all imported at start-up, as a script
+  importing it does (the sidecar otherwise loads them lazily, as ``python -m`` does).
+- ``pool16`` / ``pool32`` / ``pool64`` / ``pool100``: kubernetes-asyncio's
+  ``Configuration.connection_pool_maxsize`` (the aiohttp connector's limit; 100 by default,
+  ``ClientSettings.max_connections`` where the tree has it) at that size.
 """
 
 from __future__ import annotations
@@ -140,6 +145,29 @@ def _tracemalloc() -> None:
     atexit.register(dump)
 
 
+def _modules() -> None:
+    """Write how many modules the process loaded, by top-level package (and kubernetes-asyncio's
+    generated models and APIs apart), to ``$CSI_REAL_MODULES`` at exit: what the imports hold."""
+    import atexit
+    import collections
+    import os
+    import sys
+
+    def dump() -> None:
+        names = list(sys.modules)
+        by_package = collections.Counter(name.split(".")[0] for name in names)
+        models = [n for n in names if n.startswith("kubernetes_asyncio.client.models.")]
+        apis = [n for n in names if n.startswith("kubernetes_asyncio.client.api.")]
+        path = os.environ.get("CSI_REAL_MODULES", "modules.txt")
+        with open(path, "w") as out:
+            out.write(f"{len(names)} modules, {len(models)} k8s models, {len(apis)} k8s APIs\n")
+            out.write(" ".join(sorted(n.rsplit(".", 1)[1] for n in apis)) + "\n")
+            for package, count in by_package.most_common():
+                out.write(f"{count:6d} {package}\n")
+
+    atexit.register(dump)
+
+
 def _pool(size: int) -> None:
     from kubernetes_asyncio.client import Configuration
 
@@ -151,6 +179,19 @@ def _pool(size: int) -> None:
         self.connection_pool_maxsize = size
 
     Configuration.__init__ = smaller_pool  # type: ignore[method-assign]
+
+    # Trees whose new_client sets the pool from ClientSettings.max_connections: the client's
+    # configuration is set just before its connector is made.
+    from pyprovlib.kube import config
+
+    client_init = config.LimitedApiClient.__init__
+
+    @functools.wraps(client_init)
+    def sized_client(self: Any, configuration: Any, *args: Any, **kwargs: Any) -> None:
+        configuration.connection_pool_maxsize = size
+        client_init(self, configuration, *args, **kwargs)
+
+    config.LimitedApiClient.__init__ = sized_client  # type: ignore[method-assign]
 
 
 def _uvloop() -> None:
@@ -164,6 +205,8 @@ def _uvloop() -> None:
 VARIANTS = {
     "pool16": functools.partial(_pool, 16),
     "pool32": functools.partial(_pool, 32),
+    "pool64": functools.partial(_pool, 64),
+    "pool100": functools.partial(_pool, 100),
     "noconv": _noconv,
     "quietlogs": _quietlogs,
     "writers1": functools.partial(_writers, 1),
@@ -171,6 +214,10 @@ VARIANTS = {
     "uvloop": _uvloop,
     "clientgoevents": _clientgo_events,
     "tracemalloc": _tracemalloc,
+    "modules": _modules,
+    # Handled by csi_real.py before anything is imported: kubernetes-asyncio loaded as a
+    # script loads it (every generated module at start-up), not as `python -m` does.
+    "eager": lambda: None,
 }
 
 
