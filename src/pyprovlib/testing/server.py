@@ -229,8 +229,8 @@ class ApiServer(Listener):
         kubernetes-asyncio ``ApiClient`` as controllers get it from
         :func:`~pyprovlib.kube.config.new_client` — a
         :class:`~pyprovlib.kube.config.LimitedApiClient`, unthrottled, whose raw-JSON requests
-        (informers, events, leases, ``ResourceClient``) take the lean HTTP transport — so tests
-        exercise the production request path."""
+        (informers, events, leases, ``ResourceClient``) go through kubernetes-asyncio's aiohttp
+        session as in production — so tests exercise the production request path."""
         from pyprovlib.kube.config import LimitedApiClient
         from pyprovlib.kube.ratelimit import TokenBucket
 
