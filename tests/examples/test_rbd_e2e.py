@@ -196,9 +196,15 @@ async def test_resize_controller_grows_the_image(secrets: TestCluster, ceph: Any
             volume = await c.wait_for(grown, message="PV capacity updated")
             assert parse_storage_size(volume.spec.capacity["storage"]) == 20 * MIB
             assert ceph.rbd_json("info", "--pool", "rbd", "--image", image)["size"] == 20 * MIB
-            pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
-            # Kubelet grows the file system on the node next.
-            assert "FileSystemResizePending" in [cond.type for cond in pvc.status.conditions or []]
+
+            # The resizer writes the PV's capacity before the claim's condition; kubelet grows
+            # the file system on the node next.
+            async def pending_on_node() -> Any:
+                pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
+                kinds = [cond.type for cond in pvc.status.conditions or []]
+                return pvc if "FileSystemResizePending" in kinds else None
+
+            await c.wait_for(pending_on_node, message="claim FileSystemResizePending")
         finally:
             resizer.stop()
             await asyncio.wait_for(resize_task, 30)
