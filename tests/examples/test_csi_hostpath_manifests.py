@@ -7,7 +7,6 @@ the code asks for is checked where the code runs: tests/csi/test_combined.py."""
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from manifest_support import Manifests
 
 from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi.combined import build_parser as combined_parser
+from pyprovlib.examples.csi_hostpath.cli import build_parser as driver_parser
 from pyprovlib.runtime import parse_common, parse_http_address
 
 CSI_HOSTPATH = Manifests("csi-hostpath")
@@ -89,8 +89,8 @@ def test_the_single_process_runs_every_controller() -> None:
 
 
 def test_driver_args() -> None:
-    """The driver's flags mirror the Go hostpathplugin's; parsed with its own parser when the
-    driver (pyprovlib.examples.csi_hostpath) is installed."""
+    """The driver's flags mirror the Go hostpathplugin's, and the Python driver's own parser
+    accepts them."""
     for name in ("deployment.yaml", "deployment-single-process.yaml"):
         driver = containers(name)["hostpath"]
         args = dict(a.removeprefix("--").split("=", 1) for a in driver["args"])
@@ -102,11 +102,10 @@ def test_driver_args() -> None:
         }
         env = {e["name"]: e for e in driver["env"]}
         assert env["KUBE_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    module = importlib.import_module("pyprovlib.examples.csi_hostpath")
-    build = getattr(module, "build_parser", None) or getattr(module, "parser", None)
-    if build is None:
-        pytest.skip("pyprovlib.examples.csi_hostpath exposes no build_parser()/parser()")
-    build().parse_args(containers("deployment.yaml")["hostpath"]["args"])
+    parsed = driver_parser().parse_args(containers("deployment.yaml")["hostpath"]["args"])
+    assert parsed.drivername == DRIVER
+    assert parsed.nodeid == "$(KUBE_NODE_NAME)"
+    assert parsed.endpoint == f"unix://{SOCKET_DIR}/csi.sock"
 
 
 @pytest.mark.parametrize("name", ["deployment.yaml", "deployment-single-process.yaml"])
