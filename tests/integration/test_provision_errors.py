@@ -89,6 +89,19 @@ class ScriptedProvisioner(MemoryProvisioner):
         return await super().provision(options)
 
 
+async def wait_released(cluster: TestCluster, pv_name: str) -> Obj:
+    """Wait until the PV ``pv_name`` is Released; returns it as read then."""
+
+    async def released() -> Obj | None:
+        pv = await get_volume(cluster.api_client, pv_name)
+        return (
+            pv if pv is not None and (pv.get("status") or {}).get("phase") == "Released" else None
+        )
+
+    found: Obj = await cluster.wait_for(released, message=f"PV {pv_name} Released")
+    return found
+
+
 async def settle(
     controller: ProvisionController, *written: Obj, count_delayed: bool = False
 ) -> None:
@@ -508,6 +521,8 @@ async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) 
         await wait_event(
             kube_cluster, pv_name, "VolumeFailedDelete", "backend busy", namespace="default"
         )
+        # The worker counts the deletion when its DELETE returns, after the PV is gone.
+        await settle(controller)
         labels = {"class": class_name}
         assert counter(options.metrics, "persistentvolume_delete_failed_total", **labels) == 2  # type: ignore[arg-type]
         assert counter(options.metrics, "persistentvolume_delete_total", **labels) == 1  # type: ignore[arg-type]
@@ -536,8 +551,10 @@ async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: T
             await wait_bound(kube_cluster, c["metadata"]["name"])
             await delete_claim(kube_cluster, c["metadata"]["name"])
         await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_names[2])
-        kept = [await get_volume(kube_cluster.api_client, n) for n in pv_names[:2]]
-        await settle(controller, *(pv for pv in kept if pv is not None))
+        # The PV controller releases each PV in its own time: wait for every Released version,
+        # and until the controller has done all it would do about it (what would delete it).
+        kept = [await wait_released(kube_cluster, n) for n in pv_names[:2]]
+        await settle(controller, *kept)
         for pv_name in pv_names[:2]:
             pv = await get_volume(kube_cluster.api_client, pv_name)
             assert pv is not None
