@@ -17,8 +17,10 @@ from pyprovlib.csi.server import CSIError
 
 @dataclass
 class Fault:
-    """What the next ``times`` calls do: wait ``delay`` seconds, then raise ``exception`` or
-    fail with ``status`` (or, with neither, go on and complete the call)."""
+    """What the next ``times`` calls do: wait ``delay`` seconds and until ``gate`` is set,
+    then raise ``exception`` or fail with ``status`` (or, with neither, go on and complete the
+    call). A gate holds a call for as long as the test needs to observe what happens meanwhile
+    (a delay is a window the test may miss on a loaded machine)."""
 
     status: Status | None = None
     message: str = "injected failure"
@@ -26,6 +28,7 @@ class Fault:
     times: int = 1
     exception: Exception | None = None
     """An unexpected exception to raise (the kit answers INTERNAL)."""
+    gate: asyncio.Event | None = None
 
 
 async def play(queue: list[Fault] | None) -> None:
@@ -38,6 +41,8 @@ async def play(queue: list[Fault] | None) -> None:
         queue.pop(0)
     if fault.delay:
         await asyncio.sleep(fault.delay)
+    if fault.gate is not None:
+        await fault.gate.wait()
     if fault.exception is not None:
         raise fault.exception
     if fault.status is not None:

@@ -12,6 +12,7 @@ import contextlib
 import pathlib
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
@@ -55,6 +56,9 @@ class DriverState:
     volumes: dict[str, Volume] = field(default_factory=dict)
     snapshots: dict[str, Snapshot] = field(default_factory=dict)
     calls: list[tuple[str, object]] = field(default_factory=list)
+    create_started: list[float] = field(default_factory=list)
+    """``time.monotonic()`` as each CreateVolume call came in: lower bounds on retry delays
+    hold however slow the machine is, where a count read at some moment would not."""
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     ready: bool = True
     undersize_by: int = 0
@@ -120,6 +124,7 @@ class TestController(ControllerService):
 
     async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
         self.state.calls.append(("CreateVolume", message))
+        self.state.create_started.append(time.monotonic())
         await self.state.apply_fault("CreateVolume")
         if not message.name:
             raise CSIError(Status.INVALID_ARGUMENT, "name missing")

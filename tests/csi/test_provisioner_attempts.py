@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.kube.objects import Obj
+from pyprovlib.testing import wait_idle
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +58,8 @@ def attempts(registry: CollectorRegistry, class_name: str) -> tuple[float, float
 
 
 async def create_and_bind(env: Env, class_name: str, count: int) -> list[Obj]:
-    """``count`` claims created at once; returns them once every one is Bound.
+    """``count`` claims created at once; returns them once every one is Bound and the
+    controller is idle.
 
     First waits until the controller's cache has the class: a claim synced before that gets a
     "StorageClass not found" event and a retry (a binder in another process, as on a real
@@ -76,7 +78,13 @@ async def create_and_bind(env: Env, class_name: str, count: int) -> list[Obj]:
             return [c for c in current if c is not None]
         return None
 
-    return await env.cluster.wait_for(all_bound, timeout=60, message=f"{count} claims Bound")
+    bound: list[Obj] = await env.cluster.wait_for(
+        all_bound, timeout=60, message=f"{count} claims Bound"
+    )
+    # A worker counts its attempt when its save returns; events are written in the background:
+    # wait until the controller has done (and recorded) all it will, so the counts are final.
+    await wait_idle(env.controller)
+    return bound
 
 
 def counted_env(

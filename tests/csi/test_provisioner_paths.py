@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
 import pytest
@@ -166,7 +167,10 @@ async def test_clone_is_protected_while_in_progress(
         source_pv = await get_volume(env, f"pvc-{source['metadata']['uid']}")
         assert source_pv is not None
 
-        env.driver.fail("CreateVolume", Fault(delay=0.5))
+        # Every CreateVolume waits until the test has seen the protection (a call timing out
+        # meanwhile is retried and waits too).
+        gate = asyncio.Event()
+        env.driver.fail("CreateVolume", Fault(gate=gate, times=10**6))
         clone = await create_claim(
             env,
             class_name,
@@ -181,6 +185,7 @@ async def test_clone_is_protected_while_in_progress(
             )
 
         await kube_cluster.wait_for(protected, message="cloning-protection finalizer added")
+        gate.set()
         await wait_bound(env, clone["metadata"]["name"])
 
         async def unprotected() -> bool:

@@ -4,6 +4,7 @@ CRDs), a ProvisionController, and the Python CSI driver on a unix socket."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -437,7 +438,10 @@ async def test_snapshot_is_protected_while_restoring_even_when_deleted(
     # restore that started before the deletion is carried through (upstream's rule).
     async with csi_env(kube_cluster, sock_dir, call_timeout=0.3) as env:
         class_name, snap = await class_and_snapshot(env)
-        env.driver.fail("CreateVolume", Fault(delay=0.6, times=2))
+        # Every CreateVolume outlives the call timeout until the test opens the gate, once the
+        # snapshot was deleted while protected (a fixed delay is a window the test may miss).
+        gate = asyncio.Event()
+        env.driver.fail("CreateVolume", Fault(gate=gate, times=10**6))
         claim, objects = await restore_claim(env, class_name, snap)
         uid = claim["metadata"]["uid"]
         await wait_until(env, lambda: uid in env.provisioner.in_flight, "restore in flight")
@@ -452,6 +456,10 @@ async def test_snapshot_is_protected_while_restoring_even_when_deleted(
         await ResourceClient(kube_cluster.api_client, VOLUME_SNAPSHOTS).delete(
             objects.snapshot, kube_cluster.namespace
         )
+        held = await get_snapshot(env, objects.snapshot)
+        assert held is not None, "a snapshot being restored from went at once"
+        assert held["metadata"].get("deletionTimestamp")
+        gate.set()
         await wait_bound(env, claim["metadata"]["name"])
 
         async def gone() -> bool:

@@ -286,6 +286,9 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
         await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
         assert provisioner.assets == {}
         assert provisioner.deleted == [pv_name]
+        # The PV is gone once the API server applied the worker's DELETE; the worker counts the
+        # deletion when the call returns: wait until it is done with everything.
+        await wait_idle(controller)
         assert (
             counter(options.metrics, "persistentvolume_delete_total", **{"class": class_name}) == 1
         )  # type: ignore[arg-type]

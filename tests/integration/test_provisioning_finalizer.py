@@ -295,6 +295,10 @@ async def test_deleted_claim_is_cleaned_up_once_even_from_a_stale_cache(
         assert FINALIZER_PROVISIONING in stale["metadata"]["finalizers"]
         provisioner.healthy = True
         await wait_deleted(kube_cluster, PERSISTENT_VOLUME_CLAIMS, claim_name)
+        # The claim is gone once the API server applied the worker's finalizer removal; the
+        # worker records the clean-up only when its PATCH returns. A worker reading the stale
+        # cache comes after that (the queue hands a key to one worker at a time): so does this.
+        await wait_idle(controller)
         assert provisioner.deleted == [pv_name]
         calls = len(provisioner.calls)
         await controller.sync_claim(stale)  # what a worker reading the stale cache does
