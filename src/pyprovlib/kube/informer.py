@@ -163,11 +163,10 @@ def strip_managed_fields(obj: Obj) -> Obj:
 
     The API server attaches server-side-apply bookkeeping to every object (an entry per client
     that wrote it), more than half of a cached PersistentVolume's or claim's memory, and no
-    controller of pyprovlib reads it: like
-    kube-controller-manager and kube-scheduler (kubernetes/kubernetes PR 118455), the factories
-    pyprovlib's controllers create cache objects without it. Writing back an object read from
-    such a cache is safe: an update whose body has no ``managedFields`` leaves the server's
-    as they were.
+    controller of pyprovlib reads it: like kube-controller-manager and kube-scheduler
+    (kubernetes/kubernetes PR 118455), the factories pyprovlib's controllers create cache
+    objects without it. Writing back an object read from such a cache is safe: an update whose
+    body has no ``managedFields`` leaves the server's as they were.
     """
     m = obj.get("metadata")
     if type(m) is dict and "managedFields" in m:
