@@ -29,7 +29,11 @@ from kubernetes_asyncio.client import ApiClient
 from pyprovlib.controller.options import in_cluster_namespace
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
-from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
+from pyprovlib.kube.informer import (
+    SharedInformer,
+    SharedInformerFactory,
+    strip_managed_fields,
+)
 from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
 
@@ -75,8 +79,10 @@ class ControllerLifecycle:
     ``role`` names the controller in its task names and in the lost-Lease message ("restart
     the attacher"). ``lease_name`` is the leader election Lease, in
     ``options.leader_election_namespace`` (default: the pod's namespace). Informers come from
-    ``informer_factory`` when given (the caller starts it) or from a factory the controller
-    owns and runs in :meth:`_run_informers`.
+    ``informer_factory`` when given (the caller starts it; its transform is the caller's
+    choice) or from a factory the controller owns and runs in :meth:`_run_informers`, which
+    caches objects without ``metadata.managedFields``
+    (:func:`~pyprovlib.kube.informer.strip_managed_fields`).
     """
 
     def __init__(
@@ -99,8 +105,13 @@ class ControllerLifecycle:
         self._lease_name = lease_name
         self._lifecycle_options = options
         self._own_factory = informer_factory is None
+        # Like kube-controller-manager: no controller reads managedFields, and they are much of
+        # a cached object's memory. A factory passed in keeps its owner's choice.
         self.informer_factory = informer_factory or SharedInformerFactory(
-            client, resync_period=options.resync_period, clock=self._clock
+            client,
+            resync_period=options.resync_period,
+            clock=self._clock,
+            transform=strip_managed_fields,
         )
         self._has_run = False
         self._run_ended = False

@@ -39,7 +39,7 @@ from pyprovlib.csi.connection import (
 )
 from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
-from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
 from pyprovlib.runtime import (
     CommonOptions,
     CompositeController,
@@ -409,7 +409,9 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             "resizer": sidecar_args["resizer"].resync_period,
         }
         resync = min(resyncs[name] for name in enabled)
-        factory = SharedInformerFactory(ctx.api_client, resync_period=resync)
+        factory = SharedInformerFactory(
+            ctx.api_client, resync_period=resync, transform=strip_managed_fields
+        )
         controllers: dict[str, Controller] = {}
         background: list[Callable[[], Awaitable[None]]] = []
         for name in enabled:

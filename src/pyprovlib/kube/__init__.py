@@ -4,7 +4,12 @@ events, leader election and client configuration. It knows nothing about storage
 from pyprovlib.kube.clock import Clock, FakeClock, RealClock
 from pyprovlib.kube.config import ClientSettings, ConfigError, new_client
 from pyprovlib.kube.events import EventRecorder
-from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
+from pyprovlib.kube.informer import (
+    SharedInformer,
+    SharedInformerFactory,
+    TransformFunc,
+    strip_managed_fields,
+)
 from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
 from pyprovlib.kube.quantity import Quantity, parse_quantity
 from pyprovlib.kube.resources import RESOURCES, Resource, resource_for
@@ -39,10 +44,12 @@ __all__ = [
     "SharedInformerFactory",
     "ShutDownError",
     "Store",
+    "TransformFunc",
     "WatchExpiredError",
     "WorkQueue",
     "default_controller_rate_limiter",
     "new_client",
     "parse_quantity",
     "resource_for",
+    "strip_managed_fields",
 ]

@@ -4,7 +4,9 @@ client-go's ``Reflector``, ``SharedIndexInformer`` and ``SharedInformerFactory``
 The :class:`Reflector` lists (paginated) and watches, resuming from the last seen
 resourceVersion and relisting on 410; the :class:`SharedInformer` applies what it reports to its
 :class:`~pyprovlib.kube.store.Indexer` and calls the handlers; the factory makes sure a process
-runs one LIST+WATCH per (resource, namespace, selectors).
+runs one LIST+WATCH per (resource, namespace, selectors). A transform (client-go's
+``TransformFunc``) may reshape every object before it is cached: :func:`strip_managed_fields`
+is the one pyprovlib's controllers use.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ __all__ = [
     "ResourceListerWatcher",
     "SharedInformer",
     "SharedInformerFactory",
+    "TransformError",
+    "TransformFunc",
+    "strip_managed_fields",
 ]
 
 log = get_logger(__name__)
@@ -58,6 +63,14 @@ OnUpdate = Callable[[Obj, Obj], None]
 """``on_update(old, new)``: an object changed (or a resync re-delivered it: ``old is new``)."""
 OnDelete = Callable[[Obj | DeletedFinalStateUnknown], None]
 """``on_delete(obj)``: an object left the cache; a tombstone when its final state is unknown."""
+TransformFunc = Callable[[Obj], Obj]
+"""client-go's ``cache.TransformFunc``: called with every object an informer receives (each item
+of a LIST, the object of every ADDED, MODIFIED and DELETED watch event) before it is cached or
+handed to a handler; what it returns is cached instead. The object is freshly decoded and
+nobody else holds it, so the transform may change it in place and return it. It must keep the
+object's name, namespace and resourceVersion, and must be quick: it runs on the event loop for
+every event. If it raises, the LIST or watch fails as a whole, with :class:`TransformError`:
+the cache keeps what it had, and the informer relists after a backoff."""
 
 DEFAULT_PAGE_SIZE = 500
 """Items per LIST page (client-go's pager default)."""
@@ -144,6 +157,29 @@ class ReflectorSink(Protocol):
         ...
 
 
+def strip_managed_fields(obj: Obj) -> Obj:
+    """A :data:`TransformFunc` that drops ``metadata.managedFields`` (in place; the rest of the
+    object is neither copied nor changed) and returns ``obj``.
+
+    The API server attaches server-side-apply bookkeeping to every object (an entry per client
+    that wrote it), more than half of a cached PersistentVolume's or claim's memory, and no
+    controller of pyprovlib reads it: like kube-controller-manager and kube-scheduler
+    (kubernetes/kubernetes PR 118455), the factories pyprovlib's controllers create cache
+    objects without it. Writing back an object read from such a cache is safe: an update whose
+    body has no ``managedFields`` leaves the server's as they were.
+    """
+    m = obj.get("metadata")
+    if type(m) is dict and "managedFields" in m:
+        del m["managedFields"]
+    return obj
+
+
+class TransformError(PyprovlibError):
+    """An informer's transform raised on (or returned something other than a dict for) an
+    object: the LIST or watch that carried the object fails, and the informer relists after a
+    backoff, so the cache never skips a change."""
+
+
 class _VeryShortWatchError(PyprovlibError):
     """The watch closed within a second without any event: something is wrong server-side."""
 
@@ -212,6 +248,10 @@ class Reflector:
                 self._log.warning("list/watch failed", error=describe_transport_error(err))
             except _VeryShortWatchError as err:
                 self._log.warning("watch closed unexpectedly", error=str(err))
+            except TransformError as err:
+                self._log.error(
+                    "informer transform failed; relisting after a backoff", error=str(err)
+                )
             except Exception:
                 # A bug (say, an object without a name) must not end the informer for good.
                 self._log.exception("list/watch failed unexpectedly")
@@ -373,6 +413,9 @@ class SharedInformer:
     order the API reported the changes; one handler raising is logged with the object's key and
     affects neither the informer nor the other handlers. Objects handed to handlers are the
     cache's own: never mutate them.
+
+    ``transform`` (client-go's ``SetTransform``; none by default) reshapes every object before
+    it is cached, see :data:`TransformFunc`.
     """
 
     def __init__(
@@ -387,9 +430,11 @@ class SharedInformer:
         backoff: BackoffTimer | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
         min_watch_timeout: float = MIN_WATCH_TIMEOUT,
+        transform: TransformFunc | None = None,
     ) -> None:
         self.name = name
         self.default_resync_period = resync_period
+        self._transform = transform
         self._clock = clock or RealClock()
         self._key_func = key_func
         self.store = Indexer(key_func, indexers)
@@ -455,6 +500,21 @@ class SharedInformer:
         """Add indexes to the store (existing objects are indexed at once)."""
         self.store.add_indexers(indexers)
 
+    @property
+    def transform(self) -> TransformFunc | None:
+        """The transform applied to every object before it is cached (None: objects are cached
+        as received)."""
+        return self._transform
+
+    def set_transform(self, transform: TransformFunc | None) -> None:
+        """Replace the transform (client-go's ``SetTransform``); only before :meth:`run`, so
+        every cached object went through the same one."""
+        if self._started:
+            raise RuntimeError(
+                f"informer {self.name!r} has already started; set its transform before running it"
+            )
+        self._transform = transform
+
     # -- state -------------------------------------------------------------------------------
 
     @property
@@ -498,7 +558,11 @@ class SharedInformer:
         """Apply a complete LIST (client-go's DeltaFIFO Replace as seen by the handlers):
         new objects → on_add, changed ones → on_update, vanished ones → on_delete with a
         :class:`DeletedFinalStateUnknown`. Unchanged objects (same resourceVersion) count as a
-        resync and are not re-delivered."""
+        resync and are not re-delivered. With a transform, every item is transformed before the
+        cache changes at all, so a transform that raises leaves the cache as it was."""
+        transform = self._transform
+        if transform is not None:
+            items = [self._transformed(transform, obj) for obj in items]
         store = self.store
         key_func = self._key_func
         listeners = self._listeners
@@ -533,7 +597,10 @@ class SharedInformer:
             self._log.info("informer synced", items=len(store), resource_version=resource_version)
 
     def apply(self, event_type: str, obj: Obj) -> None:
-        """Apply one watch event and tell the handlers."""
+        """Apply one watch event (after the transform, if any) and tell the handlers."""
+        transform = self._transform
+        if transform is not None:
+            obj = self._transformed(transform, obj)
         key = self._key_func(obj)
         store = self.store
         old = store.get_by_key(key)
@@ -554,6 +621,21 @@ class SharedInformer:
             for h in self._listeners:
                 if h.on_update is not None:
                     self._call(h.on_update, "update", key, old, obj)
+
+    def _transformed(self, transform: TransformFunc, obj: Obj) -> Obj:
+        try:
+            out = transform(obj)
+        except Exception as err:
+            raise TransformError(
+                f"the transform of informer {self.name or 'objects'} failed on "
+                f"{_describe(obj)}: {type(err).__name__}: {err}"
+            ) from err
+        if type(out) is not dict:
+            raise TransformError(
+                f"the transform of informer {self.name or 'objects'} returned "
+                f"{type(out).__name__} for {_describe(obj)}; it must return the object as a dict"
+            )
+        return out
 
     def _call(self, fn: Callable[..., None], kind: str, key: str, *args: Any) -> None:
         try:
@@ -625,6 +707,14 @@ def _status_message(err: ApiException) -> str:
     return message if isinstance(message, str) else ""
 
 
+def _describe(obj: Obj) -> str:
+    """``kind namespace/name`` of an object for an error message, whatever its shape."""
+    raw = obj.get("metadata")
+    m: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    name = f"{m.get('namespace')}/{m.get('name')}" if m.get("namespace") else str(m.get("name"))
+    return f"{obj.get('kind') or 'object'} {name}"
+
+
 def _rv(obj: Obj) -> object:
     meta = obj.get("metadata")
     return meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -636,8 +726,12 @@ _InformerKey = tuple[Resource, str | None, str | None, str | None]
 class SharedInformerFactory:
     """Hands out one :class:`SharedInformer` per (resource, namespace, selectors) and runs them.
 
-    ``resync_period`` is the default for informers (and so for their handlers). ``start(tg)``
-    starts, in ``tg``, every informer not started yet; cancelling ``tg`` stops them.
+    ``resync_period`` is the default for informers (and so for their handlers). ``transform``
+    (client-go's ``informers.WithTransform``; none by default) is given to every informer the
+    factory creates: pass :func:`strip_managed_fields` to cache objects without their
+    ``managedFields``, as pyprovlib's controllers do with the factories they create.
+    ``start(tg)`` starts, in ``tg``, every informer not started yet; cancelling ``tg`` stops
+    them.
     """
 
     def __init__(
@@ -649,9 +743,11 @@ class SharedInformerFactory:
         page_size: int = DEFAULT_PAGE_SIZE,
         backoff_initial: float = 0.8,
         backoff_cap: float = 30.0,
+        transform: TransformFunc | None = None,
     ) -> None:
         self.api_client = api_client
         self.resync_period = resync_period
+        self.transform = transform
         self._clock = clock or RealClock()
         self.page_size = page_size
         self.backoff_initial = backoff_initial
@@ -696,6 +792,7 @@ class SharedInformerFactory:
                     clock=self._clock,
                 ),
                 page_size=self.page_size,
+                transform=self.transform,
             )
             self._informers[key] = informer
         return informer

@@ -22,7 +22,7 @@ from pyprovlib.csi.provisioner.options import (
     provisioner_options,
 )
 from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.informer import SharedInformerFactory
+from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
 from pyprovlib.runtime import RuntimeContext, run
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ def build_controller(
 
     options = controller_options(ctx)
     factory = informer_factory or SharedInformerFactory(
-        ctx.api_client, resync_period=options.resync_period
+        ctx.api_client, resync_period=options.resync_period, transform=strip_managed_fields
     )
     provisioner = CSIProvisioner(
         ctx.api_client,
