@@ -123,11 +123,6 @@ async def test_a_controllers_caches_hold_no_managed_fields_while_the_server_has_
 async def test_updating_an_object_read_from_a_stripping_cache_keeps_its_managed_fields(
     kube_cluster: TestCluster,
 ) -> None:
-    if not kube_cluster.is_real:
-        pytest.skip(
-            "the in-memory server drops managedFields on an update that omits them; the real "
-            "API server keeps them, which is what this test checks"
-        )
     volumes = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUMES)
     claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
     # Created with an entry of a manager of their own, which no later write of this test is:

@@ -243,6 +243,35 @@ async def test_update_conflict_and_unconditional(kube_client: ApiClient) -> None
     assert same.metadata.resource_version == again.metadata.resource_version
 
 
+async def test_update_keeps_managed_fields_it_leaves_out(apiserver: ApiServer) -> None:
+    """The API server's field manager: an update without managedFields (or with an empty list)
+    keeps the stored ones, ``[{}]`` clears them, a list of entries replaces them."""
+    entry = {"manager": "creator", "operation": "Update", "apiVersion": "v1"}
+    path = "/api/v1/namespaces/default/persistentvolumeclaims"
+    status, created, _ = await raw(
+        apiserver, "POST", path, json.dumps(pvc("mf", managedFields=[entry])).encode()
+    )
+    assert status == 201
+
+    async def put(meta: dict[str, Any]) -> list[Any] | None:
+        _, current, _ = await raw(apiserver, "GET", f"{path}/mf")
+        body = {**current, "metadata": {**current["metadata"], **meta}}
+        body["metadata"].pop("resourceVersion")
+        status, stored, _ = await raw(apiserver, "PUT", f"{path}/mf", json.dumps(body).encode())
+        assert status == 200, stored
+        return stored["metadata"].get("managedFields")
+
+    without = {k: v for k, v in created["metadata"].items() if k != "managedFields"}
+    _, current, _ = await raw(apiserver, "GET", f"{path}/mf")
+    body = {**current, "metadata": {**without, "annotations": {"a": "1"}}}
+    status, stored, _ = await raw(apiserver, "PUT", f"{path}/mf", json.dumps(body).encode())
+    assert (status, stored["metadata"]["managedFields"]) == (200, [entry])
+    assert await put({"managedFields": [], "annotations": {"a": "2"}}) == [entry]
+    other = {**entry, "manager": "other"}
+    assert await put({"managedFields": [other]}) == [other]
+    assert await put({"managedFields": [{}]}) is None
+
+
 async def test_generation_bumps_on_spec_change_only(kube_client: ApiClient) -> None:
     v1 = CoreV1Api(kube_client)
     p = await v1.create_persistent_volume(pv("g"))

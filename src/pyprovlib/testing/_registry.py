@@ -761,6 +761,21 @@ def _keep_system_metadata(meta: dict[str, Any], old_meta: dict[str, Any], name: 
         else:
             meta.pop(keep, None)
     meta["name"] = name
+    _keep_managed_fields(meta, old_meta)
+
+
+def _keep_managed_fields(meta: dict[str, Any], old_meta: dict[str, Any]) -> None:
+    """The field manager's rule for an update's ``managedFields``: a client that leaves them
+    out (or sends an empty list) does not know them, so the stored ones stay; ``[{}]`` is
+    the documented way to clear them; anything else replaces them."""
+    sent = meta.get("managedFields")
+    if sent == [{}]:
+        meta.pop("managedFields", None)
+    elif not sent:
+        if "managedFields" in old_meta:
+            meta["managedFields"] = copy_json(old_meta["managedFields"])
+        else:
+            meta.pop("managedFields", None)
 
 
 def _finalizers_added_while_deleting(
