@@ -25,6 +25,7 @@ from typing import Any
 
 FIGURES = (
     "cpu_s_per_1000",
+    "cpu_us_per_volume",
     "cpu_s_per_1000_delete",
     "p50_s",
     "p99_s",

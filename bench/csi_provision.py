@@ -19,7 +19,8 @@ DeleteVolume inside the controller (no driver process, no gRPC): the difference 
 is the transport's cost in place.
 
 ``--isolated`` measures the CSI path alone, without an API server: ``CSIProvisioner.provision``
-(claim and class models in, CreateVolume, PV model out) for N volumes against the driver
+(the claim and class as the controller's cached JSON in, CreateVolume, the PV's JSON out, as
+the controller calls it) for N volumes against the driver
 process, ``--threadiness`` at a time, ``--repeat`` times; it reports the CPU per volume of this
 process. Far less noisy than the end-to-end figures: use it to compare changes to the CSI path
 (``--transport none`` there gives the provisioner's own share).
@@ -433,16 +434,10 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
     import resource
     import statistics
 
-    from kubernetes_asyncio.client import (
-        ApiClient,
-        Configuration,
-        V1PersistentVolumeClaim,
-        V1StorageClass,
-    )
+    from kubernetes_asyncio.client import ApiClient, Configuration
 
     from pyprovlib.csi.connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
-    from pyprovlib.kube.convert import to_model
     from pyprovlib.provisioner import ProvisionOptions
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -457,17 +452,14 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
     # Never called: the class names no secrets, the driver has no topology, claims no source.
     api = ApiClient(Configuration())
     provisioner = counting_provisioner(CSIProvisioner)(api, connection)
-    storage_class = to_model(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "bench", "uid": "class-uid", "resourceVersion": "1"},
-            "provisioner": connection.driver_name,
-            "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate",
-        },
-        V1StorageClass,
-    )
+    storage_class: dict[str, Any] = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "bench", "uid": "class-uid", "resourceVersion": "1"},
+        "provisioner": connection.driver_name,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }
 
     async def provision_all(options: list[ProvisionOptions]) -> None:
         pending = iter(options)
@@ -482,12 +474,13 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
                 group.create_task(worker())
 
     def batch(run: int, n: int) -> list[ProvisionOptions]:
-        # Models built outside the measurement: the controller builds them for any backend.
+        # The cached JSON, as the controller hands it over: CSIProvisioner reads
+        # claim_object/storage_class_object and converts nothing.
         return [
             ProvisionOptions(
                 storage_class=storage_class,
                 pv_name=f"pvc-{run:08x}-{i:012x}",
-                pvc=to_model(_claim(i, run), V1PersistentVolumeClaim),
+                pvc=_claim(i, run),
             )
             for i in range(n)
         ]

@@ -120,10 +120,19 @@ class CSIMetrics:
             registry=registry,
             buckets=OPERATIONS_BUCKETS,
         )
+        # prometheus_client's labelled children, kept: ``labels()`` validates and looks the
+        # labels up under a lock on every call (~3 µs of the ~8 µs an observation costs).
+        self._children: dict[tuple[str, str, Status], Any] = {}
 
     def observe(self, driver: str, method: str, status: Status, seconds: float) -> None:
         """Record one call."""
-        self.operations_seconds.labels(driver, method, GO_STATUS_NAMES[status]).observe(seconds)
+        key = (driver, method, status)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.operations_seconds.labels(
+                driver, method, GO_STATUS_NAMES[status]
+            )
+        child.observe(seconds)
 
 
 _default_metrics: CSIMetrics | None = None

@@ -12,14 +12,14 @@ import asyncio
 import json
 from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.objects import Obj
 
-__all__ = ["ConversionError", "from_model", "to_model"]
+__all__ = ["ConversionError", "copy_json", "from_model", "to_model"]
 
 M = TypeVar("M")
 
@@ -92,3 +92,25 @@ def from_model(model: object) -> Obj:
     if not isinstance(result, dict):
         raise ConversionError(f"expected an object, got {type(model).__name__}")
     return cast(Obj, result)
+
+
+_JSON_LEAVES: Final = (str, int, float, bool, type(None))
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON document: every dict and list is new; every other value (str,
+    numbers, bools, None, anything else) is shared, as ``copy.deepcopy`` shares immutable
+    leaves. About a third of deepcopy's cost on a PV: no memo, no dispatch table. Other
+    mappings come back as dicts, tuples as lists (JSON has nothing else)."""
+    kind = type(value)
+    if kind is dict:
+        return {key: copy_json(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_json(item) for item in value]
+    if kind in _JSON_LEAVES:
+        return value
+    if isinstance(value, Mapping):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [copy_json(item) for item in value]
+    return value

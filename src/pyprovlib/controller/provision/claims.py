@@ -47,6 +47,7 @@ from pyprovlib.controller.provision.decisions import (
     source_kind,
     spec_of,
     storage_request,
+    storage_request_bytes,
 )
 from pyprovlib.controller.provision.errors import (
     SAVED,
@@ -62,9 +63,8 @@ from pyprovlib.controller.provision.protected_claims import ProtectedClaimSync
 from pyprovlib.controller.provision.protection import is_deleting
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.controller.volume_store import VolumeStore
-from pyprovlib.kube.convert import ConversionError, from_model, to_model
+from pyprovlib.kube.convert import ConversionError, copy_json, from_model, to_model
 from pyprovlib.kube.objects import Obj, annotations_of, name_of, uid_of
-from pyprovlib.kube.quantity import parse_storage_size
 from pyprovlib.kube.store import UID_INDEX
 from pyprovlib.kube.workqueue import RateLimitingQueue
 from pyprovlib.provisioner import (
@@ -382,7 +382,8 @@ class ClaimSync(ProtectedClaimSync):
 
         try:
             if isinstance(result, Mapping):
-                volume = copy.deepcopy(dict(result))
+                # Ours from here on (it is completed below): the provisioner may keep its own.
+                volume = copy_json(result)
             elif isinstance(result, V1PersistentVolume):
                 volume = from_model(result)
             else:
@@ -445,7 +446,7 @@ class ClaimSync(ProtectedClaimSync):
                 "set the size the volume should have"
             )
         try:
-            size = parse_storage_size(request, what="storage request")
+            size = storage_request_bytes(request)
         except ValueError as err:
             return f"claim {claim_key(claim)} has an invalid {err}"
         if size == 0:

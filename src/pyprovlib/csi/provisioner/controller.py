@@ -37,10 +37,16 @@ from grpclib.const import Status
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
+from pyprovlib.controller.provision.decisions import storage_request_bytes
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
 from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
-from pyprovlib.csi.provisioner.data_source import DataSources, SourceGuard, claim_data_source
+from pyprovlib.csi.provisioner.data_source import (
+    DataSources,
+    SourceGuard,
+    SourceRef,
+    claim_data_source,
+)
 from pyprovlib.csi.provisioner.options import CSIProvisionerOptions
 from pyprovlib.csi.provisioner.request import (
     PV_NAME_KEY,
@@ -65,7 +71,7 @@ from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.quantity import Format, Quantity, parse_storage_size
+from pyprovlib.kube.quantity import Format, Quantity
 from pyprovlib.kube.resources import (
     CSINODES,
     NODES,
@@ -121,6 +127,19 @@ class _InFlight:
     claim_namespace: str
     claim_name: str
     request: v1.CreateVolumeRequest
+    protected: tuple[SourceGuard, tuple[str, str]] | None
+
+
+@dataclass
+class _Prepared:
+    """What :meth:`CSIProvisioner._prepare` resolved once for one attempt, so nothing is
+    resolved or validated twice: the request, the secret references (the provisioner's and the
+    PV's), the claim's data source and its protection."""
+
+    request: v1.CreateVolumeRequest
+    provisioner_secret: SecretRef | None
+    pv_secrets: list[tuple[str, SecretRef]]
+    data_source: SourceRef | None
     protected: tuple[SourceGuard, tuple[str, str]] | None
 
 
@@ -222,14 +241,15 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         if previous is not None and self.options.clean_up_deleted_claims:
             await self._clean_up_if_claim_deleted(previous, uid, storage_class, logger)
 
-        request, provisioner_secret, protected = await self._prepare(options, claim, storage_class)
+        prepared = await self._prepare(options, claim, storage_class)
+        request = prepared.request
         may_reschedule = self.supports_topology and options.selected_node_name is not None
         self._in_flight[uid] = _InFlight(
             request.name,
             metadata.get("namespace", ""),
             metadata.get("name", ""),
             request,
-            protected,
+            prepared.protected,
         )
         logger.debug("calling CreateVolume", volume_name=request.name)
         try:
@@ -264,7 +284,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
                 f"created volume capacity {capacity} less than requested capacity {requested}",
                 uid,
             )
-        if claim_data_source(claim) is not None and volume.content_source is None:
+        if prepared.data_source is not None and volume.content_source is None:
             # Upstream's check: a driver that ignored the data source made an empty volume,
             # which must not be handed out as a copy of the source.
             await self._delete_rejected(
@@ -276,13 +296,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             )
         await self._finish(uid)
         pv = self._build_volume(
-            options,
-            claim,
-            storage_class,
-            request=request,
-            volume=volume,
-            capacity=capacity,
-            provisioner_secret=provisioner_secret,
+            options, claim, storage_class, prepared=prepared, volume=volume, capacity=capacity
         )
         logger.info("volume created", volume_id=volume.volume_id, capacity=capacity)
         return pv
@@ -381,9 +395,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         options: ProvisionOptions,
         claim: Mapping[str, Any],
         storage_class: Mapping[str, Any],
-    ) -> tuple[
-        v1.CreateVolumeRequest, SecretRef | None, tuple[SourceGuard, tuple[str, str]] | None
-    ]:
+    ) -> _Prepared:
         metadata = claim.get("metadata") or {}
         spec = claim.get("spec") or {}
         data_source = claim_data_source(claim)
@@ -410,9 +422,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         if not fs_type and not block:
             fs_type = self.options.default_fstype
         try:
-            requested = parse_storage_size(
-                ((spec.get("resources") or {}).get("requests") or {}).get("storage"),
-                what="storage request",
+            requested = storage_request_bytes(
+                ((spec.get("resources") or {}).get("requests") or {}).get("storage")
             )
             caps = volume_capabilities(
                 spec.get("accessModes") or [],
@@ -432,8 +443,12 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             provisioner_secret = secret_reference(
                 PROVISIONER_SECRET, parameters, options.pv_name, claim
             )
-            for _field, params in PV_SECRETS:
-                secret_reference(params, parameters, options.pv_name, claim)
+            # Resolved here once; the PV built after CreateVolume records them as they are.
+            pv_secrets: list[tuple[str, SecretRef]] = []
+            for field, params in PV_SECRETS:
+                ref = secret_reference(params, parameters, options.pv_name, claim)
+                if ref is not None:
+                    pv_secrets.append((field, ref))
         except ValueError as err:
             raise PreparationError(f"StorageClass {class_name!r}: {err}") from None
         secrets = await read_secret(self._secrets, provisioner_secret) if provisioner_secret else {}
@@ -466,7 +481,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             )
         if protected is not None:
             await protected[0].acquire(protected[1], metadata.get("uid", ""))
-        return request, provisioner_secret, protected
+        return _Prepared(request, provisioner_secret, pv_secrets, data_source, protected)
 
     def _build_volume(
         self,
@@ -474,13 +489,11 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         claim: Mapping[str, Any],
         storage_class: Mapping[str, Any],
         *,
-        request: v1.CreateVolumeRequest,
+        prepared: _Prepared,
         volume: v1.Volume,
         capacity: int,
-        provisioner_secret: SecretRef | None,
     ) -> Obj:
         spec = claim.get("spec") or {}
-        parameters = storage_class.get("parameters") or {}
         attributes = dict(volume.volume_context)
         attributes[PROVISIONER_ID_KEY] = self.identity
         csi: Obj = {
@@ -490,15 +503,14 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         }
         block = spec.get("volumeMode") == "Block"
         if not block:
-            mount = request.volume_capabilities[0].mount
+            mount = prepared.request.volume_capabilities[0].mount
             fs_type = mount.fs_type if mount is not None else ""
             if fs_type:
                 csi["fsType"] = fs_type
-        for field, params in PV_SECRETS:
-            ref = secret_reference(params, parameters, options.pv_name, claim)
-            if ref is not None:
-                csi[field] = ref.as_dict()
+        for field, ref in prepared.pv_secrets:
+            csi[field] = ref.as_dict()
         annotations: dict[str, str] = {}
+        provisioner_secret = prepared.provisioner_secret
         if provisioner_secret is not None:
             annotations[ANN_DELETION_SECRET_NAME] = provisioner_secret.name
             annotations[ANN_DELETION_SECRET_NAMESPACE] = provisioner_secret.namespace
