@@ -98,7 +98,11 @@ class ProvisionController(ControllerLifecycle):
         self.metrics: ProvisionMetrics = self.options.metrics or default_metrics()
         host = socket.gethostname()
         self.component = f"{provisioner_name}_{self.id}"
-        self.recorder = EventRecorder(client, self.component, host=host, clock=self._clock)
+        # Event writes yield to provisioning: they hold back while claims or volumes wait for
+        # a worker (each worker's item wakes them, see _run_controller), and catch up after.
+        self.recorder = EventRecorder(
+            client, self.component, host=host, clock=self._clock, busy=self._work_waiting
+        )
 
         limiter = self._queue_rate_limiter()
         self.claim_queue: RateLimitingQueue[str] = RateLimitingQueue(
@@ -192,6 +196,10 @@ class ProvisionController(ControllerLifecycle):
     def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
         return (self.claim_queue, self.volume_queue)
 
+    def _work_waiting(self) -> bool:
+        """Keys queued for a worker and not shut down: the event writers hold back meanwhile."""
+        return any(len(queue) and not queue.shutting_down for queue in self._work_queues())
+
     def endpoint_server(self) -> EndpointServer:
         """The metrics and health server this controller serves when ``metrics_port`` is set
         (the one :mod:`pyprovlib.runtime` serves too): ``metrics_path``, ``/healthz``,
@@ -248,12 +256,20 @@ class ProvisionController(ControllerLifecycle):
                     self._synced = True
                     workers = [
                         tg.create_task(
-                            self._worker(self.claim_queue, self._claims.process, drain=False)
+                            self._worker(
+                                self.claim_queue,
+                                self.recorder.waking(self._claims.process),
+                                drain=False,
+                            )
                         )
                         for _ in range(self.options.threadiness)
                     ] + [
                         tg.create_task(
-                            self._worker(self.volume_queue, self._volumes.process, drain=False)
+                            self._worker(
+                                self.volume_queue,
+                                self.recorder.waking(self._volumes.process),
+                                drain=False,
+                            )
                         )
                         for _ in range(self.options.threadiness)
                     ]
