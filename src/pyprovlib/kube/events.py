@@ -647,6 +647,12 @@ class EventRecorder:
         """Events buffered and not yet written (or dropped), those being written excluded."""
         return self._buffered
 
+    @property
+    def parked_writers(self) -> int:
+        """Writers waiting for an event to take: none is ready, or :attr:`busy` holds them
+        back. All of them, with events :attr:`pending`, means the recorder is holding back."""
+        return sum(not waiter.done() for waiter in self._parked)
+
     def wake(self) -> None:
         """Re-evaluate :attr:`busy` now and let parked writers go if writing is allowed. The
         owner calls it whenever its work may have run out without an event being recorded
