@@ -15,6 +15,7 @@ async def test_the_resizers_events_yield_to_its_claim_queue(kube_cluster: TestCl
     )
     busy = resizer.recorder.busy
     assert busy is not None
+    assert resizer.recorder.max_buffer - resizer.recorder.hold_limit >= 2000
     assert not busy()
     resizer.claim_queue.add("ns/claim-1")
     assert busy()

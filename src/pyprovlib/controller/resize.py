@@ -86,7 +86,13 @@ from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException, api_error_text
-from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
+from pyprovlib.kube.events import (
+    CONTROLLER_HOLD_LIMIT,
+    CONTROLLER_MAX_BUFFER,
+    EVENT_TYPE_NORMAL,
+    EVENT_TYPE_WARNING,
+    EventRecorder,
+)
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, name_of, namespace_of, uid_of
 from pyprovlib.kube.quantity import Quantity
@@ -209,6 +215,8 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
             host=socket.gethostname(),
             clock=self._clock,
             busy=self._work_waiting,
+            max_buffer=CONTROLLER_MAX_BUFFER,
+            hold_limit=CONTROLLER_HOLD_LIMIT,
         )
         # Every write: the claim's resize status, the volume's capacity, the claim's events.
         self._writes = ResizeStatusWriter(

@@ -29,6 +29,8 @@ from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.kube.resources import EVENTS, RESOURCES
 
 __all__ = [
+    "CONTROLLER_HOLD_LIMIT",
+    "CONTROLLER_MAX_BUFFER",
     "EVENT_TYPE_NORMAL",
     "EVENT_TYPE_WARNING",
     "MAX_MESSAGE_BYTES",
@@ -51,6 +53,15 @@ MAX_MESSAGE_BYTES = 1024
 """The API server's ``NoteLengthLimit``: it rejects longer events.k8s.io notes. client-go's
 core/v1 recorder does not truncate, but kube-scheduler does (``truncateMessage``), and a
 storage error message can be arbitrarily long, so messages are cut to this many bytes."""
+
+CONTROLLER_MAX_BUFFER = 3000
+"""The event buffer of pyprovlib's controllers, whose writers yield to their work queues:
+the 2,000 events of a 1,000-claim burst (the recorder's default buffer; written at once they
+reached a high-water mark of 1,200-1,350 on a loaded machine) plus :data:`CONTROLLER_HOLD_LIMIT`
+(see :class:`EventRecorder`, "Yielding to the controller")."""
+CONTROLLER_HOLD_LIMIT = 1000
+"""The most events pyprovlib's controllers hold back while claims or volumes wait for a
+worker; beyond it every writer writes."""
 
 _TRUNCATION_SUFFIX = " ..."
 _DROP_LOG_INTERVAL = 60.0
@@ -484,8 +495,12 @@ class EventRecorder:
     time; 0 holds them all back), and all of them write at full speed once it turns false.
     Nothing is dropped for it:
 
-    - once more than ``hold_limit`` events wait (default half of ``max_buffer``), every writer
-      writes again, busy or not, so a full buffer is never the deferral's doing;
+    - once more than ``hold_limit`` events wait (default a third of ``max_buffer``), every
+      writer writes again, busy or not. Holding back the first ``hold_limit`` events of a
+      burst raises the buffer's high-water mark by less than ``hold_limit`` (the writers then
+      catch up from there instead of from zero), so a buffer with ``hold_limit`` slots more
+      than the burst needs without ``busy`` never fills because of it. The controllers that
+      pass ``busy`` size theirs so (:data:`CONTROLLER_MAX_BUFFER`, :data:`CONTROLLER_HOLD_LIMIT`);
     - :meth:`flush` (a graceful stop's, a test's) writes regardless of ``busy`` while it waits;
     - cancelling :meth:`run` accounts for what is still buffered exactly as without ``busy``.
 
@@ -522,7 +537,7 @@ class EventRecorder:
         if busy_writers < 0:
             raise ValueError(f"busy_writers must not be negative, got {busy_writers}")
         if hold_limit is None:
-            hold_limit = max_buffer // 2
+            hold_limit = max_buffer // 3
         if not 0 <= hold_limit < max_buffer:
             raise ValueError(
                 f"hold_limit must be at least 0 and below max_buffer ({max_buffer}), got "

@@ -34,7 +34,7 @@ from pyprovlib.controller.volume_store import (
     VolumeStore,
 )
 from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.events import EventRecorder
+from pyprovlib.kube.events import CONTROLLER_HOLD_LIMIT, CONTROLLER_MAX_BUFFER, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, name_of, uid_of
 from pyprovlib.kube.resources import (
@@ -100,8 +100,15 @@ class ProvisionController(ControllerLifecycle):
         self.component = f"{provisioner_name}_{self.id}"
         # Event writes yield to provisioning: they hold back while claims or volumes wait for
         # a worker (each worker's item wakes them, see _run_controller), and catch up after.
+        # Room for the events held back on top of a burst's: see CONTROLLER_MAX_BUFFER.
         self.recorder = EventRecorder(
-            client, self.component, host=host, clock=self._clock, busy=self._work_waiting
+            client,
+            self.component,
+            host=host,
+            clock=self._clock,
+            busy=self._work_waiting,
+            max_buffer=CONTROLLER_MAX_BUFFER,
+            hold_limit=CONTROLLER_HOLD_LIMIT,
         )
 
         limiter = self._queue_rate_limiter()
