@@ -559,8 +559,10 @@ class EventRecorder:
         self._waiting: dict[tuple[str, ...], deque[Obj]] = {}
         self._ready: deque[tuple[str, ...]] = deque()
         self._in_flight: set[tuple[str, ...]] = set()
-        # Writers parked until an object is ready and writing is allowed (see _may_take).
+        # Writers parked until an object is ready and writing is allowed (see _allowed);
+        # _waking of them were woken and have not run yet.
         self._parked: deque[asyncio.Future[None]] = deque()
+        self._waking = 0
         self._writing = 0  # writers with an event in hand
         self._flushing = 0  # flush() calls waiting: write regardless of busy
         self._busy_failed = False
@@ -687,50 +689,60 @@ class EventRecorder:
 
         return process_then_wake
 
-    def _may_take(self) -> bool:
-        """Whether a writer may take a new event now (the yield-to-``busy`` rule)."""
-        if (
-            self.busy is None
-            or self._flushing
-            or self._buffered > self.hold_limit
-            or self._writing < self.busy_writers
-        ):
-            return True
+    def _allowed(self) -> int:
+        """How many writers may take a new event now (the yield-to-``busy`` rule): every
+        ready object's worth unless ``busy`` holds, else what ``busy_writers`` and the
+        events above ``hold_limit`` allow."""
+        ready = len(self._ready)
+        if not ready:
+            return 0
+        over = self._buffered - self.hold_limit
+        if self.busy is None or self._flushing or over >= ready or not self._is_busy():
+            return ready
+        return min(ready, max(self.busy_writers - self._writing, over, 0))
+
+    def _is_busy(self) -> bool:
+        assert self.busy is not None
         try:
-            return not self.busy()
+            return self.busy()
         except Exception:  # a broken predicate must not hold events back forever
             if not self._busy_failed:
                 self._busy_failed = True
                 log.exception(
-                    "the busy predicate failed; writing events regardless", component=self.component
+                    "the busy predicate failed; writing events regardless",
+                    component=self.component,
                 )
-            return True
+            return False
 
     def _release(self) -> None:
-        """Wake as many parked writers as there are objects ready, if writing is allowed."""
-        if not self._parked or not self._ready or not self._may_take():
+        """Wake as many parked writers as may take an event now (not more: those woken
+        would only park again, a wake-up each for nothing)."""
+        if not self._parked:
             return
-        n = len(self._ready)
-        while n and self._parked:
+        n = self._allowed() - self._waking
+        while n > 0 and self._parked:
             waiter = self._parked.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._waking += 1
                 n -= 1
 
     async def _take(self) -> tuple[str, ...]:
         """Wait until an object is ready and writing is allowed; hand out that object."""
-        while not (self._ready and self._may_take()):
+        while not self._allowed():
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._parked.append(waiter)
             try:
                 await waiter
             except asyncio.CancelledError:
                 if waiter.done() and not waiter.cancelled():
+                    self._waking -= 1
                     self._release()  # pass on a wake-up this writer will not use
                 else:
                     with contextlib.suppress(ValueError):
                         self._parked.remove(waiter)
                 raise
+            self._waking -= 1
         return self._ready.popleft()
 
     async def run(self) -> None:
@@ -745,6 +757,7 @@ class EventRecorder:
             self._waiting.clear()
             self._ready.clear()
             self._parked.clear()
+            self._waking = 0
             self._buffered = 0
             self._unfinished -= left
             if self._unfinished <= 0:
@@ -781,7 +794,7 @@ class EventRecorder:
                 self._unfinished -= 1
                 if self._unfinished == 0:
                     self._idle.set()
-                self._release()
+                # No _release here: this writer goes back to _take and re-evaluates itself.
 
     async def flush(self, timeout: float) -> bool:  # noqa: ASYNC109 - clock-driven timeout
         """Wait until every buffered event is written or dropped, at most ``timeout``
