@@ -122,6 +122,36 @@ async def test_writes_are_held_while_busy_and_resume_when_it_clears(
     assert _dropped(registry, "shutdown") == 0
 
 
+async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    busy = Flag(True)
+    rec = EventRecorder(
+        kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
+    )
+    processed: list[str] = []
+
+    async def process(key: str) -> None:
+        processed.append(key)
+        busy.value = False  # the worker took the last key: nothing waits any more
+        if key == "bad":
+            raise RuntimeError("the item failed")
+
+    wrapped = rec.waking(process)
+    async with started(rec):
+        rec.event(claim(0), "Normal", "Provisioning", "provisioning 0")
+        await all_parked(rec)
+        with pytest.raises(RuntimeError, match="the item failed"):
+            await wrapped("bad")
+        await eventually(lambda: written(apiserver) == 1, message="1 event written")
+        busy.value = True
+        rec.event(claim(1), "Normal", "Provisioning", "provisioning 1")
+        await all_parked(rec)
+        await wrapped("good")
+        await eventually(lambda: written(apiserver) == 2, message="2 events written")
+    assert processed == ["bad", "good"]
+
+
 async def test_busy_writers_write_one_at_a_time_while_busy(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
