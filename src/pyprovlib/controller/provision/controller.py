@@ -204,8 +204,12 @@ class ProvisionController(ControllerLifecycle):
         return (self.claim_queue, self.volume_queue)
 
     def _work_waiting(self) -> bool:
-        """Keys queued for a worker and not shut down: the event writers hold back meanwhile."""
-        return any(len(queue) and not queue.shutting_down for queue in self._work_queues())
+        """Keys queued for a worker and not shut down: the event writers hold back meanwhile.
+        Asked a few times per volume, so written out rather than looped."""
+        claims, volumes = self.claim_queue, self.volume_queue
+        return (len(claims) > 0 and not claims.shutting_down) or (
+            len(volumes) > 0 and not volumes.shutting_down
+        )
 
     def endpoint_server(self) -> EndpointServer:
         """The metrics and health server this controller serves when ``metrics_port`` is set
