@@ -86,7 +86,13 @@ from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException, api_error_text
-from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING, EventRecorder
+from pyprovlib.kube.events import (
+    CONTROLLER_HOLD_LIMIT,
+    CONTROLLER_MAX_BUFFER,
+    EVENT_TYPE_NORMAL,
+    EVENT_TYPE_WARNING,
+    EventRecorder,
+)
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, name_of, namespace_of, uid_of
 from pyprovlib.kube.quantity import Quantity
@@ -202,8 +208,15 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
             informer_factory=informer_factory,
             clock=clock,
         )
+        # Event writes yield to resizing while claims wait for a worker (see _run_controller).
         self.recorder = EventRecorder(
-            client, f"external-resizer {name}", host=socket.gethostname(), clock=self._clock
+            client,
+            f"external-resizer {name}",
+            host=socket.gethostname(),
+            clock=self._clock,
+            busy=self._work_waiting,
+            max_buffer=CONTROLLER_MAX_BUFFER,
+            hold_limit=CONTROLLER_HOLD_LIMIT,
         )
         # Every write: the claim's resize status, the volume's capacity, the claim's events.
         self._writes = ResizeStatusWriter(
@@ -249,6 +262,10 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
     def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
         return (self.claim_queue,)
 
+    def _work_waiting(self) -> bool:
+        """Claims queued for a worker and not shut down: the event writers hold back meanwhile."""
+        return bool(len(self.claim_queue)) and not self.claim_queue.shutting_down
+
     async def run(self) -> None:
         """Run until cancelled or :meth:`stop`. With leader election the control loop runs only
         while holding the Lease; losing it raises :class:`LeaderElectionLostError`."""
@@ -271,7 +288,11 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
                 if await self._wait_for_sync(caches):
                     self._synced = True
                     workers = [
-                        tg.create_task(self._worker(self.claim_queue, self._process_claim))
+                        tg.create_task(
+                            self._worker(
+                                self.claim_queue, self.recorder.waking(self._process_claim)
+                            )
+                        )
                         for _ in range(self.options.workers)
                     ]
                     self._log.info("started external resizer", workers=self.options.workers)

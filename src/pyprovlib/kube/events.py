@@ -5,6 +5,8 @@ similar events and filters spam, and a writer that retries and never fails its c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import random
 import re
 import weakref
@@ -12,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
@@ -27,6 +29,8 @@ from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.kube.resources import EVENTS, RESOURCES
 
 __all__ = [
+    "CONTROLLER_HOLD_LIMIT",
+    "CONTROLLER_MAX_BUFFER",
     "EVENT_TYPE_NORMAL",
     "EVENT_TYPE_WARNING",
     "MAX_MESSAGE_BYTES",
@@ -49,6 +53,15 @@ MAX_MESSAGE_BYTES = 1024
 """The API server's ``NoteLengthLimit``: it rejects longer events.k8s.io notes. client-go's
 core/v1 recorder does not truncate, but kube-scheduler does (``truncateMessage``), and a
 storage error message can be arbitrarily long, so messages are cut to this many bytes."""
+
+CONTROLLER_MAX_BUFFER = 3000
+"""The event buffer of pyprovlib's controllers, whose writers yield to their work queues:
+the 2,000 events of a 1,000-claim burst (the recorder's default buffer; written at once they
+reached a high-water mark of 1,200-1,350 on a loaded machine) plus :data:`CONTROLLER_HOLD_LIMIT`
+(see :class:`EventRecorder`, "Yielding to the controller")."""
+CONTROLLER_HOLD_LIMIT = 1000
+"""The most events pyprovlib's controllers hold back while claims or volumes wait for a
+worker; beyond it every writer writes."""
 
 _TRUNCATION_SUFFIX = " ..."
 _DROP_LOG_INTERVAL = 60.0
@@ -80,6 +93,7 @@ class CorrelatorOptions:
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
+_P = ParamSpec("_P")
 
 
 class _LRU(Generic[_K, _V]):
@@ -471,6 +485,31 @@ class EventRecorder:
     reached 500-920 in bench/provision.py and bench/csi_provision.py, and 8 writers with
     1,000 slots dropped 10-50 %). So the default holds a whole burst's 2,000 events — a few
     MB at most — and lets the writers catch up after it, rather than losing them.
+
+    **Yielding to the controller** (``busy``): the writers share the event loop with the
+    controller they report for, and during a burst their round trips compete with the
+    provisioning itself (about a fifth of a CSI sidecar's CPU). Given ``busy``, a predicate
+    that is true while the owning controller has work waiting for a worker, the writers hold
+    back while it holds: at most ``busy_writers`` of them take a new event (default one, so a
+    controller that never runs out of work still gets its events written, one round trip at a
+    time; 0 holds them all back), and all of them write at full speed once it turns false.
+    Nothing is dropped for it:
+
+    - once more than ``hold_limit`` events wait (default a third of ``max_buffer``), every
+      writer writes again, busy or not. Holding back the first ``hold_limit`` events of a
+      burst raises the buffer's high-water mark by less than ``hold_limit`` (the writers then
+      catch up from there instead of from zero), so a buffer with ``hold_limit`` slots more
+      than the burst needs without ``busy`` never fills because of it. The controllers that
+      pass ``busy`` size theirs so (:data:`CONTROLLER_MAX_BUFFER`, :data:`CONTROLLER_HOLD_LIMIT`);
+    - :meth:`flush` (a graceful stop's, a test's) writes regardless of ``busy`` while it waits;
+    - cancelling :meth:`run` accounts for what is still buffered exactly as without ``busy``.
+
+    The recorder re-evaluates ``busy`` whenever something happens to it (an event recorded, a
+    write finished, a flush begun) and when told to with :meth:`wake`. It does not poll, so the
+    owner must call :meth:`wake` whenever ``busy`` may have turned false without an event being
+    recorded — typically after each work item, which :meth:`waking` wraps a worker's
+    ``process`` function to do. Events are still correlated in the order they were recorded,
+    one object at a time: holding back changes when they are written, not in what order.
     """
 
     def __init__(
@@ -487,21 +526,46 @@ class EventRecorder:
         correlator_options: CorrelatorOptions | None = None,
         rng: random.Random | None = None,
         writers: int = 16,
+        busy: Callable[[], bool] | None = None,
+        busy_writers: int = 1,
+        hold_limit: int | None = None,
     ) -> None:
         if not component:
             raise ValueError("an EventRecorder needs a component name")
         if max_buffer < 1 or max_tries < 1 or writers < 1:
             raise ValueError("max_buffer, max_tries and writers must be at least 1")
+        if busy_writers < 0:
+            raise ValueError(f"busy_writers must not be negative, got {busy_writers}")
+        if hold_limit is None:
+            hold_limit = max_buffer // 3
+        if not 0 <= hold_limit < max_buffer:
+            raise ValueError(
+                f"hold_limit must be at least 0 and below max_buffer ({max_buffer}), got "
+                f"{hold_limit}: events held back past the buffer's end would be dropped"
+            )
         self.writers = writers
         self.max_buffer = max_buffer
+        self.busy = busy
+        """The owner's "work is waiting" predicate (see the class docstring), or None."""
+        self.busy_writers = busy_writers
+        """How many writers may take new events while :attr:`busy` holds."""
+        self.hold_limit = hold_limit
+        """Above this many waiting events, writers write even while :attr:`busy` holds."""
         # Waiting events per involved object, in the order they were recorded. An object is
         # in _ready (once) when it has waiting events and no write in flight: writers take
         # objects from there, so one object's events never overlap and never block a writer
         # behind another object's write (sharding objects over per-writer locks did: writers
         # parked on a busy shard while the buffer filled, ~3 of 8 writing on average).
         self._waiting: dict[tuple[str, ...], deque[Obj]] = {}
-        self._ready: asyncio.Queue[tuple[str, ...]] = asyncio.Queue()
+        self._ready: deque[tuple[str, ...]] = deque()
         self._in_flight: set[tuple[str, ...]] = set()
+        # Writers parked until an object is ready and writing is allowed (see _allowed);
+        # _waking of them were woken and have not run yet.
+        self._parked: deque[asyncio.Future[None]] = deque()
+        self._waking = 0
+        self._writing = 0  # writers with an event in hand
+        self._flushing = 0  # flush() calls waiting: write regardless of busy
+        self._busy_failed = False
         self._buffered = 0
         self._unfinished = 0
         self._idle = asyncio.Event()
@@ -551,13 +615,14 @@ class EventRecorder:
         if waiting is None:
             self._waiting[key] = deque((event,))
             if key not in self._in_flight:
-                self._ready.put_nowait(key)
+                self._ready.append(key)
         else:
             waiting.append(event)
         self._buffered += 1
         self.high_water = max(self.high_water, self._buffered)
         self._unfinished += 1
         self._idle.clear()
+        self._release()
 
     def _make_event(
         self,
@@ -599,6 +664,87 @@ class EventRecorder:
         """Events buffered and not yet written (or dropped), those being written excluded."""
         return self._buffered
 
+    @property
+    def parked_writers(self) -> int:
+        """Writers waiting for an event to take: none is ready, or :attr:`busy` holds them
+        back. All of them, with events :attr:`pending`, means the recorder is holding back."""
+        return sum(not waiter.done() for waiter in self._parked)
+
+    def wake(self) -> None:
+        """Re-evaluate :attr:`busy` now and let parked writers go if writing is allowed. The
+        owner calls it whenever its work may have run out without an event being recorded
+        (after each work item: :meth:`waking`). Cheap, never blocks, never raises."""
+        self._release()
+
+    def waking(self, process: Callable[_P, Awaitable[None]]) -> Callable[_P, Awaitable[None]]:
+        """``process`` (a worker's per-item coroutine function) calling :meth:`wake` when it
+        returns or raises, so held-back events go out as soon as the work queue runs dry."""
+
+        @functools.wraps(process)
+        async def process_then_wake(*args: _P.args, **kwargs: _P.kwargs) -> None:
+            try:
+                await process(*args, **kwargs)
+            finally:
+                self._release()
+
+        return process_then_wake
+
+    def _allowed(self) -> int:
+        """How many writers may take a new event now (the yield-to-``busy`` rule): every
+        ready object's worth unless ``busy`` holds, else what ``busy_writers`` and the
+        events above ``hold_limit`` allow."""
+        ready = len(self._ready)
+        if not ready:
+            return 0
+        over = self._buffered - self.hold_limit
+        if self.busy is None or self._flushing or over >= ready or not self._is_busy():
+            return ready
+        return min(ready, max(self.busy_writers - self._writing, over, 0))
+
+    def _is_busy(self) -> bool:
+        assert self.busy is not None
+        try:
+            return self.busy()
+        except Exception:  # a broken predicate must not hold events back forever
+            if not self._busy_failed:
+                self._busy_failed = True
+                log.exception(
+                    "the busy predicate failed; writing events regardless",
+                    component=self.component,
+                )
+            return False
+
+    def _release(self) -> None:
+        """Wake as many parked writers as may take an event now (not more: those woken
+        would only park again, a wake-up each for nothing)."""
+        if not self._parked:
+            return
+        n = self._allowed() - self._waking
+        while n > 0 and self._parked:
+            waiter = self._parked.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._waking += 1
+                n -= 1
+
+    async def _take(self) -> tuple[str, ...]:
+        """Wait until an object is ready and writing is allowed; hand out that object."""
+        while not self._allowed():
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._parked.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._waking -= 1
+                    self._release()  # pass on a wake-up this writer will not use
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._parked.remove(waiter)
+                raise
+            self._waking -= 1
+        return self._ready.popleft()
+
     async def run(self) -> None:
         """Write buffered events until cancelled. Events still buffered when cancelled are
         counted as dropped (``shutdown``); call :meth:`flush` first to avoid that."""
@@ -609,8 +755,9 @@ class EventRecorder:
         finally:
             left = self._buffered
             self._waiting.clear()
-            while not self._ready.empty():
-                self._ready.get_nowait()
+            self._ready.clear()
+            self._parked.clear()
+            self._waking = 0
             self._buffered = 0
             self._unfinished -= left
             if self._unfinished <= 0:
@@ -622,13 +769,14 @@ class EventRecorder:
 
     async def _writer(self) -> None:
         while True:
-            key = await self._ready.get()
+            key = await self._take()
             waiting = self._waiting[key]
             event = waiting.popleft()
             if not waiting:
                 del self._waiting[key]
             self._buffered -= 1
             self._in_flight.add(key)
+            self._writing += 1
             try:
                 await self._record(event)
             except asyncio.CancelledError:
@@ -639,18 +787,26 @@ class EventRecorder:
                 log.exception("event writer failed on one event", component=self.component)
                 self._dropped.labels("error").inc()
             finally:
+                self._writing -= 1
                 self._in_flight.discard(key)
                 if key in self._waiting:
-                    self._ready.put_nowait(key)
+                    self._ready.append(key)
                 self._unfinished -= 1
                 if self._unfinished == 0:
                     self._idle.set()
+                # No _release here: this writer goes back to _take and re-evaluates itself.
 
     async def flush(self, timeout: float) -> bool:  # noqa: ASYNC109 - clock-driven timeout
         """Wait until every buffered event is written or dropped, at most ``timeout``
         seconds of the recorder's clock; True when the buffer drained in time. Needs
-        :meth:`run` to be running."""
-        return await _wait_with_timeout(self._idle.wait(), timeout, self._clock)
+        :meth:`run` to be running. While it waits, the writers write at full speed even if
+        :attr:`busy` holds."""
+        self._flushing += 1
+        try:
+            self._release()
+            return await _wait_with_timeout(self._idle.wait(), timeout, self._clock)
+        finally:
+            self._flushing -= 1
 
     async def _record(self, event: Obj) -> None:
         try:

@@ -34,7 +34,7 @@ from pyprovlib.controller.volume_store import (
     VolumeStore,
 )
 from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.events import EventRecorder
+from pyprovlib.kube.events import CONTROLLER_HOLD_LIMIT, CONTROLLER_MAX_BUFFER, EventRecorder
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, name_of, uid_of
 from pyprovlib.kube.resources import (
@@ -98,7 +98,18 @@ class ProvisionController(ControllerLifecycle):
         self.metrics: ProvisionMetrics = self.options.metrics or default_metrics()
         host = socket.gethostname()
         self.component = f"{provisioner_name}_{self.id}"
-        self.recorder = EventRecorder(client, self.component, host=host, clock=self._clock)
+        # Event writes yield to provisioning: they hold back while claims or volumes wait for
+        # a worker (each worker's item wakes them, see _run_controller), and catch up after.
+        # Room for the events held back on top of a burst's: see CONTROLLER_MAX_BUFFER.
+        self.recorder = EventRecorder(
+            client,
+            self.component,
+            host=host,
+            clock=self._clock,
+            busy=self._work_waiting,
+            max_buffer=CONTROLLER_MAX_BUFFER,
+            hold_limit=CONTROLLER_HOLD_LIMIT,
+        )
 
         limiter = self._queue_rate_limiter()
         self.claim_queue: RateLimitingQueue[str] = RateLimitingQueue(
@@ -192,6 +203,14 @@ class ProvisionController(ControllerLifecycle):
     def _work_queues(self) -> tuple[RateLimitingQueue[str], ...]:
         return (self.claim_queue, self.volume_queue)
 
+    def _work_waiting(self) -> bool:
+        """Keys queued for a worker and not shut down: the event writers hold back meanwhile.
+        Asked a few times per volume, so written out rather than looped."""
+        claims, volumes = self.claim_queue, self.volume_queue
+        return (len(claims) > 0 and not claims.shutting_down) or (
+            len(volumes) > 0 and not volumes.shutting_down
+        )
+
     def endpoint_server(self) -> EndpointServer:
         """The metrics and health server this controller serves when ``metrics_port`` is set
         (the one :mod:`pyprovlib.runtime` serves too): ``metrics_path``, ``/healthz``,
@@ -248,12 +267,20 @@ class ProvisionController(ControllerLifecycle):
                     self._synced = True
                     workers = [
                         tg.create_task(
-                            self._worker(self.claim_queue, self._claims.process, drain=False)
+                            self._worker(
+                                self.claim_queue,
+                                self.recorder.waking(self._claims.process),
+                                drain=False,
+                            )
                         )
                         for _ in range(self.options.threadiness)
                     ] + [
                         tg.create_task(
-                            self._worker(self.volume_queue, self._volumes.process, drain=False)
+                            self._worker(
+                                self.volume_queue,
+                                self.recorder.waking(self._volumes.process),
+                                drain=False,
+                            )
                         )
                         for _ in range(self.options.threadiness)
                     ]

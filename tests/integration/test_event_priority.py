@@ -1,0 +1,334 @@
+"""EventRecorder's writers yield to the owning controller's work (``busy``): held back while it
+holds (but for ``busy_writers``), released when it clears, forced above ``hold_limit``, and
+never losing an event to it: flush and a stop still write or account for every one. Then the
+wiring: the ProvisionController's predicate, and a burst of claims whose events are all
+written (the ResizeController's: tests/resize/test_event_priority_resize.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+from prometheus_client import CollectorRegistry
+from test_provision_e2e import MemoryProvisioner, create_claim, create_class, fast_options
+
+from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.kube.config import request_json
+from pyprovlib.kube.events import EventRecorder
+from pyprovlib.kube.objects import Obj
+from pyprovlib.testing import eventually, running, wait_bound
+from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing.server import ApiServer
+
+NS = "prio"
+
+
+def claim(i: int) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"claim-{i}", "namespace": NS, "uid": f"uid-{i}"},
+    }
+
+
+class CountingRecorder(EventRecorder):
+    """Counts the writes in flight at once and remembers the order of the writes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.order: list[tuple[str, str]] = []
+
+    async def _write(self, event: Obj, patch: Obj | None) -> str:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.order.append((str(event["involvedObject"]["uid"]), str(event["reason"])))
+        try:
+            return await super()._write(event, patch)
+        finally:
+            self.in_flight -= 1
+
+
+class Flag:
+    """A ``busy`` predicate the test turns on and off."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+        self.calls = 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.value
+
+
+def _dropped(registry: CollectorRegistry, reason: str) -> float:
+    return registry.get_sample_value("pyprovlib_events_dropped_total", {"reason": reason}) or 0.0
+
+
+def written(apiserver: ApiServer) -> int:
+    return len(apiserver.storage.list("events", NS))
+
+
+@asynccontextmanager
+async def started(rec: EventRecorder) -> AsyncIterator[asyncio.Task[None]]:
+    await request_json(rec._api, "POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(rec.run())
+        try:
+            yield task
+        finally:
+            task.cancel()
+
+
+async def all_parked(rec: EventRecorder) -> None:
+    """Every writer waits for an event to take: none is writing, none about to."""
+    await eventually(lambda: rec.parked_writers == rec.writers, message="every writer parked")
+
+
+async def test_writes_are_held_while_busy_and_resume_when_it_clears(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    busy = Flag(True)
+    registry = CollectorRegistry()
+    rec = EventRecorder(kube_client, "test", registry=registry, busy=busy, busy_writers=0)
+    async with started(rec):
+        for i in range(6):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        await all_parked(rec)
+        assert written(apiserver) == 0
+        assert rec.pending == 6
+
+        # Cleared, but nobody said so: the writers do not poll, so they stay parked...
+        busy.value = False
+        await all_parked(rec)
+        assert rec.pending == 6
+        # ...until told (the controller's workers call wake after each item).
+        rec.wake()
+        await eventually(lambda: written(apiserver) == 6, message="6 events written")
+
+        # Recording re-evaluates the predicate too: busy again holds, clear again releases.
+        busy.value = True
+        rec.event(claim(10), "Normal", "Provisioning", "provisioning 10")
+        await all_parked(rec)
+        assert written(apiserver) == 6
+        busy.value = False
+        rec.event(claim(11), "Normal", "Provisioning", "provisioning 11")
+        await eventually(lambda: written(apiserver) == 8, message="8 events written")
+    assert _dropped(registry, "shutdown") == 0
+
+
+async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    busy = Flag(True)
+    rec = EventRecorder(
+        kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
+    )
+    processed: list[str] = []
+
+    async def process(key: str) -> None:
+        processed.append(key)
+        busy.value = False  # the worker took the last key: nothing waits any more
+        if key == "bad":
+            raise RuntimeError("the item failed")
+
+    wrapped = rec.waking(process)
+    async with started(rec):
+        rec.event(claim(0), "Normal", "Provisioning", "provisioning 0")
+        await all_parked(rec)
+        with pytest.raises(RuntimeError, match="the item failed"):
+            await wrapped("bad")
+        await eventually(lambda: written(apiserver) == 1, message="1 event written")
+        busy.value = True
+        rec.event(claim(1), "Normal", "Provisioning", "provisioning 1")
+        await all_parked(rec)
+        await wrapped("good")
+        await eventually(lambda: written(apiserver) == 2, message="2 events written")
+    assert processed == ["bad", "good"]
+
+
+async def test_busy_writers_write_one_at_a_time_while_busy(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    busy = Flag(True)
+    rec = CountingRecorder(
+        kube_client, "test", registry=CollectorRegistry(), busy=busy, writers=8, busy_writers=1
+    )
+    async with started(rec):
+        for i in range(12):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        # One writer keeps writing while busy: everything goes out, one write at a time.
+        await eventually(lambda: written(apiserver) == 12, message="12 events written")
+        assert rec.max_in_flight == 1
+        # Parked writers are woken only when they may write: a write that frees the one
+        # slot wakes one writer, not all of them to find the slot taken (busy is asked
+        # each time a writer looks).
+        assert busy.calls <= 3 * 12  # 19 here; waking all 8 writers each time asked 62 times
+        busy.value = False
+        for i in range(12, 40):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        await eventually(lambda: written(apiserver) == 40, message="40 events written")
+    assert rec.max_in_flight > 1  # full speed once the controller's queue is empty
+
+
+async def test_the_hold_limit_forces_writes_and_nothing_is_dropped(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    registry = CollectorRegistry()
+    rec = EventRecorder(
+        kube_client,
+        "test",
+        registry=registry,
+        busy=lambda: True,  # a controller that never runs out of work
+        busy_writers=0,
+        max_buffer=20,
+        hold_limit=5,
+    )
+    async with started(rec):
+        for i in range(18):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        # Written down to the limit, then held again.
+        await eventually(lambda: written(apiserver) == 13, message="13 events written")
+        await all_parked(rec)
+        assert rec.pending == 5
+        assert written(apiserver) == 13
+        # A flush writes the rest, busy or not.
+        assert await rec.flush(30)
+        assert written(apiserver) == 18
+    assert _dropped(registry, "buffer_full") == 0
+    assert rec.high_water == 18
+
+
+async def test_flush_writes_held_events_and_cancel_accounts_for_them(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    registry = CollectorRegistry()
+    rec = EventRecorder(kube_client, "test", registry=registry, busy=lambda: True, busy_writers=0)
+    async with started(rec) as task:
+        for i in range(4):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        assert await rec.flush(30)
+        assert written(apiserver) == 4
+        # Held when the recorder is cancelled: counted as dropped at shutdown, as without busy.
+        for i in range(4, 7):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        await all_parked(rec)
+        task.cancel()
+    assert written(apiserver) == 4
+    assert _dropped(registry, "shutdown") == 3
+    assert rec.pending == 0
+    assert await rec.flush(1)  # nothing left unaccounted for
+
+
+async def test_a_failing_predicate_does_not_hold_events(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    def broken() -> bool:
+        raise RuntimeError("bug in the owner's predicate")
+
+    rec = EventRecorder(
+        kube_client, "test", registry=CollectorRegistry(), busy=broken, busy_writers=0
+    )
+    async with started(rec):
+        for i in range(3):
+            rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
+        await eventually(lambda: written(apiserver) == 3, message="3 events written")
+
+
+async def test_each_objects_events_keep_their_order_across_a_hold(
+    apiserver: ApiServer, kube_client: ApiClient
+) -> None:
+    busy = Flag(True)
+    rec = CountingRecorder(
+        kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
+    )
+    async with started(rec):
+        for reason in ("First", "Second", "Third"):
+            for i in range(4):
+                rec.event(claim(i), "Normal", reason, f"{reason} {i}")
+        rec.event(claim(0), "Normal", "First", "First 0")  # a repeat: counted, not created
+        await all_parked(rec)
+        assert rec.order == []
+        busy.value = False
+        rec.wake()
+        assert await rec.flush(30)
+    assert rec.max_in_flight > 1
+    for i in range(4):
+        mine = [reason for uid, reason in rec.order if uid == f"uid-{i}"]
+        assert mine == ["First", "Second", "Third"] + (["First"] if i == 0 else [])
+    events = apiserver.storage.list("events", NS)
+    assert len(events) == 12
+    (repeated,) = [e for e in events if e["message"] == "First 0"]
+    assert repeated["count"] == 2
+
+
+def test_hold_limit_must_leave_room_in_the_buffer(kube_client: ApiClient) -> None:
+    with pytest.raises(ValueError, match="hold_limit"):
+        EventRecorder(
+            kube_client, "test", registry=CollectorRegistry(), max_buffer=10, hold_limit=10
+        )
+    with pytest.raises(ValueError, match="busy_writers"):
+        EventRecorder(kube_client, "test", registry=CollectorRegistry(), busy_writers=-1)
+    rec = EventRecorder(kube_client, "test", registry=CollectorRegistry(), max_buffer=10)
+    assert rec.hold_limit == 3  # a third: the rest is room for what the writers cannot keep up with
+    assert rec.busy is None
+
+
+async def test_the_provision_controllers_events_yield_to_its_queues(
+    kube_client: ApiClient,
+) -> None:
+    controller = ProvisionController(
+        kube_client, "example.com/prio", MemoryProvisioner(), fast_options()
+    )
+    busy = controller.recorder.busy
+    assert busy is not None
+    # Held-back events come on top of the room a burst needs without holding back.
+    assert controller.recorder.max_buffer - controller.recorder.hold_limit >= 2000
+    assert not busy()
+    controller.volume_queue.add("pv-1")
+    assert busy()
+    controller.volume_queue.shut_down()  # what is left after a stop does not hold events
+    assert not busy()
+    controller.claim_queue.add("ns/claim-1")
+    assert busy()
+    await controller.claim_queue.get()  # a worker took it: nothing is waiting for one
+    assert not busy()
+
+
+@pytest.mark.e2e
+async def test_every_event_of_a_burst_is_written(kube_cluster: TestCluster) -> None:
+    provisioner = "example.com/prio-burst"
+    controller = ProvisionController(
+        kube_cluster.api_client,
+        provisioner,
+        MemoryProvisioner(),
+        fast_options(threadiness=4),
+    )
+    class_name = await create_class(kube_cluster, provisioner, reclaimPolicy="Delete")
+    async with running(controller, ready=True):
+        claims = await asyncio.gather(*(create_claim(kube_cluster, class_name) for _ in range(40)))
+        for c in claims:
+            await wait_bound(kube_cluster, c["metadata"]["name"])
+        names = {c["metadata"]["name"] for c in claims}
+
+        async def both_events_of_every_claim() -> bool:
+            listed = await request_json(
+                kube_cluster.api_client,
+                "GET",
+                f"/api/v1/namespaces/{kube_cluster.namespace}/events",
+            )
+            seen = {
+                (e["involvedObject"]["name"], e["reason"])
+                for e in listed["items"]
+                if e["involvedObject"]["name"] in names
+            }
+            return seen >= {
+                (n, r) for n in names for r in ("Provisioning", "ProvisioningSucceeded")
+            }
+
+        await eventually(both_events_of_every_claim, message="both events of all 40 claims")
