@@ -17,7 +17,6 @@ import socket
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from aiohttp import web
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
@@ -25,6 +24,9 @@ from pyprovlib._logging import get_logger
 from pyprovlib.redaction import scrub_text
 
 if TYPE_CHECKING:
+    # aiohttp's server side (~2 MB of modules) is imported when a server starts, not when a
+    # controller module is: most sidecar processes serve no HTTP endpoint (issue 19's RSS).
+    from aiohttp import web
     from prometheus_client.registry import CollectorRegistry
 
 __all__ = [
@@ -163,6 +165,8 @@ class EndpointServer:
         return f"{self.host or ''}:{self.requested_port}"
 
     def _app(self) -> web.Application:
+        from aiohttp import web  # imported here: see the TYPE_CHECKING import
+
         app = web.Application()
         app.router.add_get(self.metrics_path, self._metrics)
         if self.healthz is not None:
@@ -181,6 +185,8 @@ class EndpointServer:
         """Bind and start serving. Raises :class:`OSError` when the address is unusable."""
         if self._runner is not None:
             raise RuntimeError("the HTTP server is already started")
+        from aiohttp import web  # imported here: see the TYPE_CHECKING import
+
         sock = _bind(self.host, self.requested_port)
         # No access log: Prometheus and kubelet probes would drown the controller's own lines.
         runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
@@ -216,6 +222,8 @@ class EndpointServer:
         await self.stop()
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # already loaded by start()
+
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         body = encoder(self.registry)
         return web.Response(body=body, headers={"Content-Type": content_type})
@@ -223,6 +231,8 @@ class EndpointServer:
     def _make_health(
         self, name: str, checks: Mapping[str, Check], fail_status: int
     ) -> Callable[[web.Request], Any]:
+        from aiohttp import web  # imported here: see the TYPE_CHECKING import
+
         async def handler(request: web.Request) -> web.Response:
             lines: list[str] = []
             failed = False
