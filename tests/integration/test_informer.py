@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -85,28 +85,6 @@ async def until(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> N
 
 def rv_map(objs: list[Obj]) -> dict[str, str]:
     return {meta_namespace_key(o): o["metadata"]["resourceVersion"] for o in objs}
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[asyncio.TaskGroup]:
-    """A task group cancelled at teardown, like a controller's main() shutting down."""
-    stop = asyncio.Event()
-    holder: list[asyncio.TaskGroup] = []
-    ready = asyncio.Event()
-
-    async def owner() -> None:
-        async with asyncio.TaskGroup() as tg:
-            holder.append(tg)
-            ready.set()
-            await stop.wait()
-            raise asyncio.CancelledError  # cancel the group's tasks
-
-    task = asyncio.create_task(owner())
-    await ready.wait()
-    yield holder[0]
-    stop.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
 
 
 async def test_informer_converges_under_drops_compaction_and_error_bursts(

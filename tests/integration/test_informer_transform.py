@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
@@ -59,28 +58,6 @@ def claim(name: str, **labels: str) -> Obj:
             "resources": {"requests": {"storage": "1Gi"}},
         },
     }
-
-
-@pytest.fixture
-async def task_group() -> AsyncIterator[asyncio.TaskGroup]:
-    """A task group cancelled at teardown, like a controller's main() shutting down."""
-    stop = asyncio.Event()
-    holder: list[asyncio.TaskGroup] = []
-    ready = asyncio.Event()
-
-    async def owner() -> None:
-        async with asyncio.TaskGroup() as tg:
-            holder.append(tg)
-            ready.set()
-            await stop.wait()
-            raise asyncio.CancelledError  # cancel the group's tasks
-
-    task = asyncio.create_task(owner())
-    await ready.wait()
-    yield holder[0]
-    stop.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
 
 
 def test_strip_managed_fields_drops_only_that_key_in_place() -> None:

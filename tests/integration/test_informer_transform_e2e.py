@@ -50,6 +50,28 @@ async def create_managed(cluster: TestCluster, resource: Resource, obj: Obj) -> 
     )
 
 
+async def create_managed_claim(cluster: TestCluster, class_name: str) -> Obj:
+    """A 1Gi claim of ``class_name`` ("" for none) created by :func:`create_managed`."""
+    return await create_managed(
+        cluster,
+        PERSISTENT_VOLUME_CLAIMS,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": cluster.unique_name("claim"),
+                "namespace": cluster.namespace,
+                "labels": {"test": "yes"},
+            },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": class_name,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+
 def managed_entry() -> dict[str, object]:
     """A valid managedFields entry of :data:`TEST_MANAGER`."""
     return {
@@ -73,24 +95,7 @@ async def test_a_controllers_caches_hold_no_managed_fields_while_the_server_has_
     claims = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
     volumes = ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUMES)
     async with running(controller):
-        claim = await create_managed(
-            kube_cluster,
-            PERSISTENT_VOLUME_CLAIMS,
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {
-                    "name": kube_cluster.unique_name("claim"),
-                    "namespace": kube_cluster.namespace,
-                    "labels": {"test": "yes"},
-                },
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": class_name,
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
-        )
+        claim = await create_managed_claim(kube_cluster, class_name)
         claim_name = claim["metadata"]["name"]
         bound = await wait_bound(kube_cluster, claim_name)
         pv_name = bound["spec"]["volumeName"]
@@ -142,24 +147,7 @@ async def test_updating_an_object_read_from_a_stripping_cache_keeps_its_managed_
         },
     )
     kube_cluster.track(PERSISTENT_VOLUMES, pv["metadata"]["name"])
-    claim = await create_managed(
-        kube_cluster,
-        PERSISTENT_VOLUME_CLAIMS,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {
-                "name": kube_cluster.unique_name("claim"),
-                "namespace": kube_cluster.namespace,
-                "labels": {"test": "yes"},
-            },
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    claim = await create_managed_claim(kube_cluster, "")
     for created in (pv, claim):
         assert TEST_MANAGER in managers_of(created), created["metadata"]
 
