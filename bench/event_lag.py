@@ -25,7 +25,6 @@ import importlib.util
 import io
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -63,25 +62,15 @@ def _event_observer(base: type) -> type:
 
         async def watch_events(self) -> None:
             from pyprovlib.kube.resources import EVENTS
-            from pyprovlib.kube.rest import ResourceClient
 
-            client = ResourceClient(self.api, EVENTS)
-            listed = await client.list(self.namespace)
-            rv = listed["metadata"]["resourceVersion"]
-            while True:
-                async with client.watch(
-                    self.namespace, resource_version=rv, timeout_seconds=600
-                ) as stream:
-                    async for event in stream:
-                        now = time.monotonic()
-                        obj = event["object"]
-                        rv = obj["metadata"].get("resourceVersion", rv)
-                        if event["type"] not in ("ADDED", "MODIFIED"):
-                            continue
-                        if obj.get("reason") not in REASONS:
-                            continue
-                        self.event_writes.append(now)
-                        self.event_names.add(obj["metadata"]["name"])
+            async for now, event in self.watch(EVENTS, self.namespace):
+                obj = event["object"]
+                if event["type"] not in ("ADDED", "MODIFIED"):
+                    continue
+                if obj.get("reason") not in REASONS:
+                    continue
+                self.event_writes.append(now)
+                self.event_names.add(obj["metadata"]["name"])
 
     return EventObserver
 

@@ -46,8 +46,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -70,6 +71,10 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.config import load_kube_config
 
 from pyprovlib.controller.provision import FINALIZER_PROVISIONING
+
+if TYPE_CHECKING:
+    from pyprovlib.kube.objects import Obj
+    from pyprovlib.kube.resources import Resource
 
 PROVISIONER = "bench.pyprovlib.io/memory"
 HERE = Path(__file__).resolve()
@@ -412,69 +417,65 @@ class Observer:
         self.no_pvs = asyncio.Event()
         self.pv_names: set[str] = set()
 
-    async def watch_claims(self) -> None:
-        from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
+    async def watch(
+        self, kind: Resource, namespace: str | None
+    ) -> AsyncIterator[tuple[float, Obj]]:
+        """Every watch event of ``kind`` (in ``namespace``) from now on, bookmarks aside,
+        with the monotonic time it arrived; the watch is resumed when the server ends it."""
         from pyprovlib.kube.rest import ResourceClient
 
-        client = ResourceClient(self.api, PERSISTENT_VOLUME_CLAIMS)
-        listed = await client.list(self.namespace)
+        client = ResourceClient(self.api, kind)
+        listed = await client.list(namespace)
         rv = listed["metadata"]["resourceVersion"]
         while True:
-            async with client.watch(
-                self.namespace, resource_version=rv, timeout_seconds=600
-            ) as stream:
+            async with client.watch(namespace, resource_version=rv, timeout_seconds=600) as stream:
                 async for event in stream:
                     now = time.monotonic()
-                    obj = event["object"]
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    uid = obj["metadata"]["uid"]
-                    self.claim_seen.setdefault(uid, now)
-                    annotations = obj["metadata"].get("annotations") or {}
-                    if "volume.kubernetes.io/storage-provisioner" in annotations:
-                        # The PV controller (binder) asked for provisioning: the controller's
-                        # own latency starts here.
-                        self.claim_annotated.setdefault(uid, now)
-                    if FINALIZER_PROVISIONING in (obj["metadata"].get("finalizers") or ()):
-                        self.protected.add(uid)
-                    else:
-                        self.protected.discard(uid)
-                    if obj.get("status", {}).get("phase") == "Bound":
-                        self.bound.setdefault(uid, now)
-                        if len(self.bound) >= self.expected:
-                            self.all_bound.set()
-                    if self.all_bound.is_set() and not self.protected:
-                        self.all_settled.set()
+                    rv = event["object"]["metadata"].get("resourceVersion", rv)
+                    if event["type"] != "BOOKMARK":
+                        yield now, event
+
+    async def watch_claims(self) -> None:
+        from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
+
+        async for now, event in self.watch(PERSISTENT_VOLUME_CLAIMS, self.namespace):
+            obj = event["object"]
+            uid = obj["metadata"]["uid"]
+            self.claim_seen.setdefault(uid, now)
+            annotations = obj["metadata"].get("annotations") or {}
+            if "volume.kubernetes.io/storage-provisioner" in annotations:
+                # The PV controller (binder) asked for provisioning: the controller's
+                # own latency starts here.
+                self.claim_annotated.setdefault(uid, now)
+            if FINALIZER_PROVISIONING in (obj["metadata"].get("finalizers") or ()):
+                self.protected.add(uid)
+            else:
+                self.protected.discard(uid)
+            if obj.get("status", {}).get("phase") == "Bound":
+                self.bound.setdefault(uid, now)
+                if len(self.bound) >= self.expected:
+                    self.all_bound.set()
+            if self.all_bound.is_set() and not self.protected:
+                self.all_settled.set()
 
     async def watch_volumes(self) -> None:
         from pyprovlib.kube.resources import PERSISTENT_VOLUMES
-        from pyprovlib.kube.rest import ResourceClient
 
-        client = ResourceClient(self.api, PERSISTENT_VOLUMES)
-        listed = await client.list()
-        rv = listed["metadata"]["resourceVersion"]
-        while True:
-            async with client.watch(resource_version=rv, timeout_seconds=600) as stream:
-                async for event in stream:
-                    now = time.monotonic()
-                    obj = event["object"]
-                    rv = obj["metadata"].get("resourceVersion", rv)
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    ref = obj.get("spec", {}).get("claimRef") or {}
-                    if ref.get("namespace") != self.namespace:
-                        continue
-                    name = obj["metadata"]["name"]
-                    if event["type"] == "DELETED":
-                        self.pv_names.discard(name)
-                        if not self.pv_names and self.all_pvs.is_set():
-                            self.no_pvs.set()
-                        continue
-                    self.pv_names.add(name)
-                    self.pv_seen.setdefault(ref.get("uid", name), now)
-                    if len(self.pv_seen) >= self.expected:
-                        self.all_pvs.set()
+        async for now, event in self.watch(PERSISTENT_VOLUMES, None):
+            obj = event["object"]
+            ref = obj.get("spec", {}).get("claimRef") or {}
+            if ref.get("namespace") != self.namespace:
+                continue
+            name = obj["metadata"]["name"]
+            if event["type"] == "DELETED":
+                self.pv_names.discard(name)
+                if not self.pv_names and self.all_pvs.is_set():
+                    self.no_pvs.set()
+                continue
+            self.pv_names.add(name)
+            self.pv_seen.setdefault(ref.get("uid", name), now)
+            if len(self.pv_seen) >= self.expected:
+                self.all_pvs.set()
 
 
 def _proc_cpu(pid: int) -> float | None:
