@@ -253,6 +253,8 @@ async def _start_sidecar(
     env["PYTHONUNBUFFERED"] = "1"
     if src:
         env["PYTHONPATH"] = src
+    if args.scrape:
+        common.append(f"--http-endpoint=127.0.0.1:{_metrics_port(run)}")
     if kind == "go":
         argv = [
             str(args.assets / "csi-provisioner"),
@@ -383,6 +385,7 @@ async def run_once(
                 stderr=asyncio.subprocess.DEVNULL,
             )
             await asyncio.sleep(1.0)
+        server0 = await _scrape_apiserver(api) if args.scrape else {}
         cpu0 = _proc_cpu(sidecar.pid) or 0.0
         rss_warm = _proc_status_kb(sidecar.pid, "VmRSS") or 0
         sent: dict[str, float] = {}
@@ -399,6 +402,13 @@ async def run_once(
         await watch.wait(keys, args.timeout, sidecar)
         all_pvs = time.monotonic() - begin
         cpu1 = _proc_cpu(sidecar.pid) or 0.0
+        scraped: dict[str, Any] = {}
+        if args.scrape:
+            server1 = await _scrape_apiserver(api)
+            scraped = {
+                **_histograms(await _scrape_sidecar(run), SIDECAR_SERIES),
+                **_histograms_diff(server0, server1),
+            }
         events_written, events_s = await _events_settled(api, namespace, args, begin)
         cpu2 = _proc_cpu(sidecar.pid) or 0.0
         if spy is not None:
@@ -440,6 +450,129 @@ async def run_once(
         "rss_settled_mb": round(rss_settled / 1024, 1),
         "directory": str(directory),
         "stages": stages,
+        "scraped": scraped,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# --scrape: the peers' own histograms (upstream's metric names, which both serve) and the API
+# server's, so a stage can be compared between the Go and the Python sidecar
+# --------------------------------------------------------------------------------------------
+
+SIDECAR_SERIES = {
+    "queue_wait": ("workqueue_queue_duration_seconds", {"name": "claims"}),
+    "work": ("workqueue_work_duration_seconds", {"name": "claims"}),
+    "create_volume": (
+        "csi_sidecar_operations_seconds",
+        {"method_name": "/csi.v1.Controller/CreateVolume"},
+    ),
+}
+APISERVER_SERIES = {
+    f"apiserver_post_{resource}": (
+        "apiserver_request_duration_seconds",
+        {"verb": "POST", "resource": resource},
+    )
+    for resource in ("persistentvolumes", "persistentvolumeclaims", "events")
+}
+Buckets = dict[str, tuple[list[tuple[float, float]], float, float]]
+
+
+def _metrics_port(run: int) -> int:
+    return 18_080 + run % 100
+
+
+async def _scrape_sidecar(run: int) -> str:
+    import aiohttp
+
+    url = f"http://127.0.0.1:{_metrics_port(run)}/metrics"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return await response.text()
+
+
+async def _scrape_apiserver(api: Any) -> Buckets:
+    from pyprovlib.kube.config import send_request
+
+    response = await send_request(api, "GET", "/metrics")
+    try:
+        text = await response.text()
+    finally:
+        response.release()
+    return _buckets(text, APISERVER_SERIES)
+
+
+def _buckets(text: str, series: dict[str, tuple[str, dict[str, str]]]) -> Buckets:
+    """Per named series: the cumulative buckets (upper bound, count), the sum and the count,
+    added up over the label sets that match (e.g. every ``code`` of the API server)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {metric for metric, _ in series.values()}
+
+    def name(line: str) -> str:
+        metric = line.split("{", 1)[0].split(" ", 1)[0]
+        for suffix in ("_bucket", "_sum", "_count"):
+            metric = metric.removesuffix(suffix)
+        return metric
+
+    lines = [line for line in text.splitlines() if line.startswith("# ") or name(line) in wanted]
+    out: Buckets = {}
+    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
+        for key, (metric, labels) in series.items():
+            if family.name != metric.removesuffix("_seconds") and family.name != metric:
+                continue
+            buckets: dict[float, float] = {}
+            total = count = 0.0
+            for sample in family.samples:
+                if any(sample.labels.get(k) != v for k, v in labels.items()):
+                    continue
+                if sample.name.endswith("_bucket"):
+                    bound = float(sample.labels["le"])
+                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+                elif sample.name.endswith("_sum"):
+                    total += sample.value
+                elif sample.name.endswith("_count"):
+                    count += sample.value
+            if count:
+                out[key] = (sorted(buckets.items()), total, count)
+    return out
+
+
+def _histograms(text: str, series: dict[str, tuple[str, dict[str, str]]]) -> dict[str, Any]:
+    return {key: _summary(*value) for key, value in _buckets(text, series).items()}
+
+
+def _histograms_diff(before: Buckets, after: Buckets) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, (buckets, total, count) in after.items():
+        old_buckets, old_total, old_count = before.get(key, ([], 0.0, 0.0))
+        old = dict(old_buckets)
+        diff = [(bound, value - old.get(bound, 0.0)) for bound, value in buckets]
+        if count - old_count > 0:
+            out[key] = _summary(diff, total - old_total, count - old_count)
+    return out
+
+
+def _quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Prometheus' ``histogram_quantile``: linear within the bucket the rank falls in."""
+    total = buckets[-1][1]
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower_bound
+            width = count - lower_count
+            share = (rank - lower_count) / width if width else 0.0
+            return lower_bound + (bound - lower_bound) * share
+        lower_bound, lower_count = bound, count
+    return lower_bound
+
+
+def _summary(buckets: list[tuple[float, float]], total: float, count: float) -> dict[str, float]:
+    return {
+        "n": count,
+        "mean_s": round(total / count, 4),
+        "p50_s": round(_quantile(buckets, 0.5), 4),
+        "p99_s": round(_quantile(buckets, 0.99), 4),
     }
 
 
@@ -538,6 +671,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     results.append(result)
                     for stage, figures in result["stages"].items():
                         print(f"    {stage:>14}: {figures}", flush=True)
+                    for series, figures in result["scraped"].items():
+                        print(f"    {series}: {figures}", flush=True)
             finally:
                 await watch.close()
     summary: dict[str, Any] = {}
@@ -630,6 +765,13 @@ def main() -> None:
     )
     p.add_argument("--py-spy-command", default="py-spy")
     p.add_argument("--py-spy-rate", type=int, default=250)
+    p.add_argument(
+        "--scrape",
+        action="store_true",
+        help="both peers: serve --http-endpoint and read, when every PV is there, the "
+        "sidecar's own histograms (claims queue wait and work, CreateVolume) and the API "
+        "server's request latencies for the run (PV, claim and Event POSTs)",
+    )
     p.add_argument("--workdir", help="where the per-run directories (logs, driver state) go")
     p.add_argument("sidecar_args", nargs="*")
     args = p.parse_args()

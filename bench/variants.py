@@ -17,6 +17,14 @@ same run (interleaved) before the change is made where it belongs.
   (client-go's recorder writes from one goroutine).
 - ``tracemalloc`` / ``modules``: at exit, the largest allocation sites
   (``$CSI_REAL_TRACEMALLOC``) / the modules loaded, by package (``$CSI_REAL_MODULES``).
+- ``busy0``: the event writers all hold back while claims wait for a worker (``busy_writers``
+  0 instead of 1; above ``hold_limit`` waiting events they write regardless).
+- ``noevents``: events discarded instead of written: the upper bound of what writing them
+  costs the provisioning (measurement only).
+- ``gcstats``: every cyclic garbage collection timed, by generation, written to
+  ``$CSI_REAL_GCSTATS`` at exit.
+- ``looplag``: how late a 5 ms periodic callback runs, per second, written to
+  ``$CSI_REAL_LOOPLAG`` at exit (the event loop's saturation during the burst).
 - ``eager``: kubernetes-asyncio's generated modules all imported at start-up, as a script
   importing it does (the sidecar otherwise loads them lazily, as ``python -m`` does).
 - ``pool16`` / ``pool32`` / ``pool64`` / ``pool100``: kubernetes-asyncio's
@@ -124,6 +132,33 @@ def _clientgo_events() -> None:
     EventRecorder.__init__ = clientgo  # type: ignore[method-assign]
 
 
+def _busy_writers(count: int) -> None:
+    """The recorder's writers while the controller has claims waiting for a worker:
+    ``busy_writers`` (default 1; 0 holds every event back until the queue runs dry or
+    ``hold_limit`` events wait)."""
+    from pyprovlib.kube.events import EventRecorder
+
+    init = EventRecorder.__init__
+
+    @functools.wraps(init)
+    def held(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.busy_writers = count
+
+    EventRecorder.__init__ = held  # type: ignore[method-assign]
+
+
+def _noevents() -> None:
+    """Upper bound of what writing events costs the provisioning: every event is taken
+    from the buffer and discarded without a request (not a behaviour to adopt)."""
+    from pyprovlib.kube.events import EventRecorder
+
+    async def discard(self: Any, event: Any) -> None:
+        return None
+
+    EventRecorder._record = discard  # type: ignore[method-assign]
+
+
 def _tracemalloc() -> None:
     """Trace Python allocations (slow: for where memory goes, not for timings) and write the
     50 largest allocation sites, by file, to ``$CSI_REAL_TRACEMALLOC`` at exit."""
@@ -194,6 +229,101 @@ def _pool(size: int) -> None:
     config.LimitedApiClient.__init__ = sized_client  # type: ignore[method-assign]
 
 
+def _gcstats() -> None:
+    """Time every garbage collection, by generation, and write the totals (count, wall and
+    CPU seconds, objects collected, the longest pause) to ``$CSI_REAL_GCSTATS`` at exit: how
+    much of the sidecar's CPU and of its tail the cyclic collector takes."""
+    import atexit
+    import gc
+    import os
+    import time
+
+    started: list[float] = [0.0, 0.0]
+    totals = {g: [0, 0.0, 0.0, 0, 0.0] for g in range(3)}
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            started[1] = time.process_time()
+            return
+        wall = time.perf_counter() - started[0]
+        row = totals[info["generation"]]
+        row[0] += 1
+        row[1] += wall
+        row[2] += time.process_time() - started[1]
+        row[3] += info["collected"]
+        row[4] = max(row[4], wall)
+
+    gc.callbacks.append(callback)
+
+    def dump() -> None:
+        path = os.environ.get("CSI_REAL_GCSTATS", "gcstats.txt")
+        cpu = time.process_time()
+        with open(path, "w") as out:
+            out.write(f"process CPU {cpu:.3f} s, thresholds {gc.get_threshold()}\n")
+            for generation, (count, wall, gc_cpu, collected, longest) in totals.items():
+                out.write(
+                    f"gen{generation}: {count} collections, {wall:.3f} s wall, "
+                    f"{gc_cpu:.3f} s CPU ({100 * gc_cpu / cpu:.1f} %), {collected} collected, "
+                    f"longest {1000 * longest:.1f} ms\n"
+                )
+
+    atexit.register(dump)
+
+
+def _looplag() -> None:
+    """Measure how late the event loop runs a callback due every 5 ms (the time a ready
+    task waits for the loop: its queue of ready callbacks plus the OS's scheduling), and
+    write the distribution over time (per second: samples, p50/p99/max lateness, the share of
+    wall time the loop was busy) to ``$CSI_REAL_LOOPLAG`` at exit."""
+    import asyncio
+    import atexit
+    import os
+    import time
+
+    samples: list[tuple[float, float]] = []
+    period = 0.005
+
+    async def probe() -> None:
+        while True:
+            due = time.perf_counter() + period
+            await asyncio.sleep(period)
+            now = time.perf_counter()
+            samples.append((now, now - due))
+
+    start = asyncio.BaseEventLoop.run_forever
+
+    @functools.wraps(start)
+    def run_forever(self: Any) -> Any:
+        task = self.create_task(probe())
+        try:
+            return start(self)
+        finally:
+            task.cancel()
+
+    asyncio.BaseEventLoop.run_forever = run_forever  # type: ignore[method-assign]
+
+    def dump() -> None:
+        path = os.environ.get("CSI_REAL_LOOPLAG", "looplag.txt")
+        if not samples:
+            return
+        origin = samples[0][0]
+        buckets: dict[int, list[float]] = {}
+        for at, late in samples:
+            buckets.setdefault(int(at - origin), []).append(late)
+        with open(path, "w") as out:
+            for second, lates in sorted(buckets.items()):
+                lates.sort()
+                p50 = lates[len(lates) // 2]
+                p99 = lates[min(len(lates) - 1, int(len(lates) * 0.99))]
+                out.write(
+                    f"{second:5d} n={len(lates):4d} p50={1000 * p50:7.1f}ms "
+                    f"p99={1000 * p99:7.1f}ms max={1000 * lates[-1]:7.1f}ms\n"
+                )
+
+    atexit.register(dump)
+
+
 def _uvloop() -> None:
     import asyncio
 
@@ -215,6 +345,10 @@ VARIANTS = {
     "clientgoevents": _clientgo_events,
     "tracemalloc": _tracemalloc,
     "modules": _modules,
+    "busy0": functools.partial(_busy_writers, 0),
+    "noevents": _noevents,
+    "gcstats": _gcstats,
+    "looplag": _looplag,
     # Handled by csi_real.py before anything is imported: kubernetes-asyncio loaded as a
     # script loads it (every generated module at start-up), not as `python -m` does.
     "eager": lambda: None,
