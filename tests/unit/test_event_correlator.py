@@ -274,7 +274,9 @@ async def test_recorder_builds_client_go_shaped_events() -> None:
         rec.event(pv, "Warning", "Failed", "x" * 3000)
         rec.event(pv, "Warning", "Failed", "again")
         # Both wait in the buffer, in order, under their one object.
-        ((first, second),) = [list(events) for events in rec._waiting.values()]
+        ((first, second),) = [
+            [event.as_event() for event in events] for events in rec._waiting.values()
+        ]
     assert first["metadata"]["namespace"] == "default"
     # name: <object>.<hex UnixNano>, unique even when the clock did not move
     name, _, nanos = first["metadata"]["name"].partition(".")
