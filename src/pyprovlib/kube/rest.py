@@ -29,6 +29,7 @@ __all__ = [
     "WatchError",
     "WatchExpiredError",
     "WatchStream",
+    "check_watch_event",
     "iterate_pages",
 ]
 
@@ -73,6 +74,19 @@ class WatchError(PyprovlibError, ApiException):
 
 class WatchExpiredError(WatchError):
     """The watch's resourceVersion is too old (Status code 410 Gone/Expired): relist."""
+
+
+def check_watch_event(event: Obj) -> Obj:
+    """``event`` as it is, unless it is an ERROR event: then raise what its ``Status`` says,
+    :class:`WatchExpiredError` for code 410, else :class:`WatchError`."""
+    if event.get("type") != "ERROR":
+        return event
+    status = event.get("object") or {}
+    if not isinstance(status, dict):
+        status = {"message": str(status)}
+    if status.get("code") == 410:
+        raise WatchExpiredError(status)
+    raise WatchError(status)
 
 
 def _api_exception(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
@@ -143,15 +157,7 @@ class WatchStream:
                     log.debug("watch stream truncated", path=self._path, tail_bytes=len(line))
                     raise StopAsyncIteration
                 # UTF-8 by the API's contract: decoding first skips json's encoding sniffing.
-                event: Obj = json.loads(line.decode("utf-8"))
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    if not isinstance(status, dict):
-                        status = {"message": str(status)}
-                    if status.get("code") == 410:
-                        raise WatchExpiredError(status)
-                    raise WatchError(status)
-                return event
+                return check_watch_event(json.loads(line.decode("utf-8")))
         except BaseException:
             await self.aclose()
             raise
