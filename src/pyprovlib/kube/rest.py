@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.config import READ_IDLE_TIMEOUT, request_json, send_request
+from pyprovlib.kube.config import READ_IDLE_TIMEOUT, check_status, request_json, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
 
@@ -87,14 +87,6 @@ def check_watch_event(event: Obj) -> Obj:
     if status.get("code") == 410:
         raise WatchExpiredError(status)
     raise WatchError(status)
-
-
-def _api_exception(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
-    exc = ApiException(status=status, reason=reason)
-    # kubernetes-asyncio's own call path leaves the body decoded to str; match it.
-    exc.body = body.decode("utf-8", "replace")  # type: ignore[assignment]
-    exc.headers = headers
-    return exc
 
 
 class WatchStream:
@@ -194,16 +186,11 @@ class ResourceClient:
         """GET whose body the caller reads as it arrives (a watch): the open response on 2xx,
         ``ApiException`` otherwise. Requests answered whole go through
         :func:`~pyprovlib.kube.config.request_json`."""
-        response = await send_request(
-            self.api_client, "GET", path, query=query, request_timeout=client_timeout
+        return await check_status(
+            await send_request(
+                self.api_client, "GET", path, query=query, request_timeout=client_timeout
+            )
         )
-        if not 200 <= response.status <= 299:
-            try:
-                data = await response.content.read()
-            finally:
-                response.release()
-            raise _api_exception(response.status, response.reason, data, response.headers)
-        return response
 
     def _namespace(self, namespace: str | None) -> str | None:
         return namespace if self.resource.namespaced else None
