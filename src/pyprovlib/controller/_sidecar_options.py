@@ -1,6 +1,6 @@
 """What the options of the controllers behind the CSI sidecars share (attach and resize, as
-external-attacher and external-resizer do): csi-lib-utils' leader-election timings, and the
-checks of the timing fields both have."""
+external-attacher and external-resizer do): csi-lib-utils' leader-election timings, the
+checks of the timing fields both have, and the work queue their retry intervals shape."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from pyprovlib.errors import InvalidOptionsError
 if TYPE_CHECKING:
     from pyprovlib.controller.attach_options import AttachControllerOptions
     from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.kube.clock import Clock
+    from pyprovlib.kube.workqueue import RateLimitingQueue
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
     "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RETRY_PERIOD",
     "check_sidecar_options",
+    "retry_queue",
 ]
 
 DEFAULT_LEASE_DURATION: Final = 15.0
@@ -49,3 +52,21 @@ def check_sidecar_options(
         )
     if options.resync_period < 0:
         raise error(f"resync_period must not be negative, got {options.resync_period}")
+
+
+def retry_queue(
+    name: str, options: AttachControllerOptions | ResizeControllerOptions, clock: Clock
+) -> RateLimitingQueue[str]:
+    """The work queue ``name`` of a sidecar's controller: a failed key is retried after
+    ``options.retry_interval_start``, doubling per failure up to ``retry_interval_max``
+    (``--retry-interval-start``/``--retry-interval-max``); its metrics go to
+    ``options.registry``."""
+    # Imported here: the options modules stay light (no prometheus_client) for the CLIs.
+    from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
+
+    return RateLimitingQueue(
+        name,
+        ItemExponentialFailureRateLimiter(options.retry_interval_start, options.retry_interval_max),
+        clock=clock,
+        registry=options.registry,
+    )

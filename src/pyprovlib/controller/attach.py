@@ -36,6 +36,7 @@ from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller._sidecar_options import retry_queue
 from pyprovlib.controller.attach_options import (
     AttachControllerOptions,
     finalizer_name,
@@ -69,7 +70,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
+from pyprovlib.kube.workqueue import RateLimitingQueue
 
 __all__ = [
     "NODE_ID_ANNOTATION",
@@ -123,18 +124,8 @@ class AttachController(ControllerLifecycle):
             informer_factory=informer_factory,
             clock=clock,
         )
-
-        def limiter() -> ItemExponentialFailureRateLimiter:
-            return ItemExponentialFailureRateLimiter(
-                self.options.retry_interval_start, self.options.retry_interval_max
-            )
-
-        self.va_queue: RateLimitingQueue[str] = RateLimitingQueue(
-            "csi-attacher-va", limiter(), clock=self._clock, registry=self.options.registry
-        )
-        self.pv_queue: RateLimitingQueue[str] = RateLimitingQueue(
-            "csi-attacher-pv", limiter(), clock=self._clock, registry=self.options.registry
-        )
+        self.va_queue = retry_queue("csi-attacher-va", self.options, self._clock)
+        self.pv_queue = retry_queue("csi-attacher-pv", self.options, self._clock)
 
         self.va_informer: SharedInformer = self.informer_factory.informer_for(VOLUME_ATTACHMENTS)
         self.va_informer.add_indexers({PV_INDEX: pv_index})

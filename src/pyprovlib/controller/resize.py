@@ -45,6 +45,7 @@ from pyprovlib.controller._lifecycle import (
     ControllerLifecycle,
     LeaderElectionLostError,
 )
+from pyprovlib.controller._sidecar_options import retry_queue
 from pyprovlib.controller.resize_claims import (
     ANN_NODE_EXPANSION_NOT_REQUIRED,
     ANN_STORAGE_RESIZER,
@@ -104,7 +105,7 @@ from pyprovlib.kube.resources import (
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
+from pyprovlib.kube.workqueue import RateLimitingQueue
 from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
 
@@ -226,14 +227,7 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
             clock=self._clock,
             log=self._log,
         )
-        self.claim_queue: RateLimitingQueue[str] = RateLimitingQueue(
-            f"{name}-pvc",
-            ItemExponentialFailureRateLimiter(
-                self.options.retry_interval_start, self.options.retry_interval_max
-            ),
-            clock=self._clock,
-            registry=self.options.registry,
-        )
+        self.claim_queue = retry_queue(f"{name}-pvc", self.options, self._clock)
 
         self.pvc_informer: SharedInformer = self.informer_factory.informer_for(
             PERSISTENT_VOLUME_CLAIMS

@@ -1,5 +1,6 @@
 """What the example provisioners' command lines (hostpath, NFS, RBD) share, written once: the
-``--provisioner-name`` and ``--dir-mode`` flags, the ProvisionController a ``make_controller``
+parser they start from (the common flags and a group with ``--provisioner-name``), the
+``--dir-mode`` flag, the ProvisionController a ``make_controller``
 returns, and ``main``'s parse, check and run."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyprovlib.runtime import (
     RuntimeArgumentParser,
     RuntimeContext,
     add_flag,
+    common_parser,
     provision_controller_options,
     run,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "parse_checked",
     "parse_mode",
     "provision_controller",
+    "provisioner_parser",
     "run_checked",
 ]
 
@@ -63,6 +66,23 @@ def add_provisioner_name_flag(
         metavar="NAME",
         group=group,
     )
+
+
+def provisioner_parser(
+    prog: str,
+    description: str,
+    *,
+    title: str,
+    default_name: str,
+    leader_election: bool = False,
+) -> tuple[RuntimeArgumentParser, argparse._ArgumentGroup]:
+    """The runtime's common flags (``--leader-election`` defaulting to ``leader_election``),
+    then the group ``title`` with ``--provisioner-name`` (default ``default_name``). Returns
+    the parser and the group, for the example's own flags."""
+    parser = common_parser(prog, description, defaults={"leader_election": leader_election})
+    group = parser.add_argument_group(title)
+    add_provisioner_name_flag(parser, group, default_name)
+    return parser, group
 
 
 def add_dir_mode_flag(

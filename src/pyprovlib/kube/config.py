@@ -38,6 +38,8 @@ __all__ = [
     "ClientSettings",
     "ConfigError",
     "LimitedApiClient",
+    "api_exception",
+    "check_status",
     "describe_transport_error",
     "load_configuration",
     "new_client",
@@ -553,6 +555,28 @@ async def send_request(
     return response
 
 
+def api_exception(response: aiohttp.ClientResponse, body: bytes) -> ApiException:
+    """The ``ApiException`` of a non-2xx ``response`` whose body was ``body``: status, reason,
+    headers, and the body decoded to str, as kubernetes-asyncio's own call path leaves it."""
+    err = ApiException(status=response.status, reason=response.reason)
+    err.body = body.decode("utf-8", "replace")  # type: ignore[assignment]
+    err.headers = response.headers
+    return err
+
+
+async def check_status(response: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
+    """``response`` itself when it is 2xx, for a caller that reads the body as it arrives (a
+    watch); otherwise its body is read, the response released and :func:`api_exception`
+    raised."""
+    if 200 <= response.status <= 299:
+        return response
+    try:
+        body = await response.read()
+    finally:
+        response.release()
+    raise api_exception(response, body)
+
+
 def describe_transport_error(err: BaseException) -> str:
     """One line for a request that got no HTTP answer, fit for a log: ``host:port`` and the
     cause when the connection could not be made (``cannot connect to 10.0.0.1:6443:
@@ -596,10 +620,7 @@ async def request_json(
     finally:
         resp.release()
     if not 200 <= resp.status <= 299:
-        err = ApiException(status=resp.status, reason=resp.reason)
-        err.body = data.decode("utf-8", "replace")  # type: ignore[assignment]
-        err.headers = resp.headers
-        raise err
+        raise api_exception(resp, data)
     if not data:
         return {}
     # The API speaks UTF-8 (RFC 8259): decoding first skips json's encoding sniffing.

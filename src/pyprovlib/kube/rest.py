@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
 from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.config import READ_IDLE_TIMEOUT, request_json, send_request
+from pyprovlib.kube.config import READ_IDLE_TIMEOUT, check_status, request_json, send_request
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import Resource
 
@@ -29,6 +29,7 @@ __all__ = [
     "WatchError",
     "WatchExpiredError",
     "WatchStream",
+    "check_watch_event",
     "iterate_pages",
 ]
 
@@ -75,12 +76,17 @@ class WatchExpiredError(WatchError):
     """The watch's resourceVersion is too old (Status code 410 Gone/Expired): relist."""
 
 
-def _api_exception(status: int, reason: str | None, body: bytes, headers: Any) -> ApiException:
-    exc = ApiException(status=status, reason=reason)
-    # kubernetes-asyncio's own call path leaves the body decoded to str; match it.
-    exc.body = body.decode("utf-8", "replace")  # type: ignore[assignment]
-    exc.headers = headers
-    return exc
+def check_watch_event(event: Obj) -> Obj:
+    """``event`` as it is, unless it is an ERROR event: then raise what its ``Status`` says,
+    :class:`WatchExpiredError` for code 410, else :class:`WatchError`."""
+    if event.get("type") != "ERROR":
+        return event
+    status = event.get("object") or {}
+    if not isinstance(status, dict):
+        status = {"message": str(status)}
+    if status.get("code") == 410:
+        raise WatchExpiredError(status)
+    raise WatchError(status)
 
 
 class WatchStream:
@@ -143,15 +149,7 @@ class WatchStream:
                     log.debug("watch stream truncated", path=self._path, tail_bytes=len(line))
                     raise StopAsyncIteration
                 # UTF-8 by the API's contract: decoding first skips json's encoding sniffing.
-                event: Obj = json.loads(line.decode("utf-8"))
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    if not isinstance(status, dict):
-                        status = {"message": str(status)}
-                    if status.get("code") == 410:
-                        raise WatchExpiredError(status)
-                    raise WatchError(status)
-                return event
+                return check_watch_event(json.loads(line.decode("utf-8")))
         except BaseException:
             await self.aclose()
             raise
@@ -188,16 +186,11 @@ class ResourceClient:
         """GET whose body the caller reads as it arrives (a watch): the open response on 2xx,
         ``ApiException`` otherwise. Requests answered whole go through
         :func:`~pyprovlib.kube.config.request_json`."""
-        response = await send_request(
-            self.api_client, "GET", path, query=query, request_timeout=client_timeout
+        return await check_status(
+            await send_request(
+                self.api_client, "GET", path, query=query, request_timeout=client_timeout
+            )
         )
-        if not 200 <= response.status <= 299:
-            try:
-                data = await response.content.read()
-            finally:
-                response.release()
-            raise _api_exception(response.status, response.reason, data, response.headers)
-        return response
 
     def _namespace(self, namespace: str | None) -> str | None:
         return namespace if self.resource.namespaced else None

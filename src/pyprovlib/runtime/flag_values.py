@@ -1,7 +1,7 @@
 """The value syntax of Go's ``flag`` package and the Kubernetes CSI sidecars, for pyprovlib's
 flags and environment variables: booleans as ``strconv.ParseBool`` reads them, durations as
-``time.ParseDuration`` does (``15s``, ``1m30s``, ``500ms``), and ``host:port`` listen addresses
-(``:8080``, ``[::1]:9090``).
+``time.ParseDuration`` does (``15s``, ``1m30s``, ``500ms``), ``host:port`` listen addresses
+(``:8080``, ``[::1]:9090``), and decimal integers, optionally bounded below.
 
 Errors raise :class:`argparse.ArgumentTypeError`, so argparse reports them against the flag.
 """
@@ -18,6 +18,9 @@ __all__ = [
     "parse_bool",
     "parse_duration",
     "parse_http_address",
+    "parse_int",
+    "parse_non_negative_int",
+    "parse_positive_int",
 ]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -35,6 +38,30 @@ def parse_bool(text: str) -> bool:
     if text in _FALSE:
         return False
     raise argparse.ArgumentTypeError(f"invalid boolean {text!r}: use true or false")
+
+
+def parse_int(text: str) -> int:
+    """Parse a decimal integer; anything else raises :class:`argparse.ArgumentTypeError`."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+
+
+def parse_positive_int(text: str) -> int:
+    """Parse an integer of at least 1 (a worker count, say)."""
+    value = parse_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def parse_non_negative_int(text: str) -> int:
+    """Parse an integer of at least 0 (a burst, a page size where 0 means no limit)."""
+    value = parse_int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
 
 
 _DURATION_UNITS: dict[str, float] = {

@@ -39,6 +39,8 @@ from pyprovlib.runtime.flag_values import (
     parse_bool,
     parse_duration,
     parse_http_address,
+    parse_non_negative_int,
+    parse_positive_int,
 )
 
 if TYPE_CHECKING:
@@ -80,26 +82,6 @@ def _http_address_or_empty(text: str) -> str:
     if text.strip():
         parse_http_address(text)
     return text.strip()
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def _qps(text: str) -> float:
@@ -199,7 +181,7 @@ def common_parser(
         parser,
         "--kube-api-burst",
         default=int(_as_float(values["kube_api_burst"])),
-        type=_non_negative_int,
+        type=parse_non_negative_int,
         help="burst of requests to the API server above --kube-api-qps",
         metavar="N",
         group=kube,
@@ -302,7 +284,7 @@ def common_parser(
         parser,
         "--v",
         default=None,
-        type=_non_negative_int,
+        type=parse_non_negative_int,
         help=f"klog's verbosity, accepted for drop-in use with upstream manifests: "
         f"{KLOG_DEBUG_VERBOSITY} or more logs at debug, less leaves --log-level as it is",
         metavar="N",
@@ -314,7 +296,7 @@ def common_parser(
         parser,
         "--worker-threads",
         default=int(_as_float(values["worker_threads"])),
-        type=_positive_int,
+        type=parse_positive_int,
         help="number of concurrent workers processing the controller's queue",
         metavar="N",
         group=proc,

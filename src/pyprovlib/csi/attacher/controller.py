@@ -16,6 +16,7 @@ __all__ = [
     "UnsupportedAccessModeError",
     "csi_access_mode",
     "has_capabilities",
+    "pv_volume_capability",
     "volume_capability",
 ]
 
@@ -68,15 +69,34 @@ def csi_access_mode(access_modes: Collection[str], single_node_multi_writer: boo
 def volume_capability(volume: AttachVolume, single_node_multi_writer: bool) -> v1.VolumeCapability:
     """external-attacher's ``GetVolumeCapabilities``: block or mount (file system type and
     mount options) with the access mode of the volume's access modes."""
-    mode = v1.VolumeCapabilityAccessMode(
-        mode=csi_access_mode(volume.access_modes, single_node_multi_writer)
+    return pv_volume_capability(
+        volume.access_modes,
+        single_node_multi_writer,
+        block=volume.is_block,
+        fs_type=volume.fs_type,
+        mount_flags=volume.mount_options,
     )
-    if volume.is_block:
+
+
+def pv_volume_capability(
+    access_modes: Collection[str],
+    single_node_multi_writer: bool,
+    *,
+    block: bool,
+    fs_type: str,
+    mount_flags: Sequence[str],
+) -> v1.VolumeCapability:
+    """The volume capability the attacher and the resizer send for a PersistentVolume (their
+    ``GetVolumeCapabilities``): a block volume, or a mount one with ``fs_type`` and
+    ``mount_flags``, with the CSI access mode of ``access_modes`` (:func:`csi_access_mode`,
+    which raises :class:`UnsupportedAccessModeError`)."""
+    mode = v1.VolumeCapabilityAccessMode(
+        mode=csi_access_mode(access_modes, single_node_multi_writer)
+    )
+    if block:
         return v1.VolumeCapability(block=v1.VolumeCapabilityBlockVolume(), access_mode=mode)
     return v1.VolumeCapability(
-        mount=v1.VolumeCapabilityMountVolume(
-            fs_type=volume.fs_type, mount_flags=list(volume.mount_options)
-        ),
+        mount=v1.VolumeCapabilityMountVolume(fs_type=fs_type, mount_flags=list(mount_flags)),
         access_mode=mode,
     )
 

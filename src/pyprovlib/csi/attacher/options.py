@@ -4,8 +4,6 @@ becomes an :class:`~pyprovlib.controller.attach_options.AttachControllerOptions`
 
 from __future__ import annotations
 
-import argparse
-
 from pyprovlib.controller.attach_options import (
     AttachControllerOptions,
     lease_name,
@@ -18,6 +16,7 @@ from pyprovlib.runtime import (
     add_flag,
     attach_controller_options,
 )
+from pyprovlib.runtime.flag_values import parse_non_negative_int
 
 __all__ = ["DEFAULT_CSI_ADDRESS", "controller_options", "parser"]
 
@@ -56,19 +55,12 @@ def parser() -> RuntimeArgumentParser:
         p,
         "--max-entries",
         default=0,
-        type=_non_negative,
+        type=parse_non_negative_int,
         help="max entries per page in ListVolumes calls; 0 means no limit",
         metavar="N",
         group=group,
     )
     return p
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
 
 
 def controller_options(ctx: RuntimeContext, driver: str) -> AttachControllerOptions:

@@ -23,6 +23,7 @@ from pyprovlib.runtime import (
     common_parser,
     provision_controller_options,
 )
+from pyprovlib.runtime.flag_values import parse_int
 
 __all__ = [
     "PROG",
@@ -63,13 +64,6 @@ class CSIProvisionerOptions:
     default since v4.0.0)."""
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
 def build_parser() -> RuntimeArgumentParser:
     """The runtime's common flags (``--worker-threads`` defaulting to 100, as upstream) plus
     external-provisioner's."""
@@ -100,7 +94,7 @@ def build_parser() -> RuntimeArgumentParser:
         parser,
         "--volume-name-uuid-length",
         default=-1,
-        type=_int,
+        type=parse_int,
         help="claim-UID characters in the volume name, dashes removed (-1: the whole UID)",
         metavar="N",
         group=group,

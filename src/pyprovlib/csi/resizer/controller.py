@@ -21,8 +21,8 @@ from pyprovlib.attacher import GrpcCode
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher.controller import (
     UnsupportedAccessModeError,
-    csi_access_mode,
     has_capabilities,
+    pv_volume_capability,
 )
 from pyprovlib.csi.connection import GO_STATUS_NAMES, CSICallError, CSIConnection
 from pyprovlib.csi.provisioner import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
@@ -161,24 +161,15 @@ class CSIResizer(Resizer):
         """The volume capability of the PV (upstream's ``getVolumeCapabilities``)."""
         spec = pv.spec
         try:
-            mode = csi_access_mode(
+            return pv_volume_capability(
                 [str(m) for m in spec.access_modes or ()],
                 self.supports_single_node_multi_writer,
+                block=spec.volume_mode == "Block",
+                fs_type=str(csi.fs_type or ""),
+                mount_flags=[str(f) for f in spec.mount_options or ()],
             )
         except UnsupportedAccessModeError as err:
             raise ResizeError(err.message, code=GrpcCode.INVALID_ARGUMENT) from None
-        access_mode = v1.VolumeCapabilityAccessMode(mode=mode)
-        if spec.volume_mode == "Block":
-            return v1.VolumeCapability(
-                block=v1.VolumeCapabilityBlockVolume(), access_mode=access_mode
-            )
-        return v1.VolumeCapability(
-            mount=v1.VolumeCapabilityMountVolume(
-                fs_type=str(csi.fs_type or ""),
-                mount_flags=[str(f) for f in spec.mount_options or ()],
-            ),
-            access_mode=access_mode,
-        )
 
     async def _expand_secrets(
         self, pv: V1PersistentVolume, csi: V1CSIPersistentVolumeSource

@@ -17,6 +17,7 @@ from pyprovlib.runtime import (
     add_bool_flag,
     resize_controller_options,
 )
+from pyprovlib.runtime.flag_values import parse_positive_int
 
 __all__ = ["DEFAULT_CSI_ADDRESS", "controller_options", "parser"]
 
@@ -46,23 +47,13 @@ def parser() -> RuntimeArgumentParser:
     group.add_argument(
         "--workers",
         dest="worker_threads",
-        type=_positive,
+        type=parse_positive_int,
         default=argparse.SUPPRESS,
         metavar="N",
         help="external-resizer's name of --worker-threads: concurrency to process multiple "
         "resize requests",
     )
     return p
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def controller_options(ctx: RuntimeContext, resizer_name: str) -> ResizeControllerOptions:

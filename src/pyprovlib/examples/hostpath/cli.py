@@ -15,11 +15,11 @@ from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples._cli import (
     add_dir_mode_flag,
-    add_provisioner_name_flag,
     deprecated_controller_options,
     parse_checked,
     parse_mode,
     provision_controller,
+    provisioner_parser,
 )
 from pyprovlib.examples.hostpath.helper_pod import (
     DEFAULT_HELPER_IMAGE,
@@ -42,7 +42,6 @@ from pyprovlib.runtime import (
     add_bool_flag,
     add_duration_flag,
     add_flag,
-    common_parser,
     resize_controller_options,
     run,
 )
@@ -71,13 +70,13 @@ def _mode_choice(text: str) -> str:
 
 def build_parser() -> RuntimeArgumentParser:
     """The parser: the runtime's common flags plus the hostpath flags."""
-    parser = common_parser(
+    parser, group = provisioner_parser(
         "python -m pyprovlib.examples.hostpath",
         "Provisions local PersistentVolumes as directories <basePath>/<pv name> on the node "
         "the scheduler picked (StorageClass volumeBindingMode: WaitForFirstConsumer).",
+        title="hostpath provisioner",
+        default_name=DEFAULT_PROVISIONER_NAME,
     )
-    group = parser.add_argument_group("hostpath provisioner")
-    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--mode",

@@ -13,9 +13,9 @@ from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.examples._cli import (
     add_dir_mode_flag,
-    add_provisioner_name_flag,
     deprecated_controller_options,
     provision_controller,
+    provisioner_parser,
     run_checked,
 )
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
@@ -30,7 +30,6 @@ from pyprovlib.runtime import (
     RuntimeArgumentParser,
     RuntimeContext,
     add_flag,
-    common_parser,
 )
 
 __all__ = ["build_parser", "controller_options", "main", "make_controller", "make_provisioner"]
@@ -38,15 +37,15 @@ __all__ = ["build_parser", "controller_options", "main", "make_controller", "mak
 
 def build_parser() -> RuntimeArgumentParser:
     """The parser: the runtime's common flags plus the NFS flags."""
-    parser = common_parser(
+    parser, group = provisioner_parser(
         "python -m pyprovlib.examples.nfs",
         "Provisions NFS PersistentVolumes as subdirectories of one NFS export, which is "
         "mounted into this provisioner's container.",
+        title="NFS provisioner",
+        default_name=DEFAULT_PROVISIONER_NAME,
         # One Deployment serves the cluster; replicas must not provision the same claim.
-        defaults={"leader_election": True},
+        leader_election=True,
     )
-    group = parser.add_argument_group("NFS provisioner")
-    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--nfs-server",

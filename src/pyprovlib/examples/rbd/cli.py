@@ -12,9 +12,9 @@ from kubernetes_asyncio.client import ApiClient
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.examples._cli import (
-    add_provisioner_name_flag,
     deprecated_controller_options,
     provision_controller,
+    provisioner_parser,
     run_checked,
 )
 from pyprovlib.examples.rbd.provisioner import DEFAULT_PROVISIONER_NAME, RBDProvisioner
@@ -30,7 +30,6 @@ from pyprovlib.runtime import (
     RuntimeContext,
     add_duration_flag,
     add_flag,
-    common_parser,
 )
 
 __all__ = [
@@ -45,15 +44,15 @@ __all__ = [
 
 def build_parser() -> RuntimeArgumentParser:
     """The parser: the runtime's common flags plus the RBD flags."""
-    parser = common_parser(
+    parser, group = provisioner_parser(
         "python -m pyprovlib.examples.rbd",
         "Provisions Ceph RBD PersistentVolumes: each claim becomes an RBD image created with "
         "the rbd command (the in-tree kubernetes.io/rbd provisioner's behaviour).",
+        title="RBD provisioner",
+        default_name=DEFAULT_PROVISIONER_NAME,
         # One Deployment serves the cluster; replicas must not provision the same claim.
-        defaults={"leader_election": True},
+        leader_election=True,
     )
-    group = parser.add_argument_group("RBD provisioner")
-    add_provisioner_name_flag(parser, group, DEFAULT_PROVISIONER_NAME)
     add_flag(
         parser,
         "--rbd-binary",

@@ -13,12 +13,11 @@ from typing import Any, Protocol
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.config import send_request
+from pyprovlib.kube.config import check_status, send_request
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, Resource
-from pyprovlib.kube.rest import WatchError, WatchExpiredError
+from pyprovlib.kube.rest import check_watch_event
 from pyprovlib.testing.binder._objects import ANN_SELECTED_NODE
 
 __all__ = ["BinderTransport", "HttpTransport", "TransportListerWatcher", "set_selected_node"]
@@ -73,16 +72,7 @@ class HttpTransport:
             query=[(k, str(v)) for k, v in (query or {}).items()],
             request_timeout=timeout,
         )
-        if not 200 <= resp.status <= 299:
-            try:
-                data = await resp.read()
-            finally:
-                resp.release()
-            err = ApiException(status=resp.status, reason=resp.reason)
-            err.body = data
-            err.headers = resp.headers
-            raise err
-        return resp
+        return await check_status(resp)
 
     async def json(
         self,
@@ -173,14 +163,7 @@ async def _events(chunks: AsyncIterator[bytes]) -> AsyncGenerator[Obj, None]:
             event = json.loads(line)
             if not isinstance(event, dict):
                 continue
-            if event.get("type") == "ERROR":
-                status = event.get("object")
-                if not isinstance(status, dict):
-                    status = {"message": str(status)}
-                if status.get("code") == 410:
-                    raise WatchExpiredError(status)
-                raise WatchError(status)
-            yield event
+            yield check_watch_event(event)
 
 
 async def set_selected_node(
