@@ -321,7 +321,15 @@ def main() -> None:
     )
     p.add_argument("--workdir", help="where the driver's directory goes")
     args = p.parse_args()
-    print(json.dumps(asyncio.run(bench(args)), indent=1))
+    result = asyncio.run(bench(args))
+    for call, figures in result["results"].items():
+        if isinstance(figures, dict):
+            print(
+                f"{call}: {figures['cpu_us']:.0f} CPU µs per call "
+                f"(rounds {figures['cpu_us_rounds']}), {figures['wall_us']:.0f} wall µs per call"
+            )
+    print(f"per volume ({result['per_volume']}): {result['per_volume_floor_cpu_ms']:.2f} CPU ms")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
