@@ -5,25 +5,43 @@ derives from the same ``.proto`` the table of fields marked ``[(csi_secret) = tr
 :mod:`pyprovlib.csi.redact` uses, so the redaction list can never drift from the spec.
 ``--check`` regenerates into a temporary directory and fails, naming the files, when the
 committed bindings differ.
+
+The bindings hold only what the CSI messages need. betterproto2 generates every file of the
+plugin request, imports included, and has no option to leave one out; csi.proto imports
+``google/protobuf/descriptor.proto`` only to declare its custom options (``csi_secret``, ...),
+which would add ~2,400 lines and 50-odd classes of descriptor messages to the
+``google.protobuf`` package (and ~2.4 MB to every process that imports the bindings). So protoc
+hands its request to a small wrapper (:func:`plugin_main`) that prunes it with protobuf's own
+``plugin_pb2``/``descriptor_pb2`` API (:func:`prune_request`) and passes it on to the
+betterproto2 plugin unchanged otherwise: the files protoc was asked to generate are kept
+whole, but for their extension declarations on types no longer in the request; from the files
+they import only the messages and enums they reference (transitively) stay (today
+``Timestamp``, ``BoolValue`` and ``Int64Value``), and an imported file left with none is
+dropped. Source comments follow their types, so docstrings do not shift. The secret-field
+table is read from protoc's full, unpruned descriptor set, where the options are declared.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import filecmp
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from pyprovlib.errors import PyprovlibError
 
-__all__ = ["compare", "generate", "main", "secret_fields"]
+__all__ = ["compare", "generate", "main", "plugin_main", "prune_request", "secret_fields"]
 
 PLUGIN = "protoc-gen-python_betterproto2"
+WRAPPER = "protoc-gen-python_betterproto2_pruned"
 TABLE_FILE = "secret_fields.py"
 MARKER = "README"
 MARKER_TEXT = (
@@ -85,6 +103,225 @@ def _protoc(args: Sequence[str]) -> None:
         code = protoc.main(["grpc_tools.protoc", *args])
     if code != 0:
         raise GenerationError(f"protoc failed with exit code {code}")
+
+
+# FileDescriptorProto / DescriptorProto field numbers, as source_code_info paths spell them.
+_FILE_DEPENDENCY = 3
+_FILE_MESSAGE_TYPE = 4
+_FILE_ENUM_TYPE = 5
+_FILE_SERVICE = 6
+_FILE_EXTENSION = 7
+_FILE_PUBLIC_DEPENDENCY = 10
+_FILE_WEAK_DEPENDENCY = 11
+_MESSAGE_FIELD = 2
+_MESSAGE_NESTED_TYPE = 3
+_MESSAGE_ENUM_TYPE = 4
+_MESSAGE_EXTENSION = 6
+
+
+def _nested_names(prefix: str, message: Any) -> Iterator[str]:
+    """Full names (``.pkg.Outer.Inner``) of a message and of every type nested in it."""
+    name = f"{prefix}.{message.name}"
+    yield name
+    for enum in message.enum_type:
+        yield f"{name}.{enum.name}"
+    for nested in message.nested_type:
+        yield from _nested_names(name, nested)
+
+
+def _referenced(message: Any) -> Iterator[str]:
+    """Type names the fields of a message and of its nested messages refer to."""
+    for field in message.field:
+        if field.type_name:
+            yield field.type_name
+    for nested in message.nested_type:
+        yield from _referenced(nested)
+
+
+def _package_prefix(file: Any) -> str:
+    return f".{file.package}" if file.package else ""
+
+
+def _kept_types(files: Sequence[Any], roots: set[str]) -> set[str]:
+    """Full names of the top-level messages and enums the files in ``roots`` need.
+
+    Every type of a root file is needed; so is, transitively, every type a needed message's
+    fields (or its nested messages' fields) or a root file's service methods name. A nested
+    type keeps its top-level message, and a kept message keeps what it nests.
+    """
+    top_of: dict[str, str] = {}  # any type's full name -> its top-level type's full name
+    messages: dict[str, Any] = {}  # top-level message full name -> DescriptorProto
+    for file in files:
+        prefix = _package_prefix(file)
+        for enum in file.enum_type:
+            top_of[f"{prefix}.{enum.name}"] = f"{prefix}.{enum.name}"
+        for message in file.message_type:
+            top = f"{prefix}.{message.name}"
+            messages[top] = message
+            for name in _nested_names(prefix, message):
+                top_of[name] = top
+    pending: list[str] = []
+    for file in files:
+        if file.name not in roots:
+            continue
+        prefix = _package_prefix(file)
+        pending += [f"{prefix}.{e.name}" for e in file.enum_type]
+        pending += [f"{prefix}.{m.name}" for m in file.message_type]
+        for service in file.service:
+            for method in service.method:
+                pending += [method.input_type, method.output_type]
+    kept: set[str] = set()
+    while pending:
+        name = pending.pop()
+        needed = top_of.get(name)
+        if needed is None:
+            raise GenerationError(f"the plugin request refers to {name}, which it does not define")
+        if needed in kept:
+            continue
+        kept.add(needed)
+        if needed in messages:
+            pending.extend(_referenced(messages[needed]))
+    return kept
+
+
+def _filter(repeated: Any, keep: Sequence[bool]) -> dict[int, int]:
+    """Keep the items of a repeated field whose flag is true; old index -> new index."""
+    # Copies: what a repeated field lets go of is not ours to keep using.
+    items = [copy.deepcopy(item) for item, k in zip(repeated, keep, strict=True) if k]
+    mapping = {old: new for new, old in enumerate(i for i, k in enumerate(keep) if k)}
+    del repeated[:]
+    repeated.extend(items)
+    return mapping
+
+
+def _renumber_locations(
+    file: Any, prefix: Sequence[int], field: int, mapping: dict[int, int]
+) -> None:
+    """Point source comments at the items' new indices; drop those of removed items."""
+    if not file.HasField("source_code_info"):
+        return
+    depth = len(prefix)
+    kept = []
+    for location in file.source_code_info.location:
+        path = list(location.path)
+        if len(path) > depth + 1 and path[:depth] == list(prefix) and path[depth] == field:
+            if path[depth + 1] not in mapping:
+                continue
+            path[depth + 1] = mapping[path[depth + 1]]
+        renumbered = copy.deepcopy(location)
+        del renumbered.path[:]
+        renumbered.path.extend(path)
+        kept.append(renumbered)
+    del file.source_code_info.location[:]
+    file.source_code_info.location.extend(kept)
+
+
+def _prune_extensions(file: Any, kept: set[str]) -> None:
+    """Drop extension declarations whose extended type is no longer in the request."""
+
+    def walk(path: list[int], container: Any, field: int) -> None:
+        keep = [e.extendee in kept for e in container.extension]
+        if not all(keep):
+            _renumber_locations(file, path, field, _filter(container.extension, keep))
+        for index, nested in enumerate(container.nested_type):
+            walk([*path, _MESSAGE_NESTED_TYPE, index], nested, _MESSAGE_EXTENSION)
+
+    keep = [e.extendee in kept for e in file.extension]
+    if not all(keep):
+        _renumber_locations(file, [], _FILE_EXTENSION, _filter(file.extension, keep))
+    for index, message in enumerate(file.message_type):
+        walk([_FILE_MESSAGE_TYPE, index], message, _MESSAGE_EXTENSION)
+
+
+def _prune_file(file: Any, kept: set[str], whole: bool, dropped_files: set[str]) -> None:
+    prefix = _package_prefix(file)
+    if not whole:
+        for field, repeated in (
+            (_FILE_MESSAGE_TYPE, file.message_type),
+            (_FILE_ENUM_TYPE, file.enum_type),
+        ):
+            keep = [f"{prefix}.{item.name}" in kept for item in repeated]
+            _renumber_locations(file, [], field, _filter(repeated, keep))
+        _renumber_locations(file, [], _FILE_SERVICE, _filter(file.service, []))
+    _prune_extensions(file, kept)
+    keep = [name not in dropped_files for name in file.dependency]
+    if not all(keep):
+        mapping = _filter(file.dependency, keep)
+        _renumber_locations(file, [], _FILE_DEPENDENCY, mapping)
+        for field, repeated in (
+            (_FILE_PUBLIC_DEPENDENCY, file.public_dependency),
+            (_FILE_WEAK_DEPENDENCY, file.weak_dependency),
+        ):
+            # These hold indices into ``dependency``: keep those still there, renumbered.
+            remaining = [mapping[i] for i in repeated if i in mapping]
+            _renumber_locations(
+                file, [], field, _filter(repeated, [i in mapping for i in repeated])
+            )
+            del repeated[:]
+            repeated.extend(remaining)
+
+
+def prune_request(request: Any) -> None:
+    """Reduce a ``CodeGeneratorRequest`` to what its files to generate need, in place.
+
+    The files named in ``file_to_generate`` stay whole, except for extension declarations on
+    types that leave the request (betterproto2 generates no code for extensions; the options
+    stay set on the fields they annotate). From every other file only the messages and enums
+    the generated files reference, transitively, stay; its services go, and a file left empty
+    leaves the request and every ``dependency`` list. ``source_file_descriptors`` get the same
+    treatment as their ``proto_file`` counterparts.
+    """
+    roots = set(request.file_to_generate)
+    kept = _kept_types(request.proto_file, roots)
+    dropped: set[str] = set()
+    for file in request.proto_file:
+        if file.name in roots:
+            continue
+        prefix = _package_prefix(file)
+        names = [f"{prefix}.{t.name}" for t in (*file.message_type, *file.enum_type)]
+        if not any(name in kept for name in names):
+            dropped.add(file.name)
+    _filter(request.proto_file, [f.name not in dropped for f in request.proto_file])
+    for file in (*request.proto_file, *request.source_file_descriptors):
+        _prune_file(file, kept, file.name in roots, dropped)
+
+
+def plugin_main(argv: Sequence[str]) -> int:
+    """Run as protoc's plugin: prune the request on stdin, hand it to the plugin ``argv[0]``.
+
+    The plugin's response (its stdout) and exit code are passed back to protoc as they are.
+    """
+    from google.protobuf.compiler import plugin_pb2  # type: ignore[import-untyped]
+
+    request = plugin_pb2.CodeGeneratorRequest.FromString(sys.stdin.buffer.read())
+    prune_request(request)
+    result = subprocess.run(  # noqa: S603 - argv list: the plugin generate() resolved
+        [argv[0]], input=request.SerializeToString(), stdout=subprocess.PIPE, check=False
+    )
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.buffer.flush()
+    return result.returncode
+
+
+def _write_wrapper(directory: pathlib.Path, plugin: str) -> pathlib.Path:
+    """An executable for protoc's ``--plugin`` that runs :func:`plugin_main` in this interpreter."""
+    if any(c.isspace() for c in sys.executable):
+        raise GenerationError(
+            f"the interpreter path {sys.executable!r} contains whitespace, which a script's "
+            "#! line cannot hold: run the generation from a virtualenv without spaces in its path"
+        )
+    # The directory holding the pyprovlib package, so the wrapper runs this very module.
+    package_root = pathlib.Path(__file__).resolve().parents[2]
+    wrapper = directory / WRAPPER
+    wrapper.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(package_root)!r})\n"
+        "from pyprovlib.csi._generate import plugin_main\n"
+        f"raise SystemExit(plugin_main([{plugin!r}]))\n"
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def secret_fields(descriptor_set: bytes, proto_name: str = "csi.proto") -> dict[str, list[str]]:
@@ -152,7 +389,7 @@ def generate(proto_dir: pathlib.Path, out: pathlib.Path, proto_name: str = "csi.
         _protoc(
             [
                 *include,
-                f"--plugin={PLUGIN}={_plugin_path()}",
+                f"--plugin={PLUGIN}={_write_wrapper(pathlib.Path(tmp), _plugin_path())}",
                 f"--python_betterproto2_out={staging}",
                 "--python_betterproto2_opt=client_generation=async",
                 "--python_betterproto2_opt=server_generation=async",
