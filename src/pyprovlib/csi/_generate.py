@@ -242,7 +242,9 @@ def _prune_file(file: Any, kept: set[str], whole: bool, dropped_files: set[str])
         ):
             keep = [f"{prefix}.{item.name}" in kept for item in repeated]
             _renumber_locations(file, [], field, _filter(repeated, keep))
-        _renumber_locations(file, [], _FILE_SERVICE, _filter(file.service, []))
+        _renumber_locations(
+            file, [], _FILE_SERVICE, _filter(file.service, [False] * len(file.service))
+        )
     _prune_extensions(file, kept)
     keep = [name not in dropped_files for name in file.dependency]
     if not all(keep):
