@@ -157,12 +157,20 @@ def _request() -> Any:
     req.field.add(name="kind", number=2, type=fdp.TYPE_ENUM, type_name=".other.UsedEnum")
     root.extension.add(name="marker", number=1000, extendee=".opts.Opt", type=fdp.TYPE_BOOL)
     root.extension.add(name="kept", number=1001, extendee=".root.Req", type=fdp.TYPE_BOOL)
+    root.extension.add(
+        name="typed",
+        number=1002,
+        extendee=".root.Req",
+        type=fdp.TYPE_MESSAGE,
+        type_name=".opts.Opt",
+    )
     service = root.service.add(name="Svc")
     service.method.add(name="Call", input_type=".root.Req", output_type=".other.Chain")
     _location(root, [3, 0], "import options")
     _location(root, [3, 1], "import other")
     _location(root, [7, 0], "marker")
     _location(root, [7, 1], "kept")
+    _location(root, [7, 2], "typed")
     _location(root, [4, 0], "Req")
     request.source_file_descriptors.add().CopyFrom(root)
     return request
