@@ -17,6 +17,9 @@ class TokenBucket:
     means unlimited.
     """
 
+    # One bucket per involved object in the event recorder's spam filter (thousands in a burst).
+    __slots__ = ("_clock", "_last", "_tokens", "burst", "qps")
+
     def __init__(self, qps: float, burst: int, *, clock: Clock | None = None) -> None:
         if burst < 1 and 0 < qps < float("inf"):
             raise ValueError(f"burst must be at least 1 for a limited bucket, got {burst}")
