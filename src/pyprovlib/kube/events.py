@@ -1,6 +1,10 @@
 """Record core/v1 Events about objects the way client-go's ``tools/record`` does: a
-non-blocking recorder, a bounded buffer, a correlator that counts repeats, aggregates
-similar events and filters spam, and a writer that retries and never fails its caller."""
+non-blocking recorder, a bounded buffer, the correlator of
+:mod:`pyprovlib.kube.event_correlator` (counting repeats, aggregating similar events,
+filtering spam), and a writer that retries and never fails its caller.
+
+:class:`CorrelatorOptions`, :class:`EventCorrelator`, :class:`CorrelateResult` and
+:func:`object_reference` are re-exported here, where they always were."""
 
 from __future__ import annotations
 
@@ -8,13 +12,10 @@ import asyncio
 import contextlib
 import functools
 import random
-import re
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, ParamSpec
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
@@ -24,9 +25,17 @@ from pyprovlib._logging import get_logger
 from pyprovlib.kube import errors
 from pyprovlib.kube.clock import Clock, RealClock, run_within
 from pyprovlib.kube.config import describe_transport_error, request_json
+from pyprovlib.kube.event_correlator import (
+    CorrelateResult,
+    CorrelatorOptions,
+    EventCorrelator,
+    EventNameFactory,
+    event_time,
+    involved_object,
+)
 from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import EVENTS, RESOURCES
+from pyprovlib.kube.reference import object_reference
+from pyprovlib.kube.resources import EVENTS
 
 __all__ = [
     "CONTROLLER_HOLD_LIMIT",
@@ -65,77 +74,7 @@ worker; beyond it every writer writes."""
 
 _TRUNCATION_SUFFIX = " ..."
 _DROP_LOG_INTERVAL = 60.0
-
-
-@dataclass(frozen=True)
-class CorrelatorOptions:
-    """client-go's ``CorrelatorOptions`` with its defaults (``events_cache.go``).
-
-    ``cache_size`` bounds each of the three LRU caches; ``spam_burst``/``spam_qps`` are the
-    per source+object token bucket (25 events, then one every 5 minutes);
-    ``aggregate_max_events`` similar events (same source, object, type and reason, different
-    messages) within ``aggregate_interval`` seconds are combined into one.
-    """
-
-    cache_size: int = 4096
-    spam_burst: int = 25
-    spam_qps: float = 1.0 / 300.0
-    aggregate_max_events: int = 10
-    aggregate_interval: float = 600.0
-
-    def __post_init__(self) -> None:
-        for name in ("cache_size", "spam_burst", "aggregate_max_events"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.spam_qps <= 0 or self.aggregate_interval <= 0:
-            raise ValueError("spam_qps and aggregate_interval must be positive")
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
 _P = ParamSpec("_P")
-
-
-class _LRU(Generic[_K, _V]):
-    """A bounded mapping evicting the least recently used entry, so memory stays flat.
-
-    An OrderedDict, not a plain dict re-inserting what it touches: the correlator gets and
-    puts two or three entries per event, and a plain dict's table grows with every
-    re-insertion until it is resized (measured: ~1 MB more at a 1,000-claim burst's peak)."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._data: OrderedDict[_K, _V] = OrderedDict()
-
-    def get(self, key: _K) -> _V | None:
-        value = self._data.get(key)
-        if value is not None:
-            self._data.move_to_end(key)
-        return value
-
-    def put(self, key: _K, value: _V) -> None:
-        self._data[key] = value
-        self._data.move_to_end(key)
-        while len(self._data) > self._size:
-            self._data.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-
-_last_time: tuple[int, str] = (0, "")
-
-
-def _time(dt: datetime) -> str:
-    # metav1.Time serializes as RFC 3339 with whole seconds; events come in bursts within
-    # one second, so the last formatting is kept.
-    global _last_time  # noqa: PLW0603 - a one-entry cache
-    seconds = int(dt.timestamp())
-    if _last_time[0] == seconds:
-        return _last_time[1]
-    text = dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _last_time = (seconds, text)
-    return text
 
 
 def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
@@ -146,204 +85,6 @@ def truncate_message(message: str, limit: int = MAX_MESSAGE_BYTES) -> str:
         return message
     head = raw[: limit - len(_TRUNCATION_SUFFIX)].decode("utf-8", "ignore")
     return head + _TRUNCATION_SUFFIX
-
-
-def _ref(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    r = event.get("involvedObject")
-    return r if (type(r) is dict or isinstance(r, Mapping)) else {}
-
-
-def _source(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = event.get("source")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
-
-
-def _spam_key(event: Mapping[str, Any]) -> tuple[str, ...]:
-    ref, src = _ref(event), _source(event)
-    return (
-        str(src.get("component", "")),
-        str(src.get("host", "")),
-        str(ref.get("kind", "")),
-        str(ref.get("namespace", "")),
-        str(ref.get("name", "")),
-        str(ref.get("uid", "")),
-        str(ref.get("apiVersion", "")),
-    )
-
-
-def _event_key(
-    event: Mapping[str, Any], spam_key: tuple[str, ...] | None = None
-) -> tuple[str, ...]:
-    ref = _ref(event)
-    return (
-        *(_spam_key(event) if spam_key is None else spam_key),
-        str(ref.get("fieldPath", "")),
-        str(event.get("type", "")),
-        str(event.get("reason", "")),
-        str(event.get("message", "")),
-    )
-
-
-def _aggregate_key(
-    event: Mapping[str, Any], spam_key: tuple[str, ...] | None = None
-) -> tuple[str, ...]:
-    return (
-        *(_spam_key(event) if spam_key is None else spam_key),
-        str(event.get("type", "")),
-        str(event.get("reason", "")),
-        str(event.get("reportingComponent", "")),
-        str(event.get("reportingInstance", "")),
-    )
-
-
-@dataclass(slots=True)
-class _AggregateRecord:
-    # client-go's set of distinct messages, at most aggregate_max_events of them: a list is
-    # a third of a set's size for the one or two a record usually holds.
-    local_keys: list[str]
-    last: datetime
-
-
-@dataclass(slots=True)
-class _EventLog:
-    count: int
-    first_timestamp: str
-    name: str
-    resource_version: str
-
-
-@dataclass(frozen=True)
-class CorrelateResult:
-    """What to do with an event after correlation.
-
-    ``skip``: drop it (spam). Otherwise write ``event``: PATCH it with ``patch`` (a
-    strategic merge patch of count, lastTimestamp and message) when ``patch`` is set, else
-    create it.
-    """
-
-    event: Obj | None
-    patch: Obj | None
-    skip: bool
-
-
-class EventCorrelator:
-    """client-go's ``EventCorrelator``: aggregate similar events, count identical ones,
-    then apply the per source+object spam filter, in that order.
-
-    Pure bookkeeping over JSON dicts; nothing here talks to the API.
-    """
-
-    def __init__(
-        self,
-        *,
-        clock: Clock | None = None,
-        options: CorrelatorOptions | None = None,
-        name_factory: Callable[[str], str] | None = None,
-    ) -> None:
-        self._clock = clock or RealClock()
-        self.options = options or CorrelatorOptions()
-        self._name_factory = name_factory or _NameFactory(self._clock)
-        size = self.options.cache_size
-        self._spam: _LRU[tuple[str, ...], TokenBucket] = _LRU(size)
-        self._aggregates: _LRU[tuple[str, ...], _AggregateRecord] = _LRU(size)
-        self._logs: _LRU[tuple[str, ...], _EventLog] = _LRU(size)
-
-    def correlate(self, event: Obj) -> CorrelateResult:
-        """Run ``event`` (a core/v1 Event dict, count 1) through aggregation, counting and
-        the spam filter."""
-        # A combined event keeps the source and object: one spam key serves all three steps.
-        spam_key = _spam_key(event)
-        aggregated, key = self._aggregate(event, spam_key)
-        observed, patch = self._observe(aggregated, key)
-        if self._filter(spam_key):
-            return CorrelateResult(None, None, True)
-        return CorrelateResult(observed, patch, False)
-
-    def update_state(self, event: Mapping[str, Any]) -> None:
-        """Remember the server's view of a written event (its name, count and
-        resourceVersion), so the next identical event patches it."""
-        meta = event.get("metadata") or {}
-        self._logs.put(
-            _event_key(event),
-            _EventLog(
-                count=int(event.get("count") or 1),
-                first_timestamp=str(event.get("firstTimestamp") or ""),
-                name=str(meta.get("name", "")),
-                resource_version=str(meta.get("resourceVersion", "")),
-            ),
-        )
-
-    def _aggregate(self, event: Obj, spam_key: tuple[str, ...]) -> tuple[Obj, tuple[str, ...]]:
-        now = self._clock.now()
-        agg_key = _aggregate_key(event, spam_key)
-        record = self._aggregates.get(agg_key)
-        interval = self.options.aggregate_interval
-        if record is None or (now - record.last).total_seconds() > interval:
-            record = _AggregateRecord([], now)
-        message = str(event.get("message", ""))
-        if message not in record.local_keys:
-            record.local_keys.append(message)
-        record.last = now
-        self._aggregates.put(agg_key, record)
-        if len(record.local_keys) < self.options.aggregate_max_events:
-            return event, _event_key(event, spam_key)
-        # Keep the set bounded at the threshold, like client-go's PopAny.
-        record.local_keys.pop()
-        ref = dict(_ref(event))
-        ts = _time(now)
-        combined: Obj = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": self._name_factory(str(ref.get("name", ""))),
-                "namespace": event.get("metadata", {}).get("namespace", ""),
-            },
-            "involvedObject": ref,
-            "reason": event.get("reason", ""),
-            "message": "(combined from similar events): " + str(event.get("message", "")),
-            "type": event.get("type", ""),
-            "source": dict(_source(event)),
-            "count": 1,
-            "firstTimestamp": ts,
-            "lastTimestamp": ts,
-        }
-        return combined, agg_key
-
-    def _observe(self, event: Obj, key: tuple[str, ...]) -> tuple[Obj, Obj | None]:
-        observed = dict(event)
-        observed["metadata"] = dict(event.get("metadata") or {})
-        patch: Obj | None = None
-        last = self._logs.get(key)
-        if last is not None and last.count > 0:
-            observed["metadata"]["name"] = last.name
-            if last.resource_version:
-                observed["metadata"]["resourceVersion"] = last.resource_version
-            observed["firstTimestamp"] = last.first_timestamp
-            observed["count"] = last.count + 1
-            # client-go diffs against a copy with count 0, lastTimestamp 0 and no message.
-            patch = {"count": observed["count"], "lastTimestamp": observed["lastTimestamp"]}
-            if observed.get("message"):
-                patch["message"] = observed["message"]
-        self._logs.put(
-            key,
-            _EventLog(
-                count=int(observed.get("count") or 1),
-                first_timestamp=str(observed.get("firstTimestamp") or ""),
-                name=str(observed["metadata"].get("name", "")),
-                resource_version=str(observed["metadata"].get("resourceVersion", "")),
-            ),
-        )
-        return observed, patch
-
-    def _filter(self, key: tuple[str, ...]) -> bool:
-        bucket = self._spam.get(key)
-        if bucket is None:
-            bucket = TokenBucket(self.options.spam_qps, self.options.spam_burst, clock=self._clock)
-        self._spam.put(key, bucket)
-        if bucket.tokens() >= 1.0:
-            bucket.reserve()
-            return False
-        return True
 
 
 class _Recorded:
@@ -404,103 +145,6 @@ class _Recorded:
             "firstTimestamp": self.time,
             "lastTimestamp": self.time,
         }
-
-
-class _NameFactory:
-    """``<object name>.<hex of UnixNano>`` like client-go, made unique per process: with a
-    fake clock (or a coarse one) two events about one object could otherwise collide."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._last = 0
-
-    def __call__(self, object_name: str) -> str:
-        now = self._clock.now()
-        nanos = int(now.timestamp()) * 10**9 + now.microsecond * 1000
-        nanos = max(nanos, self._last + 1)
-        self._last = nanos
-        return f"{object_name}.{nanos:x}"
-
-
-_KIND_FROM_CLASS = re.compile(r"^V\d+(?:(?:alpha|beta)\d+)?(?P<kind>[A-Z]\w*)$")
-
-
-def _kind_from_model(model: object) -> tuple[str, str]:
-    match = _KIND_FROM_CLASS.match(type(model).__name__)
-    if not match:
-        return "", ""
-    kind = match.group("kind")
-    candidates = [r for r in RESOURCES if r.kind == kind and r is not EVENTS]
-    if kind == "Event":
-        candidates = [EVENTS]
-    return (kind, candidates[0].api_version) if len(candidates) == 1 else (kind, "")
-
-
-def _sanitize(value: Any) -> Any:
-    # ApiClient.sanitize_for_serialization without needing a client (which needs a loop).
-    if isinstance(value, list | tuple):
-        return [_sanitize(v) for v in value]
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {k: _sanitize(v) for k, v in value.items()}
-    if hasattr(value, "openapi_types") and hasattr(value, "attribute_map"):
-        return {
-            value.attribute_map[attr]: _sanitize(getattr(value, attr))
-            for attr in value.openapi_types
-            if getattr(value, attr) is not None
-        }
-    return value
-
-
-def object_reference(obj: object, api_client: ApiClient | None = None) -> Obj:
-    """An ``ObjectReference`` (kind, namespace, name, uid, apiVersion, resourceVersion) to
-    ``obj``: a JSON dict, a kubernetes-asyncio model, or a reference dict itself.
-
-    Models often lack kind/apiVersion (list items do); they are derived from the model's
-    class, like client-go's ``GetReference`` consults the scheme. Raises ``ValueError`` when
-    the object cannot be referenced.
-    """
-    data: Mapping[str, Any]
-    derived_kind, derived_version = "", ""
-    if isinstance(obj, Mapping):
-        data = obj
-    elif hasattr(obj, "openapi_types"):
-        serialized = (
-            api_client.sanitize_for_serialization(obj) if api_client is not None else _sanitize(obj)
-        )
-        if not isinstance(serialized, Mapping):
-            raise ValueError(f"cannot reference a {type(obj).__name__}")
-        data = serialized
-        derived_kind, derived_version = _kind_from_model(obj)
-    else:
-        raise ValueError(f"cannot reference a {type(obj).__name__}: not a dict or a model")
-
-    if "metadata" not in data and "name" in data:
-        source: Mapping[str, Any] = data
-        kind, api_version = data.get("kind"), data.get("apiVersion")
-    else:
-        meta = data.get("metadata")
-        source = meta if isinstance(meta, Mapping) else {}
-        kind, api_version = data.get("kind"), data.get("apiVersion")
-    kind = kind or derived_kind
-    api_version = api_version or derived_version
-    if not kind:
-        raise ValueError("object has no kind; cannot reference it")
-    if not api_version:
-        matches = [r for r in RESOURCES if r.kind == kind]
-        if len(matches) != 1:
-            raise ValueError(f"object of kind {kind!r} has no apiVersion; cannot reference it")
-        api_version = matches[0].api_version
-    name = source.get("name")
-    if not name:
-        raise ValueError(f"{kind} has no name; cannot reference it")
-    ref: Obj = {"kind": kind, "apiVersion": api_version, "name": name}
-    for field in ("namespace", "uid", "resourceVersion", "fieldPath"):
-        value = source.get(field)
-        if value:
-            ref[field] = value
-    return ref
 
 
 def _dropped_counter(registry: CollectorRegistry) -> Counter:
@@ -644,7 +288,7 @@ class EventRecorder:
         self.component = component
         self.host = host
         self._clock = clock or RealClock()
-        self._names = _NameFactory(self._clock)
+        self._names = EventNameFactory(self._clock)
         self.correlator = EventCorrelator(
             clock=self._clock, options=correlator_options, name_factory=self._names
         )
@@ -679,7 +323,7 @@ class EventRecorder:
                 message=message,
                 annotations=annotations,
                 name=self._names(str(ref["name"])),
-                time=_time(self._clock.now()),
+                time=event_time(self._clock.now()),
             )
         except Exception as err:  # a recorder must never fail its caller
             self._drop("invalid", reason=reason, error=str(err))
@@ -856,8 +500,9 @@ class EventRecorder:
         except Exception as err:  # a malformed event must not stop the writer
             self._drop("invalid", reason=event.get("reason"), error=type(err).__name__)
             return
+        what = _describe(involved_object(event))
         if result.skip or result.event is None:
-            self._drop("spam", reason=event.get("reason"), object=_describe(_ref(event)))
+            self._drop("spam", reason=event.get("reason"), object=what)
             return
         tries = 0
         while True:
@@ -865,11 +510,11 @@ class EventRecorder:
             if outcome == "ok":
                 return
             if outcome == "rejected":
-                self._drop("rejected", reason=event.get("reason"), object=_describe(_ref(event)))
+                self._drop("rejected", reason=event.get("reason"), object=what)
                 return
             tries += 1
             if tries >= self.max_tries:
-                self._drop("retries", reason=event.get("reason"), object=_describe(_ref(event)))
+                self._drop("retries", reason=event.get("reason"), object=what)
                 return
             delay = self.retry_sleep
             if tries == 1:
