@@ -39,6 +39,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
+from pyprovlib.controller import resize_claims
 from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import (
     EVENT_FLUSH_TIMEOUT,
@@ -46,24 +47,13 @@ from pyprovlib.controller._lifecycle import (
     LeaderElectionLostError,
 )
 from pyprovlib.controller._sidecar_options import retry_queue
+from pyprovlib.controller.resize_claims import *  # noqa: F403 - this module exports resize_claims' names
 from pyprovlib.controller.resize_claims import (
-    ANN_NODE_EXPANSION_NOT_REQUIRED,
-    ANN_STORAGE_RESIZER,
-    CONDITION_CONTROLLER_RESIZE_ERROR,
-    CONDITION_FILE_SYSTEM_RESIZE_PENDING,
-    CONDITION_NODE_RESIZE_ERROR,
-    CONDITION_RESIZING,
     NOT_EXPANDABLE_CLASS,
     POD_PVC_INDEX,
-    REASON_FILE_SYSTEM_RESIZE_REQUIRED,
     REASON_RESIZING,
     REASON_VOLUME_RESIZE_FAILED,
-    REASON_VOLUME_RESIZE_SUCCESSFUL,
-    STATUS_CONTROLLER_RESIZE_IN_PROGRESS,
     STATUS_CONTROLLER_RESIZE_INFEASIBLE,
-    STATUS_NODE_RESIZE_IN_PROGRESS,
-    STATUS_NODE_RESIZE_INFEASIBLE,
-    STATUS_NODE_RESIZE_PENDING,
     allocated_of,
     bytes_quantity,
     claim_capacity,
@@ -71,7 +61,6 @@ from pyprovlib.controller.resize_claims import (
     cmp_quantities,
     dict_of,
     expansion_target,
-    merge_resize_conditions,
     pod_claims,
     request_of,
     resize_status_of,
@@ -110,29 +99,12 @@ from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
 
 __all__ = [
-    "ANN_NODE_EXPANSION_NOT_REQUIRED",
-    "ANN_STORAGE_RESIZER",
-    "CONDITION_CONTROLLER_RESIZE_ERROR",
-    "CONDITION_FILE_SYSTEM_RESIZE_PENDING",
-    "CONDITION_NODE_RESIZE_ERROR",
-    "CONDITION_RESIZING",
     "EVENT_FLUSH_TIMEOUT",
-    "REASON_FILE_SYSTEM_RESIZE_REQUIRED",
-    "REASON_RESIZING",
-    "REASON_VOLUME_RESIZE_FAILED",
-    "REASON_VOLUME_RESIZE_SUCCESSFUL",
-    "STATUS_CONTROLLER_RESIZE_INFEASIBLE",
-    "STATUS_CONTROLLER_RESIZE_IN_PROGRESS",
-    "STATUS_NODE_RESIZE_INFEASIBLE",
-    "STATUS_NODE_RESIZE_IN_PROGRESS",
-    "STATUS_NODE_RESIZE_PENDING",
     "DelayRetryError",
     "LeaderElectionLostError",
     "ResizeController",
-    "expansion_target",
-    "merge_resize_conditions",
-    "should_enqueue_pvc_change",
 ]
+__all__ += resize_claims.__all__
 
 log = get_logger(__name__)
 

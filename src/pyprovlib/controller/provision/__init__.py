@@ -46,57 +46,22 @@ The package, by concern (a reader of upstream's ``controller.go`` finds each par
 from __future__ import annotations
 
 from pyprovlib.controller._lifecycle import LeaderElectionLostError
+from pyprovlib.controller.provision import decisions
 from pyprovlib.controller.provision.controller import ProvisionController
-from pyprovlib.controller.provision.decisions import (
-    ANN_ALPHA_SELECTED_NODE,
-    ANN_BETA_STORAGE_CLASS,
-    ANN_BETA_STORAGE_PROVISIONER,
-    ANN_DYNAMICALLY_PROVISIONED,
-    ANN_MIGRATED_TO,
-    ANN_SELECTED_NODE,
-    ANN_STORAGE_PROVISIONER,
-    FINALIZER_PV,
-    add_finalizer,
-    claim_is_block,
-    claim_reference,
-    claim_wants_provisioning,
-    complete_volume,
-    desired_finalizers,
-    get_claim_class,
-    is_provisioner_for_volume,
-    remove_finalizer,
-    volume_should_delete,
-)
+from pyprovlib.controller.provision.decisions import *  # noqa: F403 - the package exports decisions' names
 from pyprovlib.controller.provision.errors import ClassNotFoundError, is_infeasible_error
 from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.provisioner import InfeasibleError, MountOptionsProvisioner
 
 __all__ = [
-    "ANN_ALPHA_SELECTED_NODE",
-    "ANN_BETA_STORAGE_CLASS",
-    "ANN_BETA_STORAGE_PROVISIONER",
-    "ANN_DYNAMICALLY_PROVISIONED",
-    "ANN_MIGRATED_TO",
-    "ANN_SELECTED_NODE",
-    "ANN_STORAGE_PROVISIONER",
     "FINALIZER_PROVISIONING",
-    "FINALIZER_PV",
     "ClassNotFoundError",
     "InfeasibleError",
     "LeaderElectionLostError",
     "MountOptionsProvisioner",
     "ProvisionController",
     "SlowSet",
-    "add_finalizer",
-    "claim_is_block",
-    "claim_reference",
-    "claim_wants_provisioning",
-    "complete_volume",
-    "desired_finalizers",
-    "get_claim_class",
     "is_infeasible_error",
-    "is_provisioner_for_volume",
-    "remove_finalizer",
-    "volume_should_delete",
 ]
+__all__ += decisions.__all__

@@ -18,6 +18,7 @@ Its modules follow external-provisioner's file map:
 - :mod:`~pyprovlib.csi.provisioner.main`: the sidecar process (``main()``).
 """
 
+from pyprovlib.csi.provisioner import secrets
 from pyprovlib.csi.provisioner.controller import PROVISIONER_ID_KEY, CSIProvisioner, check_error
 from pyprovlib.csi.provisioner.data_source import (
     ANN_ALLOW_VOLUME_MODE_CHANGE,
@@ -35,36 +36,13 @@ from pyprovlib.csi.provisioner.main import (
 )
 from pyprovlib.csi.provisioner.options import CSIProvisionerOptions, build_parser
 from pyprovlib.csi.provisioner.request import make_volume_name, volume_capabilities
-from pyprovlib.csi.provisioner.secrets import (
-    ANN_DELETION_SECRET_NAME,
-    ANN_DELETION_SECRET_NAMESPACE,
-    CONTROLLER_EXPAND_SECRET,
-    CONTROLLER_PUBLISH_SECRET,
-    CSI_PARAMETER_PREFIX,
-    NODE_EXPAND_SECRET,
-    NODE_PUBLISH_SECRET,
-    NODE_STAGE_SECRET,
-    PROVISIONER_SECRET,
-    SecretParams,
-    SecretRef,
-    resolve_template,
-    secret_reference,
-)
+from pyprovlib.csi.provisioner.secrets import *  # noqa: F403 - the package exports secrets' names
 from pyprovlib.csi.provisioner.topology import TopologyError, generate_accessibility_requirements
 
 __all__ = [
     "ANN_ALLOW_VOLUME_MODE_CHANGE",
-    "ANN_DELETION_SECRET_NAME",
-    "ANN_DELETION_SECRET_NAMESPACE",
     "CLONE_FINALIZER",
-    "CONTROLLER_EXPAND_SECRET",
-    "CONTROLLER_PUBLISH_SECRET",
-    "CSI_PARAMETER_PREFIX",
-    "NODE_EXPAND_SECRET",
-    "NODE_PUBLISH_SECRET",
-    "NODE_STAGE_SECRET",
     "PROVISIONER_ID_KEY",
-    "PROVISIONER_SECRET",
     "SNAPSHOT_API_GROUP",
     "SNAPSHOT_FINALIZER",
     "SNAPSHOT_KIND",
@@ -72,8 +50,6 @@ __all__ = [
     "CSIProvisionerController",
     "CSIProvisionerOptions",
     "DriverUnsupportedError",
-    "SecretParams",
-    "SecretRef",
     "TopologyError",
     "build_controller",
     "build_parser",
@@ -82,7 +58,6 @@ __all__ = [
     "main",
     "make_controller",
     "make_volume_name",
-    "resolve_template",
-    "secret_reference",
     "volume_capabilities",
 ]
+__all__ += secrets.__all__
