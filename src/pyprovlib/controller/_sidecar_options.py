@@ -1,14 +1,18 @@
 """What the options of the controllers behind the CSI sidecars share (attach and resize, as
-external-attacher and external-resizer do): csi-lib-utils' leader-election timings, the
-checks of the timing fields both have, and the work queue their retry intervals shape."""
+external-attacher and external-resizer do): csi-lib-utils' leader election
+(:class:`SidecarControllerOptions`), the checks of the timing fields both have, and the work
+queue their retry intervals shape."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from pyprovlib.errors import InvalidOptionsError
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from pyprovlib.controller.attach_options import AttachControllerOptions
     from pyprovlib.controller.resize_options import ResizeControllerOptions
     from pyprovlib.kube.clock import Clock
@@ -18,6 +22,7 @@ __all__ = [
     "DEFAULT_LEASE_DURATION",
     "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RETRY_PERIOD",
+    "SidecarControllerOptions",
     "check_sidecar_options",
     "retry_queue",
 ]
@@ -28,6 +33,26 @@ DEFAULT_RENEW_DEADLINE: Final = 10.0
 """csi-lib-utils' leader election renew deadline."""
 DEFAULT_RETRY_PERIOD: Final = 5.0
 """csi-lib-utils' leader election retry period."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SidecarControllerOptions:
+    """The options the attach and resize controllers share, keyword-only.
+
+    With ``leader_election`` the control loops run only while holding the Lease ``lease``
+    (default: the controller's lease name for its driver or resizer) in
+    ``leader_election_namespace`` (default: the pod's), with csi-lib-utils' timings
+    (``lease_duration``, ``renew_deadline``, ``retry_period``, seconds). Work queue metrics go
+    to ``registry`` (prometheus_client's default when None).
+    """
+
+    leader_election: bool = False
+    leader_election_namespace: str = ""
+    lease: str | None = None
+    lease_duration: float = DEFAULT_LEASE_DURATION
+    renew_deadline: float = DEFAULT_RENEW_DEADLINE
+    retry_period: float = DEFAULT_RETRY_PERIOD
+    registry: CollectorRegistry | None = None
 
 
 def check_sidecar_options(

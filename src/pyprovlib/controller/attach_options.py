@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from pyprovlib.controller._sidecar_options import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
     DEFAULT_RETRY_PERIOD,
+    SidecarControllerOptions,
     check_sidecar_options,
 )
 from pyprovlib.errors import InvalidOptionsError
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -35,6 +33,7 @@ __all__ = [
     "LEASE_NAME_PREFIX",
     "AttachControllerOptions",
     "InvalidAttachOptionsError",
+    "SidecarControllerOptions",
     "finalizer_name",
     "lease_name",
     "sanitize_driver_name",
@@ -84,15 +83,14 @@ class InvalidAttachOptionsError(InvalidOptionsError):
 
 
 @dataclass(frozen=True)
-class AttachControllerOptions:
+class AttachControllerOptions(SidecarControllerOptions):
     """How an :class:`~pyprovlib.controller.attach.AttachController` runs.
 
     ``reconcile``: compare attachments with the backend every ``reconcile_sync`` seconds;
     ``None`` means "when the attacher can list what it published". ``default_fs_type`` is used
-    for volumes whose source names no file system type (``--default-fstype``). With
-    ``leader_election`` the control loops run only while holding the Lease ``lease`` (default
-    :func:`lease_name` of the driver) in ``leader_election_namespace`` (default: the pod's).
-    Work queue metrics go to ``registry`` (prometheus_client's default when None).
+    for volumes whose source names no file system type (``--default-fstype``). The leader
+    election fields and ``registry`` are the keyword-only fields of
+    :class:`SidecarControllerOptions`; the default Lease is :func:`lease_name` of the driver.
     """
 
     resync_period: float = DEFAULT_RESYNC
@@ -103,13 +101,6 @@ class AttachControllerOptions:
     reconcile_sync: float = DEFAULT_RECONCILE_SYNC
     reconcile: bool | None = None
     default_fs_type: str = ""
-    leader_election: bool = False
-    leader_election_namespace: str = ""
-    lease: str | None = None
-    lease_duration: float = DEFAULT_LEASE_DURATION
-    renew_deadline: float = DEFAULT_RENEW_DEADLINE
-    retry_period: float = DEFAULT_RETRY_PERIOD
-    registry: CollectorRegistry | None = None
 
     def __post_init__(self) -> None:
         check_sidecar_options(self, "worker_threads", InvalidAttachOptionsError)

@@ -7,19 +7,17 @@ Durations are seconds (floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from pyprovlib.controller._sidecar_options import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
     DEFAULT_RETRY_PERIOD,
+    SidecarControllerOptions,
     check_sidecar_options,
 )
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.errors import InvalidOptionsError
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -33,6 +31,7 @@ __all__ = [
     "LEASE_NAME_PREFIX",
     "InvalidResizeOptionsError",
     "ResizeControllerOptions",
+    "SidecarControllerOptions",
     "lease_name",
 ]
 
@@ -64,15 +63,14 @@ class InvalidResizeOptionsError(InvalidOptionsError):
 
 
 @dataclass(frozen=True)
-class ResizeControllerOptions:
+class ResizeControllerOptions(SidecarControllerOptions):
     """How a :class:`~pyprovlib.controller.resize.ResizeController` runs.
 
     ``handle_volume_in_use_error`` (``--handle-volume-inuse-error``): after the backend said it
     can only expand an unused volume (FAILED_PRECONDITION), do not call it again while a pod
-    uses the claim. With ``leader_election`` the control loop runs only while holding the
-    Lease ``lease`` (default :func:`lease_name` of the resizer) in
-    ``leader_election_namespace`` (default: the pod's). Work queue metrics go to ``registry``
-    (prometheus_client's default when None).
+    uses the claim. The leader election fields and ``registry`` are the keyword-only fields of
+    :class:`~pyprovlib.controller.attach_options.SidecarControllerOptions`; the default Lease
+    is :func:`lease_name` of the resizer.
     """
 
     resync_period: float = DEFAULT_RESYNC
@@ -81,13 +79,6 @@ class ResizeControllerOptions:
     retry_interval_start: float = DEFAULT_RETRY_INTERVAL_START
     retry_interval_max: float = DEFAULT_RETRY_INTERVAL_MAX
     handle_volume_in_use_error: bool = True
-    leader_election: bool = False
-    leader_election_namespace: str = ""
-    lease: str | None = None
-    lease_duration: float = DEFAULT_LEASE_DURATION
-    renew_deadline: float = DEFAULT_RENEW_DEADLINE
-    retry_period: float = DEFAULT_RETRY_PERIOD
-    registry: CollectorRegistry | None = None
 
     def __post_init__(self) -> None:
         check_sidecar_options(self, "workers", InvalidResizeOptionsError)
