@@ -206,27 +206,23 @@ def common_parser(
         metavar="NAMESPACE",
         group=le,
     )
-    add_duration_flag(
-        parser,
-        "--leader-election-lease-duration",
-        default=_as_float(values["leader_election_lease_duration"]),
-        help="how long non-leaders wait before taking over a Lease that is not renewed",
-        group=le,
-    )
-    add_duration_flag(
-        parser,
-        "--leader-election-renew-deadline",
-        default=_as_float(values["leader_election_renew_deadline"]),
-        help="how long the leader keeps retrying to renew before giving up leadership",
-        group=le,
-    )
-    add_duration_flag(
-        parser,
-        "--leader-election-retry-period",
-        default=_as_float(values["leader_election_retry_period"]),
-        help="how long to wait between attempts to acquire or renew the Lease",
-        group=le,
-    )
+    # The Lease timings (client-go's LeaderElectionConfig), each a duration flag.
+    for flag, help_text in (
+        (
+            "--leader-election-lease-duration",
+            "how long non-leaders wait before taking over a Lease that is not renewed",
+        ),
+        (
+            "--leader-election-renew-deadline",
+            "how long the leader keeps retrying to renew before giving up leadership",
+        ),
+        (
+            "--leader-election-retry-period",
+            "how long to wait between attempts to acquire or renew the Lease",
+        ),
+    ):
+        dest = flag.removeprefix("--").replace("-", "_")
+        add_duration_flag(parser, flag, default=_as_float(values[dest]), help=help_text, group=le)
 
     http = parser.add_argument_group("HTTP endpoint")
     add_flag(
