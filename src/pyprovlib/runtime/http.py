@@ -11,14 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyprovlib.controller.endpoint import (
-    LEADER_ELECTION_CHECK,
-    LEADER_ELECTION_HEALTH_TIMEOUT,
-    LEADER_ELECTION_PATH,
-    Check,
-    EndpointServer,
-    controller_checks,
-)
+from pyprovlib.controller.endpoint import Check, EndpointServer, controller_checks
 from pyprovlib.runtime.flags import HttpAddress, parse_http_address
 
 if TYPE_CHECKING:
@@ -26,14 +19,9 @@ if TYPE_CHECKING:
 
     from prometheus_client.registry import CollectorRegistry
 
-__all__ = [
-    "LEADER_ELECTION_CHECK",
-    "LEADER_ELECTION_HEALTH_TIMEOUT",
-    "LEADER_ELECTION_PATH",
-    "Check",
-    "HttpServer",
-    "controller_checks",
-]
+# Check and controller_checks stay importable from here (the entry points' server); the
+# leader-election health constants live in pyprovlib.controller.endpoint.
+__all__ = ["Check", "HttpServer", "controller_checks"]
 
 
 class HttpServer(EndpointServer):

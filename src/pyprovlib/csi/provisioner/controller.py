@@ -307,6 +307,19 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             guard, source = entry.protected
             await guard.release(source, uid)
 
+    async def _delete_created(
+        self, volume_id: str, request: v1.CreateVolumeRequest, failure: str
+    ) -> None:
+        """DeleteVolume a volume created for ``request`` (with its secrets). If the driver
+        fails, the volume still exists: raise an ``IN_BACKGROUND`` error saying ``failure``,
+        so the claim is retried and the next attempt cleans up again."""
+        try:
+            await self.connection.delete_volume(
+                v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(request.secrets))
+            )
+        except Exception as err:
+            raise ProvisioningError(f"{failure}: {err}", ProvisioningState.IN_BACKGROUND) from None
+
     async def _delete_rejected(
         self,
         volume_id: str,
@@ -315,16 +328,11 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         uid: str,
     ) -> NoReturn:
         """Delete a volume the driver created but that cannot be used; always raises."""
-        try:
-            await self.connection.delete_volume(
-                v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(request.secrets))
-            )
-        except Exception as err:
-            # The volume still exists: retry, so the next attempt cleans up again.
-            raise ProvisioningError(
-                f"{message}. Cleanup of volume {volume_id} failed, volume is orphaned: {err}",
-                ProvisioningState.IN_BACKGROUND,
-            ) from None
+        await self._delete_created(
+            volume_id,
+            request,
+            f"{message}. Cleanup of volume {volume_id} failed, volume is orphaned",
+        )
         await self._finish(uid)
         raise ProvisioningError(f"{message}; the volume was deleted", ProvisioningState.FINISHED)
 
@@ -374,15 +382,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             ) from None
         volume_id = response.volume.volume_id if response.volume is not None else ""
         if volume_id:
-            try:
-                await self.connection.delete_volume(
-                    v1.DeleteVolumeRequest(volume_id=volume_id, secrets=dict(entry.request.secrets))
-                )
-            except CSICallError as err:
-                raise ProvisioningError(
-                    f"claim deleted; deleting its volume {volume_id} failed: {err}",
-                    ProvisioningState.IN_BACKGROUND,
-                ) from None
+            await self._delete_created(
+                volume_id, entry.request, f"claim deleted; deleting its volume {volume_id} failed"
+            )
         await self._finish(uid)
         logger.info("volume of deleted claim deleted", volume_id=volume_id)
         raise IgnoredError(
