@@ -354,6 +354,19 @@ class ControllerLifecycle:
             await asyncio.gather(sync, stop, return_exceptions=True)
         return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
 
+    def _start_workers(
+        self,
+        tg: asyncio.TaskGroup,
+        count: int,
+        queue: RateLimitingQueue[str],
+        process: Callable[[str], Awaitable[None]],
+        *,
+        drain: bool = True,
+    ) -> list[asyncio.Task[None]]:
+        """Start ``count`` :meth:`_worker` tasks of ``queue`` in ``tg`` (upstream's
+        ``for i := 0; i < threadiness; i++ { go wait.Until(worker, ...) }``)."""
+        return [tg.create_task(self._worker(queue, process, drain=drain)) for _ in range(count)]
+
     async def _worker(
         self,
         queue: RateLimitingQueue[str],

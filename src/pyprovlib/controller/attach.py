@@ -199,12 +199,10 @@ class AttachController(ControllerLifecycle):
                 caches = (self.va_informer, self.pv_informer, self.csinode_informer)
                 if await self._wait_for_sync(caches):
                     self._synced = True
+                    count = self.options.worker_threads
                     tasks = [
-                        tg.create_task(self._worker(self.va_queue, self._process_va))
-                        for _ in range(self.options.worker_threads)
-                    ] + [
-                        tg.create_task(self._worker(self.pv_queue, self._process_pv))
-                        for _ in range(self.options.worker_threads)
+                        *self._start_workers(tg, count, self.va_queue, self._process_va),
+                        *self._start_workers(tg, count, self.pv_queue, self._process_pv),
                     ]
                     reconciler = (
                         tg.create_task(self._reconcile_loop(), name="attacher-reconciler")

@@ -253,14 +253,12 @@ class ResizeController(ControllerLifecycle, Generic[ResizerT]):
                     caches.append(self.pod_informer)
                 if await self._wait_for_sync(caches):
                     self._synced = True
-                    workers = [
-                        tg.create_task(
-                            self._worker(
-                                self.claim_queue, self.recorder.waking(self._process_claim)
-                            )
-                        )
-                        for _ in range(self.options.workers)
-                    ]
+                    workers = self._start_workers(
+                        tg,
+                        self.options.workers,
+                        self.claim_queue,
+                        self.recorder.waking(self._process_claim),
+                    )
                     self._log.info("started external resizer", workers=self.options.workers)
                     await self._stop_requested.wait()
                     self._synced = False

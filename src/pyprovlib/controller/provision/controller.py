@@ -265,24 +265,14 @@ class ProvisionController(ControllerLifecycle):
                 caches = (self.claim_informer, self.volume_informer, self.class_informer)
                 if await self._wait_for_sync(caches):
                     self._synced = True
+                    count, waking = self.options.threadiness, self.recorder.waking
                     workers = [
-                        tg.create_task(
-                            self._worker(
-                                self.claim_queue,
-                                self.recorder.waking(self._claims.process),
-                                drain=False,
-                            )
-                        )
-                        for _ in range(self.options.threadiness)
-                    ] + [
-                        tg.create_task(
-                            self._worker(
-                                self.volume_queue,
-                                self.recorder.waking(self._volumes.process),
-                                drain=False,
-                            )
-                        )
-                        for _ in range(self.options.threadiness)
+                        *self._start_workers(
+                            tg, count, self.claim_queue, waking(self._claims.process), drain=False
+                        ),
+                        *self._start_workers(
+                            tg, count, self.volume_queue, waking(self._volumes.process), drain=False
+                        ),
                     ]
                     self._log.info("started provisioner controller", component=self.component)
                     await self._stop_requested.wait()
