@@ -291,75 +291,66 @@ def _col(
     }
 
 
+_NAME = _col("Name", "Name must be unique within a namespace.", fmt="name")
+_AGE = _col(
+    "Age",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+)
+_WIDE = 1
+"""The priority of the columns kubectl prints only with ``-o wide``."""
+
+
+def _strings(*names: str) -> list[Obj]:
+    return [_col(n) for n in names]
+
+
+# The built-in tables' columns after Name, in kubectl's order (the cells come from _cells).
+_BUILTIN_COLUMNS: dict[Resource, list[Obj]] = {
+    R.PERSISTENT_VOLUMES: [
+        *_strings(
+            "Capacity",
+            "Access Modes",
+            "Reclaim Policy",
+            "Status",
+            "Claim",
+            "StorageClass",
+            "VolumeAttributesClass",
+            "Reason",
+        ),
+        _AGE,
+        _col("VolumeMode", priority=_WIDE),
+    ],
+    R.PERSISTENT_VOLUME_CLAIMS: [
+        *_strings(
+            "Status", "Volume", "Capacity", "Access Modes", "StorageClass", "VolumeAttributesClass"
+        ),
+        _AGE,
+        _col("VolumeMode", priority=_WIDE),
+    ],
+    R.STORAGE_CLASSES: [
+        *_strings("Provisioner", "ReclaimPolicy", "VolumeBindingMode", "AllowVolumeExpansion"),
+        _AGE,
+    ],
+    R.NAMESPACES: [_col("Status"), _AGE],
+    R.NODES: [_col("Status"), _col("Roles"), _AGE, _col("Version")],
+    R.PODS: [
+        *_strings("Ready", "Status", "Restarts"),
+        _AGE,
+        _col("IP", priority=_WIDE),
+        _col("Node", priority=_WIDE),
+    ],
+    R.VOLUME_ATTACHMENTS: [*_strings("Attacher", "PV", "Node", "Attached"), _AGE],
+    R.SECRETS: [_col("Type"), _col("Data", typ="integer"), _AGE],
+    R.CONFIGMAPS: [_col("Data", typ="integer"), _AGE],
+    R.LEASES: [_col("Holder"), _AGE],
+    R.CSINODES: [_col("Drivers", typ="integer"), _AGE],
+}
+
+
 def _columns(resource: Resource) -> list[Obj]:
-    name = _col("Name", "Name must be unique within a namespace.", fmt="name")
-    age = _col(
-        "Age",
-        "CreationTimestamp is a timestamp representing the server time when this "
-        "object was created.",
-    )
-    if resource is R.PERSISTENT_VOLUMES:
-        return [
-            name,
-            _col("Capacity"),
-            _col("Access Modes"),
-            _col("Reclaim Policy"),
-            _col("Status"),
-            _col("Claim"),
-            _col("StorageClass"),
-            _col("VolumeAttributesClass"),
-            _col("Reason"),
-            age,
-            _col("VolumeMode", priority=1),
-        ]
-    if resource is R.PERSISTENT_VOLUME_CLAIMS:
-        return [
-            name,
-            _col("Status"),
-            _col("Volume"),
-            _col("Capacity"),
-            _col("Access Modes"),
-            _col("StorageClass"),
-            _col("VolumeAttributesClass"),
-            age,
-            _col("VolumeMode", priority=1),
-        ]
-    if resource is R.STORAGE_CLASSES:
-        return [
-            name,
-            _col("Provisioner"),
-            _col("ReclaimPolicy"),
-            _col("VolumeBindingMode"),
-            _col("AllowVolumeExpansion"),
-            age,
-        ]
-    if resource is R.NAMESPACES:
-        return [name, _col("Status"), age]
-    if resource is R.NODES:
-        return [name, _col("Status"), _col("Roles"), age, _col("Version")]
-    if resource is R.PODS:
-        return [
-            name,
-            _col("Ready"),
-            _col("Status"),
-            _col("Restarts", typ="string"),
-            age,
-            _col("IP", priority=1),
-            _col("Node", priority=1),
-        ]
-    if resource is R.VOLUME_ATTACHMENTS:
-        return [name, _col("Attacher"), _col("PV"), _col("Node"), _col("Attached"), age]
-    if resource is R.SECRETS:
-        return [name, _col("Type"), _col("Data", typ="integer"), age]
-    if resource is R.CONFIGMAPS:
-        return [name, _col("Data", typ="integer"), age]
-    if resource is R.LEASES:
-        return [name, _col("Holder"), age]
-    if resource is R.CSINODES:
-        return [name, _col("Drivers", typ="integer"), age]
     if resource.custom:
-        return [name, *_CRD_COLUMNS[resource], _col("Age", typ="date")]
-    return [name, age]
+        return [_NAME, *_CRD_COLUMNS[resource], _col("Age", typ="date")]
+    return [_NAME, *_BUILTIN_COLUMNS.get(resource, [_AGE])]
 
 
 # The additionalPrinterColumns of external-snapshotter's CRDs: (name, type, JSON path), after

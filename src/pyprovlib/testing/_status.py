@@ -91,31 +91,28 @@ def _qualified(resource: Resource) -> str:
     return f"{resource.plural}.{resource.group}" if resource.group else resource.plural
 
 
+def _about(resource: Resource, name: str, code: int, message: str, reason: str = "") -> ApiError:
+    """An error about one named object: the details name it as kube-apiserver's do; the reason
+    defaults to the code's."""
+    return ApiError(code, message, reason, _details(resource, name))
+
+
 def not_found(resource: Resource, name: str) -> ApiError:
     """404 ``<plural> "<name>" not found``."""
-    return ApiError(
-        404, f'{_qualified(resource)} "{name}" not found', "NotFound", _details(resource, name)
-    )
+    return _about(resource, name, 404, f'{_qualified(resource)} "{name}" not found')
 
 
 def already_exists(resource: Resource, name: str) -> ApiError:
     """409 AlreadyExists."""
-    return ApiError(
-        409,
-        f'{_qualified(resource)} "{name}" already exists',
-        "AlreadyExists",
-        _details(resource, name),
+    return _about(
+        resource, name, 409, f'{_qualified(resource)} "{name}" already exists', "AlreadyExists"
     )
 
 
 def conflict(resource: Resource, name: str, why: str) -> ApiError:
     """409 Conflict: ``Operation cannot be fulfilled on <plural> "<name>": <why>``."""
-    return ApiError(
-        409,
-        f'Operation cannot be fulfilled on {_qualified(resource)} "{name}": {why}',
-        "Conflict",
-        _details(resource, name),
-    )
+    message = f'Operation cannot be fulfilled on {_qualified(resource)} "{name}": {why}'
+    return _about(resource, name, 409, message)
 
 
 def invalid(resource: Resource, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
@@ -139,12 +136,7 @@ def bad_request(message: str) -> ApiError:
 
 def forbidden(resource: Resource, name: str, why: str) -> ApiError:
     """403 Forbidden: ``<plural> "<name>" is forbidden: <why>``."""
-    return ApiError(
-        403,
-        f'{_qualified(resource)} "{name}" is forbidden: {why}',
-        "Forbidden",
-        _details(resource, name),
-    )
+    return _about(resource, name, 403, f'{_qualified(resource)} "{name}" is forbidden: {why}')
 
 
 def method_not_allowed(method: str) -> ApiError:

@@ -6,22 +6,8 @@ Volumes are directories in ``--statedir``; snapshots copies of them; staging and
 create the directories the CO names. It passes the CSI conformance suite (csi-sanity).
 """
 
-from pyprovlib.examples.csi_hostpath.driver import (
-    DEFAULT_VOLUME_SIZE,
-    TOPOLOGY_KEY,
-    DriverOptions,
-    HostPathController,
-    HostPathGroupController,
-    HostPathIdentity,
-    HostPathNode,
-)
+# The package exports what the driver module does: its ``__all__`` is the one list.
+from pyprovlib.examples.csi_hostpath import driver
+from pyprovlib.examples.csi_hostpath.driver import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_VOLUME_SIZE",
-    "TOPOLOGY_KEY",
-    "DriverOptions",
-    "HostPathController",
-    "HostPathGroupController",
-    "HostPathIdentity",
-    "HostPathNode",
-]
+__all__ = driver.__all__

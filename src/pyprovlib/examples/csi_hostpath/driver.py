@@ -584,12 +584,23 @@ class HostPathNode(NodeService):
             paths.append(path)
             await self.driver.save()
 
-    async def _forget(self, paths: list[str], path: str) -> None:
-        """Drop ``path`` from a volume's staged or published ``paths``; under the driver's
-        lock."""
-        if path in paths:
-            paths.remove(path)
-            await self.driver.save()
+    async def _forget(
+        self, message: v1.NodeUnstageVolumeRequest | v1.NodeUnpublishVolumeRequest, field: str
+    ) -> str:
+        """Unstage or unpublish: drop the path in ``field`` from the volume's staged or published
+        paths and return it. A volume or path already gone is success (both calls are
+        idempotent); under the driver's lock."""
+        require(message, "volume_id", field)
+        path = _checked_path(getattr(message, field), field)
+        volume = self.driver.state.volumes.get(message.volume_id)
+        if volume is not None:
+            paths = (
+                volume.staged_paths if field == "staging_target_path" else volume.published_paths
+            )
+            if path in paths:
+                paths.remove(path)
+                await self.driver.save()
+        return path
 
     async def node_stage_volume(
         self, message: v1.NodeStageVolumeRequest
@@ -605,12 +616,8 @@ class HostPathNode(NodeService):
     async def node_unstage_volume(
         self, message: v1.NodeUnstageVolumeRequest
     ) -> v1.NodeUnstageVolumeResponse:
-        require(message, "volume_id", "staging_target_path")
-        path = _checked_path(message.staging_target_path, "staging_target_path")
         async with self.driver.lock:
-            volume = self.driver.state.volumes.get(message.volume_id)
-            if volume is not None:
-                await self._forget(volume.staged_paths, path)
+            await self._forget(message, "staging_target_path")
         return v1.NodeUnstageVolumeResponse()
 
     async def node_publish_volume(
@@ -639,12 +646,8 @@ class HostPathNode(NodeService):
     async def node_unpublish_volume(
         self, message: v1.NodeUnpublishVolumeRequest
     ) -> v1.NodeUnpublishVolumeResponse:
-        require(message, "volume_id", "target_path")
-        path = _checked_path(message.target_path, "target_path")
         async with self.driver.lock:
-            volume = self.driver.state.volumes.get(message.volume_id)
-            if volume is not None:
-                await self._forget(volume.published_paths, path)
+            path = await self._forget(message, "target_path")
             # The spec: the plugin deletes what it created at the target path. Only an empty
             # directory goes (rmdir): whatever else is there is not ours to remove.
             try:

@@ -1,20 +1,8 @@
 """NFS example backend: each volume a subdirectory of one NFS export
 (nfs-subdir-external-provisioner style). Run it with ``python -m pyprovlib.examples.nfs``."""
 
-from pyprovlib.examples.nfs.provisioner import (
-    DEFAULT_MOUNT_PATH,
-    DEFAULT_PROVISIONER_NAME,
-    NFSParameters,
-    NFSProvisioner,
-    expand_path_pattern,
-    parse_parameters,
-)
+# The package exports what the provisioner module does: its ``__all__`` is the one list.
+from pyprovlib.examples.nfs import provisioner
+from pyprovlib.examples.nfs.provisioner import *  # noqa: F403
 
-__all__ = [
-    "DEFAULT_MOUNT_PATH",
-    "DEFAULT_PROVISIONER_NAME",
-    "NFSParameters",
-    "NFSProvisioner",
-    "expand_path_pattern",
-    "parse_parameters",
-]
+__all__ = provisioner.__all__
