@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from prometheus_client import REGISTRY
 
@@ -42,6 +42,7 @@ __all__ = [
     "Controller",
     "ControllerFactory",
     "LeaderElected",
+    "RunOptions",
     "RuntimeContext",
     "StartupError",
     "run",
@@ -243,37 +244,48 @@ def _default_prog() -> str:
     return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "pyprovlib"
 
 
-async def run_async(
-    controller_factory: ControllerFactory,
-    *,
-    argv: Sequence[str] | None = None,
-    parser: argparse.ArgumentParser | None = None,
-    prog: str | None = None,
-    description: str | None = None,
-    registry: CollectorRegistry | None = None,
-    log_stream: TextIO | None = None,
-) -> int:
+class RunOptions(TypedDict, total=False):
+    """What :func:`run` and :func:`run_async` take besides the controller factory, each
+    optional.
+
+    ``argv``: the arguments to parse (default ``sys.argv[1:]``). ``parser``: the flags
+    (default :func:`~pyprovlib.runtime.common_parser` named ``prog``, default the program's
+    file name, and described by ``description``). ``registry``: where the process's metrics
+    are registered and served from (default prometheus_client's). ``log_stream``: where logs
+    go (default ``sys.stderr``).
+    """
+
+    argv: Sequence[str] | None
+    parser: argparse.ArgumentParser | None
+    prog: str | None
+    description: str | None
+    registry: CollectorRegistry | None
+    log_stream: TextIO | None
+
+
+async def run_async(controller_factory: ControllerFactory, **options: Unpack[RunOptions]) -> int:
     """Run the controller built by ``controller_factory`` until it stops; return the exit code.
 
-    ``parser`` defaults to :func:`~pyprovlib.runtime.common_parser` (``prog``,
-    ``description``); ``argv`` to ``sys.argv[1:]``. ``--help``/``--version``/usage errors
-    return argparse's status (0 or 2). Exit codes: 0 after a graceful stop (or when ``run()``
+    ``options`` are :class:`RunOptions`. ``--help``/``--version``/usage errors return
+    argparse's status (0 or 2). Exit codes: 0 after a graceful stop (or when ``run()``
     returns on its own), 1 when startup or the controller fails or the grace period runs out,
     ``128 + signal`` after a second signal. The API client and the HTTP server are always
-    closed. ``log_stream`` is where logs go (default ``sys.stderr``).
+    closed.
     """
+    parser = options.get("parser")
     if parser is None:
         parser = common_parser(
-            prog or _default_prog(), description or "A Kubernetes storage controller."
+            options.get("prog") or _default_prog(),
+            options.get("description") or "A Kubernetes storage controller.",
         )
     try:
-        options, args = parse_common(parser, argv)
+        common, args = parse_common(parser, options.get("argv"))
     except SystemExit as exc:
         return _exit_code(exc.code)
 
-    configure_logging(options.log_format, options.log_level, stream=log_stream)
+    configure_logging(common.log_format, common.log_level, stream=options.get("log_stream"))
     log: structlog.stdlib.BoundLogger = get_logger("pyprovlib.runtime")
-    log.info("starting", program=parser.prog, version=__version__, options=asdict(options))
+    log.info("starting", program=parser.prog, version=__version__, options=asdict(common))
 
     loop = asyncio.get_running_loop()
     signals = _Signals()
@@ -284,12 +296,12 @@ async def run_async(
     try:
         return await _run_process(
             controller_factory,
-            options=options,
+            options=common,
             args=args,
             signals=signals,
             log=log,
             program_log=get_logger(parser.prog),
-            registry=registry,
+            registry=options.get("registry"),
         )
     finally:
         _remove_signal_handlers(loop, installed)
@@ -412,27 +424,10 @@ def _as_controller(made: object, log: structlog.stdlib.BoundLogger) -> Controlle
     return None
 
 
-def run(
-    controller_factory: ControllerFactory,
-    *,
-    argv: Sequence[str] | None = None,
-    parser: argparse.ArgumentParser | None = None,
-    prog: str | None = None,
-    description: str | None = None,
-    registry: CollectorRegistry | None = None,
-) -> int:
+def run(controller_factory: ControllerFactory, **options: Unpack[RunOptions]) -> int:
     """Synchronous :func:`run_async`, for ``sys.exit(run(factory))`` in a ``main``."""
     try:
-        return asyncio.run(
-            run_async(
-                controller_factory,
-                argv=argv,
-                parser=parser,
-                prog=prog,
-                description=description,
-                registry=registry,
-            )
-        )
+        return asyncio.run(run_async(controller_factory, **options))
     except KeyboardInterrupt:
         # SIGINT before the handlers were installed or after they were removed.
         return 128 + int(signal.SIGINT)
