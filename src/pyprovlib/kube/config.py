@@ -14,7 +14,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -38,6 +38,7 @@ __all__ = [
     "ClientSettings",
     "ConfigError",
     "LimitedApiClient",
+    "RequestOptions",
     "api_exception",
     "check_status",
     "describe_transport_error",
@@ -511,15 +512,26 @@ def _default_timeout(read_idle: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(sock_connect=30.0, sock_read=read_idle)
 
 
+class RequestOptions(TypedDict, total=False):
+    """The optional parts of one request made with :func:`send_request` or
+    :func:`request_json`.
+
+    ``body`` must already be JSON-serialisable (dicts and lists of plain values, as the
+    raw-JSON clients hold); ``content_type`` defaults to ``application/json``; ``query`` is a
+    list of (name, value) pairs. ``request_timeout`` is seconds or an
+    ``aiohttp.ClientTimeout``; without one (here or on the client), a response silent for
+    :data:`READ_IDLE_TIMEOUT` seconds fails the request instead of hanging on a dead
+    connection.
+    """
+
+    body: Any
+    content_type: str
+    query: list[tuple[str, str]] | None
+    request_timeout: float | aiohttp.ClientTimeout | None
+
+
 async def send_request(
-    api_client: ApiClient,
-    method: str,
-    path: str,
-    *,
-    body: Any = None,
-    content_type: str = "application/json",
-    query: list[tuple[str, str]] | None = None,
-    request_timeout: Any = None,
+    api_client: ApiClient, method: str, path: str, **options: Unpack[RequestOptions]
 ) -> aiohttp.ClientResponse:
     """Send one request through ``api_client`` and return the open aiohttp response, whatever
     its status; the caller reads and releases it.
@@ -530,25 +542,26 @@ async def send_request(
     configuration's refresh hook, so exec plugins and rotated tokens apply), then
     ``api_client.request`` with ``_preload_content=False`` — the limiter of a
     :class:`LimitedApiClient`, a subclass's own ``request``, kubernetes-asyncio's session.
-    ``body`` must already be JSON-serialisable (dicts and lists of plain values, as the
-    raw-JSON clients hold). Without a ``request_timeout`` (here or on the client), a response
-    silent for :data:`READ_IDLE_TIMEOUT` seconds fails the request instead of hanging on a
-    dead connection.
+    ``options`` are :class:`RequestOptions`.
     """
+    request_timeout = options.get("request_timeout")
     if request_timeout is None and getattr(api_client, "request_timeout", None) is None:
         request_timeout = _default_timeout(READ_IDLE_TIMEOUT)
-    headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type}
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": options.get("content_type", "application/json"),
+    }
     headers.update(api_client.default_headers)
     if api_client.cookie:
         headers["Cookie"] = api_client.cookie
-    params = list(query or [])
+    params = list(options.get("query") or [])
     await api_client.update_params_for_auth(headers, params, _AUTH_SETTINGS)
     response: aiohttp.ClientResponse = await api_client.request(
         method,
         f"{api_client.configuration.host}{path}",
         query_params=params,
         headers=headers,
-        body=body,
+        body=options.get("body"),
         _preload_content=False,
         _request_timeout=request_timeout,
     )
@@ -591,30 +604,16 @@ def describe_transport_error(err: BaseException) -> str:
 
 
 async def request_json(
-    api_client: ApiClient,
-    method: str,
-    path: str,
-    *,
-    body: Any = None,
-    content_type: str = "application/json",
-    query: list[tuple[str, str]] | None = None,
-    request_timeout: float | None = None,
+    api_client: ApiClient, method: str, path: str, **options: Unpack[RequestOptions]
 ) -> dict[str, Any]:
-    """Send one request through ``api_client`` (auth, user agent and limiter apply) and
-    return the JSON body as a dict, skipping kubernetes-asyncio's model deserialization.
+    """Send one request through ``api_client`` (auth, user agent and limiter apply; ``options``
+    as for :func:`send_request`) and return the JSON body as a dict, skipping
+    kubernetes-asyncio's model deserialization.
 
     Raises ``ApiException`` (with status, body and headers) on a non-2xx answer, like the
     typed API methods do.
     """
-    resp = await send_request(
-        api_client,
-        method,
-        path,
-        body=body,
-        content_type=content_type,
-        query=query,
-        request_timeout=request_timeout,
-    )
+    resp = await send_request(api_client, method, path, **options)
     try:
         data: bytes = await resp.content.read()
     finally:

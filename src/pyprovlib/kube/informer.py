@@ -2,12 +2,12 @@
 
 client-go's ``SharedIndexInformer`` and ``SharedInformerFactory`` for asyncio, over the
 :class:`~pyprovlib.kube.reflector.Reflector` (re-exported here with its ``ListerWatcher``,
-``ReflectorSink`` and ``TransformError``). The reflector lists (paginated) and watches, resuming from the last seen
-resourceVersion and relisting on 410; the :class:`SharedInformer` applies what it reports to its
-:class:`~pyprovlib.kube.store.Indexer` and calls the handlers; the factory makes sure a process
-runs one LIST+WATCH per (resource, namespace, selectors). A transform (client-go's
-``TransformFunc``) may reshape every object before it is cached: :func:`strip_managed_fields`
-is the one pyprovlib's controllers use.
+``ReflectorSink`` and ``TransformError``). The reflector lists (paginated) and watches,
+resuming from the last seen resourceVersion and relisting on 410; the
+:class:`SharedInformer` applies what it reports to its :class:`~pyprovlib.kube.store.Indexer`
+and calls the handlers; the factory makes sure a process runs one LIST+WATCH per (resource,
+namespace, selectors). A transform (client-go's ``TransformFunc``) may reshape every object
+before it is cached: :func:`strip_managed_fields` is the one pyprovlib's controllers use.
 """
 
 from __future__ import annotations
