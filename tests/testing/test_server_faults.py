@@ -88,6 +88,23 @@ async def test_latency(apiserver: ApiServer, kube_client: ApiClient) -> None:
     assert time.monotonic() - start < 0.3
 
 
+async def test_latency_matches_like_a_failure(apiserver: ApiServer, kube_client: ApiClient) -> None:
+    """Latency takes the same match as a failure: here one object by name, every time."""
+    v1 = CoreV1Api(kube_client)
+    apiserver.faults.latency(0.3, verb="get", resource="namespaces", name="default")
+    for _ in range(2):
+        start = time.monotonic()
+        await v1.read_namespace("kube-system")
+        assert time.monotonic() - start < 0.3
+        start = time.monotonic()
+        await v1.read_namespace("default")
+        assert time.monotonic() - start >= 0.3
+    apiserver.faults.clear()
+    start = time.monotonic()
+    await v1.read_namespace("default")
+    assert time.monotonic() - start < 0.3
+
+
 async def test_counters_snapshot_reset_and_user_agents(apiserver: ApiServer) -> None:
     async with apiserver.api_client() as client:
         client.user_agent = "pyprovlib-test/1.0"

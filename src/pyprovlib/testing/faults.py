@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from pyprovlib.testing._status import ApiError
 
-__all__ = ["Faults", "Requests"]
+__all__ = ["Faults", "RequestMatch", "Requests"]
 
 _MESSAGES = {
     409: "the object has been modified; please apply your changes to the latest version and "
@@ -24,6 +25,24 @@ _MESSAGES = {
 }
 
 
+class RequestMatch(TypedDict, total=False):
+    """Which requests a fault applies to: every key given must match; none given matches
+    every request.
+
+    ``verb`` is the API verb (``get``, ``list``, ``watch``, ``create``, ``update``,
+    ``patch``, ``delete``, ``deletecollection``), ``resource`` the plural with the
+    subresource when there is one (``persistentvolumeclaims/status``), ``namespace`` and
+    ``name`` the object's. ``count`` is how many matching requests the fault applies to;
+    ``None`` means all of them, until :meth:`Faults.clear`.
+    """
+
+    verb: str | None
+    resource: str | None
+    namespace: str | None
+    name: str | None
+    count: int | None
+
+
 @dataclass
 class _Rule:
     verb: str | None
@@ -31,6 +50,19 @@ class _Rule:
     namespace: str | None
     name: str | None
     remaining: int | None  # None: until cleared
+
+    @staticmethod
+    def fields(
+        match: RequestMatch, count: int | None
+    ) -> tuple[str | None, str | None, str | None, str | None, int | None]:
+        """The rule's fields from ``match``, ``count`` when it names none."""
+        return (
+            match.get("verb"),
+            match.get("resource"),
+            match.get("namespace"),
+            match.get("name"),
+            match.get("count", count),
+        )
 
     def matches(self, verb: str, resource: str, namespace: str | None, name: str | None) -> bool:
         return (
@@ -65,35 +97,21 @@ class Faults:
         self._latencies: list[_Latency] = []
 
     def fail(
-        self,
-        status: int,
-        *,
-        verb: str | None = None,
-        resource: str | None = None,
-        namespace: str | None = None,
-        name: str | None = None,
-        count: int | None = 1,
-        retry_after: int | None = None,
+        self, status: int, *, retry_after: int | None = None, **match: Unpack[RequestMatch]
     ) -> None:
-        """Answer the next ``count`` matching requests (``None``: all, until :meth:`clear`)
-        with ``status`` and a real-looking ``Status`` body; 429/503 carry ``Retry-After`` when
-        ``retry_after`` is given (429 defaults to 1 s)."""
+        """Answer the next ``count`` (default 1) requests that ``match`` with ``status`` and a
+        real-looking ``Status`` body; 429/503 carry ``Retry-After`` when ``retry_after`` is
+        given (429 defaults to 1 s)."""
         if status == 429 and retry_after is None:
             retry_after = 1
         self._failures.append(
-            _Failure(verb, resource, namespace, name, count, status=status, retry_after=retry_after)
+            _Failure(*_Rule.fields(match, 1), status=status, retry_after=retry_after)
         )
 
-    def latency(
-        self,
-        seconds: float,
-        *,
-        verb: str | None = None,
-        resource: str | None = None,
-        count: int | None = None,
-    ) -> None:
-        """Delay matching requests by ``seconds`` (the next ``count``, or all when ``None``)."""
-        self._latencies.append(_Latency(verb, resource, None, None, count, seconds=seconds))
+    def latency(self, seconds: float, **match: Unpack[RequestMatch]) -> None:
+        """Delay the requests that ``match`` by ``seconds`` (the next ``count``; by default
+        all of them)."""
+        self._latencies.append(_Latency(*_Rule.fields(match, None), seconds=seconds))
 
     def clear(self) -> None:
         """Remove every injected failure and latency."""
@@ -111,11 +129,13 @@ class Faults:
                 return _error(rule, resource, name)
         return None
 
-    def take_latency(self, verb: str, resource: str) -> float:
+    def take_latency(
+        self, verb: str, resource: str, namespace: str | None, name: str | None
+    ) -> float:
         """Seconds to wait before serving this request."""
         total = 0.0
         for rule in self._latencies:
-            if rule.matches(verb, resource, None, None):
+            if rule.matches(verb, resource, namespace, name):
                 rule.consume()
                 total += rule.seconds
         self._latencies = [r for r in self._latencies if r.remaining != 0]

@@ -387,7 +387,7 @@ class ApiServer(Listener):
                 verb = ""
         counted = r.plural + (f"/{target.subresource}" if target.subresource else "")
         self.requests.record(verb or method.lower(), counted, request.headers.get("User-Agent", ""))
-        delay = self.faults.take_latency(verb, counted)
+        delay = self.faults.take_latency(verb, counted, target.namespace, target.name)
         if delay > 0:
             await self.clock.sleep(delay)
         if not verb:
