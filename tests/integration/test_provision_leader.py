@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -127,14 +128,26 @@ def _free_port() -> int:
 async def test_controller_serves_its_metrics(kube_cluster: TestCluster) -> None:
     name = provisioner_name(kube_cluster)
     class_name = await create_class(kube_cluster, name)
-    port = _free_port()
-    controller = ProvisionController(
-        kube_cluster.api_client,
-        name,
-        MemoryProvisioner(),
-        fast_options(metrics_port=port, metrics_address="127.0.0.1", metrics_path="/m"),
-    )
-    async with running(controller):
+    async with contextlib.AsyncExitStack() as stack:
+        # metrics_port=0 means "off", so the test picks a free port; another process may take
+        # it before the controller binds it, so a taken port is picked again.
+        for _ in range(5):
+            port = _free_port()
+            controller = ProvisionController(
+                kube_cluster.api_client,
+                name,
+                MemoryProvisioner(),
+                fast_options(metrics_port=port, metrics_address="127.0.0.1", metrics_path="/m"),
+            )
+            try:
+                await stack.enter_async_context(running(controller, ready=True))
+            except OSError as err:
+                if err.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            break
+        else:
+            pytest.fail("no free port for the metrics server in five tries")
         claim = await create_claim(kube_cluster, class_name)
         await wait_bound(kube_cluster, claim["metadata"]["name"])
 
