@@ -11,8 +11,8 @@ import pytest
 import structlog
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Status
-from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
+from raw_grpc import RawCodec
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
@@ -144,19 +144,6 @@ async def test_capabilities_errors_and_logging(sock_dir: pathlib.Path) -> None:
         finally:
             channel.close()
     assert not path.exists()
-
-
-class RawCodec(CodecBase):
-    """Sends a payload's bytes as they are (to hand the server bytes no stub would send)."""
-
-    __content_subtype__ = "proto"
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        assert isinstance(message, bytes)
-        return message
-
-    def decode(self, data: bytes, message_type: Any) -> Any:
-        return data
 
 
 async def raw_call(path: pathlib.Path, method: str, payload: bytes) -> Status:

@@ -36,10 +36,10 @@ import structlog
 from csi_fault_driver import socket_dir
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.const import Status
-from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from raw_grpc import RawCodec
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
@@ -196,19 +196,6 @@ def captured() -> Iterator[Logs]:
 
 
 # -- clients ------------------------------------------------------------------------------------
-
-
-class RawCodec(CodecBase):
-    """Sends the payload bytes as they are and hands back the reply's bytes."""
-
-    __content_subtype__ = "proto"
-
-    def encode(self, message: Any, message_type: Any) -> bytes:
-        assert isinstance(message, bytes)
-        return message
-
-    def decode(self, data: bytes, message_type: Any) -> Any:
-        return data
 
 
 async def raw_call(path: pathlib.Path, method: str, payload: bytes) -> tuple[int, str]:
