@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import structlog
-from grpclib.client import Channel, UnaryUnaryMethod
+from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from raw_grpc import RawCodec
+from raw_grpc import raw_call
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
@@ -146,17 +146,9 @@ async def test_capabilities_errors_and_logging(sock_dir: pathlib.Path) -> None:
     assert not path.exists()
 
 
-async def raw_call(path: pathlib.Path, method: str, payload: bytes) -> Status:
-    channel = Channel(path=str(path), codec=RawCodec())
-    try:
-        call: UnaryUnaryMethod[bytes, bytes] = UnaryUnaryMethod(channel, method, bytes, bytes)
-        try:
-            await call(payload, timeout=5)
-        except GRPCError as err:
-            return err.status
-        return Status.OK
-    finally:
-        channel.close()
+async def raw_status(path: pathlib.Path, method: str, payload: bytes) -> Status:
+    code, _ = await raw_call(path, method, payload)
+    return Status(code)
 
 
 def kit_identity() -> IdentityService:
@@ -171,12 +163,12 @@ async def test_malformed_requests_never_reach_the_handler(sock_dir: pathlib.Path
     path = sock_dir / "csi.sock"
     async with CSIServer([kit_identity(), controller], f"unix://{path}"):
         for payload in (b"\x0a\x05ab", b"\x08\x05", b"\x0a\x02\xff\xfe", b"\x0f"):
-            assert await raw_call(path, "/csi.v1.Controller/CreateVolume", payload) is (
+            assert await raw_status(path, "/csi.v1.Controller/CreateVolume", payload) is (
                 Status.INTERNAL
             )
         assert controller.calls == 0
         # A valid encoding with an unknown field is fine (protobuf keeps unknown fields).
-        assert await raw_call(
+        assert await raw_status(
             path, "/csi.v1.Controller/CreateVolume", b"\x0a\x01a\xf8\x01\x01"
         ) is (Status.OK)
         assert controller.calls == 1
@@ -200,7 +192,7 @@ async def test_unknown_methods_are_unimplemented_for_grpc_clients(sock_dir: path
             channel.close()
         # Paths outside the CSI spec get grpclib's own answer (see docs/reference/csi.md):
         # refused, whatever a client makes of the status.
-        assert await raw_call(path, "/csi.v1.Controller/Nope", b"") in (
+        assert await raw_status(path, "/csi.v1.Controller/Nope", b"") in (
             Status.UNIMPLEMENTED,
             Status.UNKNOWN,
         )
@@ -212,7 +204,7 @@ async def test_messages_over_the_limit_are_resource_exhausted(sock_dir: pathlib.
     identity = kit_identity()
     async with CSIServer([identity, controller], f"unix://{path}", max_receive_message_length=100):
         big = bytes(v1.CreateVolumeRequest(name="v" * 200))
-        assert await raw_call(path, "/csi.v1.Controller/CreateVolume", big) is (
+        assert await raw_status(path, "/csi.v1.Controller/CreateVolume", big) is (
             Status.RESOURCE_EXHAUSTED
         )
         assert controller.calls == 0
@@ -269,7 +261,7 @@ async def test_server_streaming_methods_are_served_and_checked(sock_dir: pathlib
             channel.close()
         # The request of a streaming method is checked like a unary one.
         method = "/csi.v1.SnapshotMetadata/GetMetadataAllocated"
-        assert await raw_call(path, method, b"\x0a\x09snap") is Status.INTERNAL
+        assert await raw_status(path, method, b"\x0a\x09snap") is Status.INTERNAL
         assert len(service.requests) == 2
 
 

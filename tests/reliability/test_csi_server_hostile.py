@@ -34,12 +34,11 @@ import pytest
 import pytest_asyncio
 import structlog
 from csi_fault_driver import socket_dir
-from grpclib.client import Channel, UnaryUnaryMethod
+from grpclib.client import Channel
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raw_grpc import RawCodec
+from raw_grpc import raw_call
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.server import (
@@ -196,20 +195,6 @@ def captured() -> Iterator[Logs]:
 
 
 # -- clients ------------------------------------------------------------------------------------
-
-
-async def raw_call(path: pathlib.Path, method: str, payload: bytes) -> tuple[int, str]:
-    """Call ``method`` with ``payload`` as the message bytes: (grpc status, message)."""
-    channel = Channel(path=str(path), codec=RawCodec())
-    try:
-        call: UnaryUnaryMethod[bytes, bytes] = UnaryUnaryMethod(channel, method, bytes, bytes)
-        try:
-            await call(payload, timeout=5)
-        except GRPCError as err:
-            return err.status.value, err.message or ""
-        return OK, ""
-    finally:
-        channel.close()
 
 
 async def still_serving(path: pathlib.Path) -> None:
