@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import claim_support
 import pytest
 from csi_driver import DriverState, serve_driver
 from prometheus_client import CollectorRegistry
@@ -33,8 +34,6 @@ from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     EVENTS,
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_SNAPSHOT_CONTENTS,
@@ -253,57 +252,20 @@ async def create_secret(env: Env, name: str, data: dict[str, str]) -> None:
     )
 
 
-async def create_claim(
-    env: Env,
-    class_name: str,
-    *,
-    name: str | None = None,
-    size: str = "1Gi",
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> Obj:
-    body: Obj = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": name or env.cluster.unique_name("claim"),
-            "namespace": env.cluster.namespace,
-            "annotations": annotations or {},
-        },
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class_name,
-            "resources": {"requests": {"storage": size}},
-            **spec,
-        },
-    }
-    return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
+async def create_claim(env: Env, class_name: str, **options: Any) -> Obj:
+    return await claim_support.create_claim(env.cluster, class_name, **options)
 
 
 async def get_claim(env: Env, name: str) -> Obj | None:
-    try:
-        return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).get(
-            name, env.cluster.namespace
-        )
-    except ApiException as err:
-        if is_not_found(err):
-            return None
-        raise
+    return await claim_support.get_claim(env.cluster, name)
 
 
 async def get_volume(env: Env, name: str) -> Obj | None:
-    try:
-        return await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUMES).get(name)
-    except ApiException as err:
-        if is_not_found(err):
-            return None
-        raise
+    return await claim_support.get_volume(env.cluster.api_client, name)
 
 
 async def delete_claim(env: Env, name: str) -> None:
-    await ResourceClient(env.cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
-        name, env.cluster.namespace
-    )
+    await claim_support.delete_claim(env.cluster, name)
 
 
 async def wait_bound(env: Env, name: str, timeout: float = 20.0) -> Obj:

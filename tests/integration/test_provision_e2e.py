@@ -28,8 +28,8 @@ import contextlib
 from typing import Any
 
 import pytest
+from claim_support import create_claim, delete_claim, get_claim, get_volume
 from kubernetes_asyncio.client import (
-    ApiClient,
     V1HostPathVolumeSource,
     V1ObjectMeta,
     V1PersistentVolume,
@@ -45,14 +45,13 @@ from pyprovlib.controller.provision import (
     FINALIZER_PV,
     ProvisionController,
 )
-from pyprovlib.kube.errors import is_not_found
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ApiException, ResourceClient
+from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.provisioner import Provisioner, ProvisionOptions
 from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event, wait_idle
@@ -116,57 +115,6 @@ async def create_class(
     await ResourceClient(cluster.api_client, STORAGE_CLASSES).create(body)
     cluster.track(STORAGE_CLASSES, class_name)
     return class_name
-
-
-async def create_claim(
-    cluster: TestCluster,
-    class_name: str,
-    *,
-    name: str | None = None,
-    size: str = "1Gi",
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> Obj:
-    body: Obj = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name or cluster.unique_name("claim"), "namespace": cluster.namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class_name,
-            "resources": {"requests": {"storage": size}},
-            **spec,
-        },
-    }
-    if annotations:
-        body["metadata"]["annotations"] = annotations
-    return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
-
-
-async def get_claim(cluster: TestCluster, name: str) -> Obj | None:
-    try:
-        return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).get(
-            name, cluster.namespace
-        )
-    except ApiException as err:
-        if is_not_found(err):
-            return None
-        raise
-
-
-async def get_volume(api: ApiClient, name: str) -> Obj | None:
-    try:
-        return await ResourceClient(api, PERSISTENT_VOLUMES).get(name)
-    except ApiException as err:
-        if is_not_found(err):
-            return None
-        raise
-
-
-async def delete_claim(cluster: TestCluster, name: str) -> None:
-    await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
-        name, cluster.namespace
-    )
 
 
 async def bound_then_deleted(cluster: TestCluster, class_name: str) -> str:

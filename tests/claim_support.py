@@ -1,0 +1,71 @@
+"""Claims and volumes as raw JSON on a :class:`~pyprovlib.testing.cluster.TestCluster`: the
+create/get/delete helpers the provisioning tests of tests/integration and tests/csi share
+(here at the root of ``tests/``, which pytest puts on ``sys.path``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube.rest import ApiException, ResourceClient
+from pyprovlib.testing.cluster import TestCluster
+
+
+async def create_claim(
+    cluster: TestCluster,
+    class_name: str,
+    *,
+    name: str | None = None,
+    size: str = "1Gi",
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
+    """A ReadWriteOnce claim of ``size`` in the cluster's namespace (a unique name unless
+    ``name``); ``spec`` adds or overrides spec fields."""
+    body: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name or cluster.unique_name("claim"), "namespace": cluster.namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class_name,
+            "resources": {"requests": {"storage": size}},
+            **spec,
+        },
+    }
+    if annotations:
+        body["metadata"]["annotations"] = annotations
+    return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
+
+
+async def get_claim(cluster: TestCluster, name: str) -> Obj | None:
+    """The claim ``name`` of the cluster's namespace; None when it does not exist."""
+    try:
+        return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).get(
+            name, cluster.namespace
+        )
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def get_volume(api: ApiClient, name: str) -> Obj | None:
+    """The PV ``name``; None when it does not exist."""
+    try:
+        return await ResourceClient(api, PERSISTENT_VOLUMES).get(name)
+    except ApiException as err:
+        if is_not_found(err):
+            return None
+        raise
+
+
+async def delete_claim(cluster: TestCluster, name: str) -> None:
+    """Delete the claim ``name`` of the cluster's namespace."""
+    await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
+        name, cluster.namespace
+    )
