@@ -10,7 +10,8 @@ The Python counterpart of client-go's fake clientset and envtest::
             ...
 
 ``ControlPlane`` starts a real etcd + kube-apiserver (+ controller-manager and scheduler) from a
-directory of binaries, envtest-style. ``TcpProxy`` puts a partitionable TCP hop between one
+directory of binaries, envtest-style; ``KubeletNode`` joins a real node (containerd + kubelet)
+to it, so pods run and mount volumes. ``TcpProxy`` puts a partitionable TCP hop between one
 client and the server.
 
 ``running``, ``eventually``, ``wait_bound``, ``wait_deleted``, ``wait_event`` and
@@ -26,6 +27,7 @@ from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.controlplane import ControlPlane, ControlPlaneError
 from pyprovlib.testing.faults import Faults, Requests
 from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
+from pyprovlib.testing.node import KubeletNode, NodeUnavailableError, node_unavailable
 from pyprovlib.testing.server import ApiServer, StorageView
 from pyprovlib.testing.support import (
     ChildProcess,
@@ -46,6 +48,8 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "Faults",
+    "KubeletNode",
+    "NodeUnavailableError",
     "PVBinder",
     "PartitionMode",
     "ProxyStats",
@@ -57,6 +61,7 @@ __all__ = [
     "child_process",
     "events_of",
     "eventually",
+    "node_unavailable",
     "running",
     "set_selected_node",
     "wait_bound",

@@ -68,6 +68,10 @@ class _Reaper:
     def forget(self, pid: int) -> None:
         self._send(f"forget {pid}")
 
+    def node(self) -> None:
+        """Its directory is a test node's: undo the node's changes to the host too."""
+        self._send("node")
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
@@ -111,6 +115,14 @@ class _Component:
         return ControlPlaneError(
             f"{self.name} {what}{status}; last lines of {self.log_path}:\n{_tail(self.log_path)}"
         )
+
+    def kill(self, reaper: _Reaper) -> None:
+        """SIGKILL the process group at once (a crash, for fault-injection tests)."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.stop(reaper)
 
     def stop(self, reaper: _Reaper) -> None:
         proc = self.proc

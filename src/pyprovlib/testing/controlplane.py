@@ -141,6 +141,7 @@ class ControlPlane:
         self._components: dict[str, _Component] = {}
         self._reaper: _Reaper | None = None
         self._ssl: ssl.SSLContext | None = None
+        self._ca: Any = None
 
     def _wanted(self, flag: bool | None, binary: str) -> bool:
         present = os.access(self.assets / binary, os.X_OK)
@@ -268,6 +269,22 @@ class ControlPlane:
         configuration.key_file = str(self.directory / "admin.key")
         return configuration
 
+    def issue_client_certificate(
+        self, name: str, common_name: str, organization: str | None = None
+    ) -> tuple[Path, Path]:
+        """A client certificate of the cluster CA for ``common_name`` (in group
+        ``organization``), written into the control plane's directory as ``NAME.crt`` and
+        ``NAME.key``; returns both paths. A kubelet joins with ``system:node:NODE`` in
+        ``system:nodes``."""
+        if self.directory is None or self._ca is None:
+            raise RuntimeError("the control plane is not running")
+        # The file name doubles as the (unused) subject alternative name: a DNS name, which
+        # the common name (``system:node:…``) is not.
+        leaf = self._ca.issue_cert(name, common_name=common_name, organization_name=organization)
+        cert, key = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        _write_leaf(leaf, cert, key)
+        return cert, key
+
     def api_client(self) -> ApiClient:
         """A new kubernetes-asyncio ``ApiClient`` with admin credentials (close it, or use
         ``async with``)."""
@@ -281,6 +298,7 @@ class ControlPlane:
         from cryptography.hazmat.primitives.asymmetric import rsa
 
         ca = trustme.CA(organization_name="pyprovlib test control plane")
+        self._ca = ca
         (directory / "ca.crt").write_bytes(ca.cert_pem.bytes())
         (directory / "ca.key").write_bytes(ca.private_key_pem.bytes())
         serving = ca.issue_cert("127.0.0.1", "localhost", common_name="kube-apiserver")
@@ -289,6 +307,16 @@ class ControlPlane:
             "pyprovlib-admin", common_name="pyprovlib-admin", organization_name="system:masters"
         )
         _write_leaf(admin, directory / "admin.crt", directory / "admin.key")
+        # What kube-apiserver shows a kubelet for logs, exec and port-forward (a kubelet
+        # authenticates it against the cluster CA).
+        kubelet_client = ca.issue_cert(
+            "kube-apiserver-kubelet-client",
+            common_name="kube-apiserver-kubelet-client",
+            organization_name="system:masters",
+        )
+        _write_leaf(
+            kubelet_client, directory / "kubelet-client.crt", directory / "kubelet-client.key"
+        )
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         (directory / "sa.key").write_bytes(
             key.private_bytes(
@@ -378,13 +406,19 @@ class ControlPlane:
                 f"--service-account-signing-key-file={d / 'sa.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range=10.0.0.0/24",
-                "--authorization-mode=RBAC",
+                "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 # No kubelet runs the pods, and tests create namespaces and pods at once:
                 # without this, a pod could race kube-controller-manager's creation of the
                 # namespace's default ServiceAccount (as envtest does).
                 "--disable-admission-plugins=ServiceAccount",
+                # For a kubelet that joins (pyprovlib.testing.node): logs and exec go to it
+                # with this client certificate, at its InternalIP (its host name need not
+                # resolve).
+                f"--kubelet-client-certificate={d / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={d / 'kubelet-client.key'}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 *self.apiserver_args,
             ],
             directory,
