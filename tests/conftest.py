@@ -4,6 +4,7 @@ logging fixtures (``restore_logging``, ``logs``) are here."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
@@ -12,8 +13,13 @@ from collections.abc import Iterator
 import pytest
 import structlog
 from hypothesis import HealthCheck, settings
+from inventory_support import inventory, left_behind
+from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.config import load_kube_config
 
 from pyprovlib.runtime import logging as runtime_logging
+from pyprovlib.testing.cluster import ENV_KUBECONFIG
+from pyprovlib.testing.controlplane import assets_from_environment, shared_control_plane
 
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -25,6 +31,11 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 _OPT_IN = {
     "slow": "full-scale variant: run with -m slow",
     "heavy": "heavy test (processes, docs build, bench smoke): run with -m heavy, as CI does",
+    "node": "needs a real node (root, kubelet, containerd): run with -m node, as CI does",
+    "conformance": (
+        "Kubernetes' storage e2e suite for three stacks (~30 min): run with -m conformance, "
+        "as CI does"
+    ),
 }
 
 
@@ -68,3 +79,39 @@ def logs(restore_logging: None) -> io.StringIO:
     stream = io.StringIO()
     runtime_logging.configure_logging("json", "debug", stream=stream)
     return stream
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_in_real_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On a real cluster (``PYPROVLIB_E2E_KUBECONFIG``, or the shared control plane of
+    ``PYPROVLIB_KUBE_ASSETS``) with e2e tests selected: an inventory of the cluster before
+    the first test and after the last, failing the run if anything the tests made is still
+    there (a suite pointed at a shared cluster must leave nothing behind)."""
+    kubeconfig = os.environ.get(ENV_KUBECONFIG)
+    assets = assets_from_environment()
+    selected = any(item.get_closest_marker("e2e") for item in request.session.items)
+    if not selected or not (kubeconfig or assets):
+        yield
+        return
+
+    async def client() -> ApiClient:
+        if kubeconfig:
+            configuration = Configuration()
+            await load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            return ApiClient(configuration=configuration)
+        plane = await shared_control_plane()
+        return plane.api_client()
+
+    async def take() -> set[str]:
+        async with await client() as api:
+            return await inventory(api)
+
+    async def remaining(before: set[str]) -> list[str]:
+        async with await client() as api:
+            return await left_behind(api, before)
+
+    before = asyncio.run(take())
+    yield
+    left = asyncio.run(remaining(before))
+    if left:
+        pytest.fail("the tests left objects in the cluster:\n  " + "\n  ".join(left))

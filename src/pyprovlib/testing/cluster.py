@@ -29,7 +29,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config import load_kube_config
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller.provision import FINALIZER_PV
 from pyprovlib.kube.errors import is_already_exists, is_not_found
 from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of
 from pyprovlib.kube.resources import (
@@ -174,7 +173,10 @@ class TestCluster:
             return
         http = self._http()
         for resource, name in reversed(self._tracked):
-            await _delete_quietly(http, resource.path(name=name))
+            path = resource.path(name=name)
+            await _delete_quietly(http, path)
+            if self.is_real:
+                await _release_finalizers(http, path)
         self._tracked.clear()
         # Namespaced objects go with the namespace (asynchronously on a real cluster).
         await _delete_quietly(http, NAMESPACES.path(name=self.namespace))
@@ -205,26 +207,7 @@ class TestCluster:
         for name in names:
             path = PERSISTENT_VOLUMES.path(name=name)
             await _delete_quietly(http, path)
-            # The provisioner that would remove its finalizer has stopped with the test.
-            try:
-                pv = await http.json("GET", path)
-            except (ApiException, TimeoutError, OSError):
-                continue
-            finalizers = meta(pv).get("finalizers") or []
-            if FINALIZER_PV in finalizers:
-                kept = [f for f in finalizers if f != FINALIZER_PV]
-                with contextlib.suppress(ApiException, TimeoutError, OSError):
-                    await http.json(
-                        "PATCH",
-                        path,
-                        body={
-                            "metadata": {
-                                "finalizers": kept,
-                                "resourceVersion": meta(pv).get("resourceVersion"),
-                            }
-                        },
-                        content_type="application/merge-patch+json",
-                    )
+            await _release_finalizers(http, path)
 
     async def _close(self) -> None:
         if self._api_client is not None:
@@ -454,6 +437,39 @@ class TestCluster:
             if not is_already_exists(err):
                 raise
         return _IN_MEMORY_NODE
+
+
+def _kubernetes_finalizer(name: str) -> bool:
+    """A finalizer the cluster's own controllers remove (``kubernetes.io/pv-protection``,
+    the garbage collector's ``foregroundDeletion`` and ``orphan``)."""
+    return name.startswith("kubernetes.io/") or name in ("foregroundDeletion", "orphan")
+
+
+async def _release_finalizers(http: HttpTransport, path: str) -> None:
+    """Remove from the deleted test object at ``path`` the finalizers of the test's own
+    controllers (a provisioner's, an attacher's): they stopped with the test and would never
+    remove them, so the object would stay Terminating in the cluster forever. The cluster's
+    own finalizers are left to the cluster."""
+    try:
+        obj = await http.json("GET", path)
+    except (ApiException, TimeoutError, OSError):
+        return
+    finalizers = meta(obj).get("finalizers") or []
+    kept = [f for f in finalizers if _kubernetes_finalizer(f)]
+    if kept == finalizers:
+        return
+    with contextlib.suppress(ApiException, TimeoutError, OSError):
+        await http.json(
+            "PATCH",
+            path,
+            body={
+                "metadata": {
+                    "finalizers": kept or None,
+                    "resourceVersion": meta(obj).get("resourceVersion"),
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
 
 
 async def _delete_quietly(http: HttpTransport, path: str) -> None:
