@@ -25,6 +25,7 @@ from pyprovlib.examples.csi_hostpath.driver import (
     HostPathIdentity,
     HostPathNode,
 )
+from pyprovlib.examples.csi_hostpath.mounter import MOUNT_MODES
 from pyprovlib.kube.quantity import parse_quantity
 from pyprovlib.runtime.logging import configure_logging, get_logger
 
@@ -94,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=TIB,
         help="largest volume (a quantity; default 1Ti)",
     )
+    parser.add_argument(
+        "--mount",
+        default="record",
+        choices=list(MOUNT_MODES),
+        help="node staging and publishing: 'record' creates and records the directories "
+        "only (unprivileged: csi-sanity, sidecar tests); 'bind' bind-mounts the volume there, "
+        "as a node plugin for a real kubelet (needs root) (default: record)",
+    )
     parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
@@ -149,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_volumes_per_node=args.maxvolumespernode,
         capacity=args.capacity,
         max_volume_size=args.max_volume_size,
+        mount=args.mount,
     )
     try:
         asyncio.run(serve(options, args.endpoint))

@@ -2,11 +2,11 @@
 :mod:`pyprovlib.csi.server`, following kubernetes-csi/csi-driver-host-path's behaviour.
 
 A volume is a directory in the state directory; a snapshot a copy of one. Node staging and
-publishing create the directories the CO names and record them (no bind mount: the example
-runs unprivileged), so the driver is a faithful CSI peer for sidecars and csi-sanity, not a
-storage system. Every RPC validates its request with :mod:`pyprovlib.csi.validate` and
-answers the spec's codes; create and delete calls are idempotent; state changes are saved
-before the answer goes out.
+publishing create the directories the CO names and record them; with ``mount="bind"``
+(:mod:`.mounter`) they also bind-mount the volume there, so pods on a real node use it; without,
+the driver runs unprivileged, a faithful CSI peer for sidecars and csi-sanity. Every RPC
+validates its request with :mod:`pyprovlib.csi.validate` and answers the spec's codes; create
+and delete calls are idempotent; state changes are saved before the answer goes out.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pyprovlib.csi.validate import (
     require,
     unsupported_capability,
 )
+from pyprovlib.examples.csi_hostpath.mounter import mounter_for
 from pyprovlib.examples.csi_hostpath.state import (
     GroupSnapshot,
     Snapshot,
@@ -82,6 +83,7 @@ class DriverOptions:
     max_volumes_per_node: int = 0  # --maxvolumespernode
     capacity: int = TIB  # --capacity (total bytes the driver offers)
     max_volume_size: int = TIB  # --max-volume-size
+    mount: str = "record"  # --mount: record (no mounts) or bind (a real node plugin)
     vendor_version: str = "0.1.0"
 
 
@@ -130,6 +132,7 @@ class Driver:
         self.options = options
         self.state = state
         self.lock = asyncio.Lock()
+        self.mounter = mounter_for(options.mount)
 
     @classmethod
     async def open(cls, options: DriverOptions) -> Driver:
@@ -610,6 +613,9 @@ class HostPathNode(NodeService):
         check_volume_capability(message.volume_capability, block=False)
         async with self.driver.lock:
             volume = self.driver.volume(message.volume_id)
+            await asyncio.to_thread(os.makedirs, path, 0o750, True)
+            source = self.driver.state.volume_path(volume.volume_id)
+            await self.driver.mounter.bind(source, path, read_only=False)
             await self._record(volume.staged_paths, path)
         return v1.NodeStageVolumeResponse()
 
@@ -617,7 +623,8 @@ class HostPathNode(NodeService):
         self, message: v1.NodeUnstageVolumeRequest
     ) -> v1.NodeUnstageVolumeResponse:
         async with self.driver.lock:
-            await self._forget(message, "staging_target_path")
+            path = await self._forget(message, "staging_target_path")
+            await self.driver.mounter.unmount(path)
         return v1.NodeUnstageVolumeResponse()
 
     async def node_publish_volume(
@@ -640,6 +647,9 @@ class HostPathNode(NodeService):
                     f"volume {volume.volume_id} is single-writer and already published "
                     "at another target path",
                 )
+            await asyncio.to_thread(os.makedirs, path, 0o750, True)
+            source = message.staging_target_path or self.driver.state.volume_path(volume.volume_id)
+            await self.driver.mounter.bind(source, path, read_only=message.readonly)
             await self._record(volume.published_paths, path)
         return v1.NodePublishVolumeResponse()
 
@@ -648,6 +658,7 @@ class HostPathNode(NodeService):
     ) -> v1.NodeUnpublishVolumeResponse:
         async with self.driver.lock:
             path = await self._forget(message, "target_path")
+            await self.driver.mounter.unmount(path)
             # The spec: the plugin deletes what it created at the target path. Only an empty
             # directory goes (rmdir): whatever else is there is not ours to remove.
             try:
