@@ -190,3 +190,21 @@ def test_a_node_that_cannot_run_refuses_at_construction(tmp_path: Path) -> None:
     with pytest.raises(NodeUnavailableError) as caught:
         KubeletNode(plane)
     assert str(caught.value) == node_unavailable(tmp_path)
+
+
+def test_extra_tools_replace_the_applet_of_the_same_name(
+    fake_busybox: Path, tmp_path: Path
+) -> None:
+    dd = tmp_path / "gnu-dd"
+    dd.write_bytes(b"\x7fELF")
+    lib = tmp_path / "libc"
+    lib.write_bytes(b"lib")
+    specs = node_images(fake_busybox, None, extras={"bin/ls": dd, "lib/x/libc.so.6": lib})
+    busybox = next(spec for spec in specs if BUSYBOX_IMAGE in spec.names)
+    _, entries, _ = _members(write_image(busybox, tmp_path / "busybox.tar"))
+    assert entries["bin/ls"].isfile()
+    assert entries["bin/sh"].issym()
+    assert entries["lib/x"].isdir()
+    assert entries["lib/x/libc.so.6"].isfile()
+    pause = next(spec for spec in specs if PAUSE_IMAGE in spec.names)
+    assert set(pause.files) == {"bin/busybox"}

@@ -5,7 +5,9 @@ uncompressed layer, a linux/amd64 image config, a ``manifest.json`` naming the i
 Three images, under the names Kubernetes' e2e suite v1.36 asks for:
 
 - busybox: Debian's static ``busybox`` with a symlink per applet, ``/etc/passwd`` and
-  ``/etc/group`` (root, nobody), a world-writable ``/tmp``;
+  ``/etc/group`` (root, nobody), a world-writable ``/tmp``; and, where the host has it, GNU
+  ``dd`` with the two glibc files it loads (Debian's busybox 1.35 ``dd`` lacks
+  ``oflag=nocache``, which the e2e suite's block-volume tests use);
 - pause: the same files, running ``sleep`` as the pod sandbox's process (containerd stops a
   sandbox with SIGKILL, so it needs no signal handling of its own);
 - agnhost: the e2e suite's test binary at ``/agnhost`` on top of the busybox files.
@@ -54,9 +56,27 @@ class ImageSpec:
     user: str = ""
 
 
-def node_images(busybox: Path, agnhost: Path | None) -> list[ImageSpec]:
+# GNU dd and what it loads (Debian's paths); used when all are there.
+_GNU_DD = {
+    "bin/dd": Path("/bin/dd"),
+    "lib/x86_64-linux-gnu/libc.so.6": Path("/lib/x86_64-linux-gnu/libc.so.6"),
+    "lib64/ld-linux-x86-64.so.2": Path("/lib64/ld-linux-x86-64.so.2"),
+}
+
+
+def _gnu_dd() -> dict[str, Path]:
+    if all(path.exists() for path in _GNU_DD.values()):
+        return dict(_GNU_DD)
+    return {}
+
+
+def node_images(
+    busybox: Path, agnhost: Path | None, extras: dict[str, Path] | None = None
+) -> list[ImageSpec]:
     """The images a test node needs, from a static ``busybox`` binary and (optionally) the
-    ``agnhost`` binary."""
+    ``agnhost`` binary. ``extras`` (default: GNU ``dd`` where the host has it) go into the
+    busybox and agnhost images and win over busybox's applets of the same name."""
+    tools = {"bin/busybox": busybox, **(_gnu_dd() if extras is None else extras)}
     images = [
         ImageSpec(
             names=(PAUSE_IMAGE,),
@@ -64,13 +84,13 @@ def node_images(busybox: Path, agnhost: Path | None) -> list[ImageSpec]:
             entrypoint=("/bin/busybox", "sleep", "2147483647"),
             user="65535",
         ),
-        ImageSpec(names=(BUSYBOX_IMAGE, GLIBC_IMAGE), files={"bin/busybox": busybox}, cmd=("sh",)),
+        ImageSpec(names=(BUSYBOX_IMAGE, GLIBC_IMAGE), files=dict(tools), cmd=("sh",)),
     ]
     if agnhost is not None:
         images.append(
             ImageSpec(
                 names=(AGNHOST_IMAGE,),
-                files={"bin/busybox": busybox, "agnhost": agnhost},
+                files={**tools, "agnhost": agnhost},
                 entrypoint=("/agnhost",),
             )
         )
@@ -95,7 +115,12 @@ def _layer(spec: ImageSpec) -> bytes:
     """The layer tar: reproducible (mtime 0, owner root)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for directory, mode in (("bin", 0o755), ("etc", 0o755), ("tmp", 0o1777)):
+        directories = {"bin": 0o755, "etc": 0o755, "tmp": 0o1777}
+        for dest in spec.files:
+            parts = dest.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                directories.setdefault("/".join(parts[:depth]), 0o755)
+        for directory, mode in sorted(directories.items()):
             tar.addfile(_entry(directory, kind=tarfile.DIRTYPE, mode=mode))
         for name, data in (("etc/passwd", _PASSWD), ("etc/group", _GROUP)):
             info = _entry(name)
@@ -109,6 +134,8 @@ def _layer(spec: ImageSpec) -> bytes:
         busybox = spec.files.get("bin/busybox")
         if busybox is not None:
             for applet in _applets(busybox):
+                if f"bin/{applet}" in spec.files:
+                    continue  # a real tool of that name is in the image
                 link = _entry(f"bin/{applet}", kind=tarfile.SYMTYPE, mode=0o777)
                 link.linkname = "busybox"
                 tar.addfile(link)

@@ -16,7 +16,6 @@ method plays the scheduler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
@@ -445,31 +444,42 @@ def _kubernetes_finalizer(name: str) -> bool:
     return name.startswith("kubernetes.io/") or name in ("foregroundDeletion", "orphan")
 
 
-async def _release_finalizers(http: HttpTransport, path: str) -> None:
+async def _release_finalizers(http: HttpTransport, path: str, attempts: int = 5) -> None:
     """Remove from the deleted test object at ``path`` the finalizers of the test's own
     controllers (a provisioner's, an attacher's): they stopped with the test and would never
     remove them, so the object would stay Terminating in the cluster forever. The cluster's
-    own finalizers are left to the cluster."""
-    try:
-        obj = await http.json("GET", path)
-    except (ApiException, TimeoutError, OSError):
-        return
-    finalizers = meta(obj).get("finalizers") or []
-    kept = [f for f in finalizers if _kubernetes_finalizer(f)]
-    if kept == finalizers:
-        return
-    with contextlib.suppress(ApiException, TimeoutError, OSError):
-        await http.json(
-            "PATCH",
-            path,
-            body={
-                "metadata": {
-                    "finalizers": kept or None,
-                    "resourceVersion": meta(obj).get("resourceVersion"),
-                }
-            },
-            content_type="application/merge-patch+json",
-        )
+    own finalizers are left to the cluster. A conflict (kube-controller-manager updating the
+    object meanwhile) is retried on a fresh read."""
+    for _ in range(attempts):
+        try:
+            obj = await http.json("GET", path)
+        except (ApiException, TimeoutError, OSError):
+            return
+        finalizers = meta(obj).get("finalizers") or []
+        kept = [f for f in finalizers if _kubernetes_finalizer(f)]
+        if kept == finalizers:
+            return
+        try:
+            await http.json(
+                "PATCH",
+                path,
+                body={
+                    "metadata": {
+                        "finalizers": kept or None,
+                        "resourceVersion": meta(obj).get("resourceVersion"),
+                    }
+                },
+                content_type="application/merge-patch+json",
+            )
+            return
+        except ApiException as err:
+            if err.status != 409:
+                log.warning("test cluster cleanup failed", path=path, status=err.status)
+                return
+        except (TimeoutError, OSError) as err:
+            log.warning("test cluster cleanup failed", path=path, error=repr(err))
+            return
+    log.warning("test cluster cleanup: finalizers kept changing", path=path)
 
 
 async def _delete_quietly(http: HttpTransport, path: str) -> None:
