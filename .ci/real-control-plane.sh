@@ -19,30 +19,7 @@ echo "== real control plane: pytest -m e2e against kube-apiserver, kube-controll
 
 assets="$(mktemp -d -t pyprovlib-kube-assets.XXXXXX)"
 trap 'rm -rf "$assets"' EXIT
-# Every binary (the Go CSI peers too: tests find them in $PYPROVLIB_KUBE_ASSETS).
-for packed in "$shared"/*.xz; do
-    name="$(basename "$packed" .xz)"
-    if command -v xz >/dev/null 2>&1; then
-        xz -dc "$packed" >"$assets/$name"
-    else
-        .venv/bin/python - "$packed" "$assets/$name" <<'PY'
-import lzma, shutil, sys
-with lzma.open(sys.argv[1]) as src, open(sys.argv[2], "wb") as dst:
-    shutil.copyfileobj(src, dst)
-PY
-    fi
-    chmod +x "$assets/$name"
-done
-if [ -f "$shared/sha256sums" ]; then
-    (cd "$assets" && sha256sum --quiet --check --ignore-missing "$shared/sha256sums")
-fi
-
-if ! command -v etcd >/dev/null 2>&1; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
-fi
-ln -s "$(command -v etcd)" "$assets/etcd"
-ln -s "$repo/.venv/bin/kubectl" "$assets/kubectl"
+.ci/unpack-assets.sh "$assets"
 
 logs="$assets/logs"
 mkdir -p "$logs"

@@ -9,7 +9,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.provisioner import Provisioner
@@ -101,14 +101,16 @@ def add_dir_mode_flag(
     )
 
 
-def provision_controller(ctx: RuntimeContext, provisioner: Provisioner) -> ProvisionController:
+def provision_controller(
+    ctx: RuntimeContext, provisioner: Provisioner, **fields: Any
+) -> ProvisionController:
     """The ProvisionController of ``--provisioner-name`` over ``provisioner``, its options
-    from the runtime's flags."""
+    from the runtime's flags and ``fields``."""
     return ProvisionController(
         ctx.api_client,
         ctx.args.provisioner_name,
         provisioner,
-        provision_controller_options(ctx.options),
+        provision_controller_options(ctx.options, **fields),
     )
 
 

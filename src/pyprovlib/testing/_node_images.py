@@ -28,6 +28,7 @@ __all__ = [
     "AGNHOST_IMAGE",
     "BUSYBOX_IMAGE",
     "GLIBC_IMAGE",
+    "NGINX_IMAGE",
     "PAUSE_IMAGE",
     "ImageSpec",
     "node_images",
@@ -35,8 +36,10 @@ __all__ = [
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.2"
 BUSYBOX_IMAGE = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
-# The e2e suite's pods with an fsGroup run a shell loop in this one; busybox serves.
+# The e2e suite's pods with an fsGroup run a shell loop in this one, and its "exec of files
+# on the volume" test a shell script in the nginx one: busybox serves for both.
 GLIBC_IMAGE = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
+NGINX_IMAGE = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
 AGNHOST_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
 
 _PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -84,7 +87,7 @@ def node_images(
             entrypoint=("/bin/busybox", "sleep", "2147483647"),
             user="65535",
         ),
-        ImageSpec(names=(BUSYBOX_IMAGE, GLIBC_IMAGE), files=dict(tools), cmd=("sh",)),
+        ImageSpec(names=(BUSYBOX_IMAGE, GLIBC_IMAGE, NGINX_IMAGE), files=dict(tools), cmd=("sh",)),
     ]
     if agnhost is not None:
         images.append(

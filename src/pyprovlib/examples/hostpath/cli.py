@@ -136,6 +136,17 @@ def build_parser() -> RuntimeArgumentParser:
     )
     add_bool_flag(
         parser,
+        "--provisioning-finalizer",
+        default=True,
+        help="hold claims with the pyprovlib.io/provisioning-protection finalizer while their "
+        "directory is created, so a claim deleted meanwhile (a helper pod still pending, the "
+        "provisioner restarted) never leaks the directory or a helper pod: the provisioner "
+        "finishes and removes both before the claim goes (needs patch on "
+        "persistentvolumeclaims)",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
         "--resize-events",
         default=True,
         help="also run a resize controller that answers a claim of a hostpath class asking for "
@@ -221,7 +232,11 @@ def make_controller(ctx: RuntimeContext) -> Controller:
         node=args.node_name or None,
         resize_events=args.resize_events,
     )
-    provision = provision_controller(ctx, make_provisioner(args, ctx.api_client))
+    provision = provision_controller(
+        ctx,
+        make_provisioner(args, ctx.api_client),
+        provisioning_finalizer=args.provisioning_finalizer,
+    )
     if not args.resize_events:
         return provision
     return CompositeController(provision, make_resize_controller(args, ctx.api_client, ctx.options))
