@@ -5,9 +5,10 @@ uncompressed layer, a linux/amd64 image config, a ``manifest.json`` naming the i
 Three images, under the names Kubernetes' e2e suite v1.36 asks for:
 
 - busybox: Debian's static ``busybox`` with a symlink per applet, ``/etc/passwd`` and
-  ``/etc/group`` (root, nobody), a world-writable ``/tmp``; and, where the host has it, GNU
-  ``dd`` with the two glibc files it loads (Debian's busybox 1.35 ``dd`` lacks
-  ``oflag=nocache``, which the e2e suite's block-volume tests use);
+  ``/etc/group`` (root, nobody), a world-writable ``/tmp``; and, where the host has them, GNU
+  ``dd`` and ``dash`` as ``/bin/sh`` with the two glibc files they load: Debian's busybox 1.35
+  ``dd`` lacks ``oflag=nocache``, which the e2e suite's block-volume tests use, and its shell
+  runs its own applets before any binary on ``PATH``, so the shell must be another one;
 - pause: the same files, running ``sleep`` as the pod sandbox's process (containerd stops a
   sandbox with SIGKILL, so it needs no signal handling of its own);
 - agnhost: the e2e suite's test binary at ``/agnhost`` on top of the busybox files.
@@ -59,9 +60,11 @@ class ImageSpec:
     user: str = ""
 
 
-# GNU dd and what it loads (Debian's paths); used when all are there.
+# GNU dd, dash as the shell (busybox's shell would run its own dd applet) and what they load
+# (Debian's paths); used when all are there.
 _GNU_DD = {
     "bin/dd": Path("/bin/dd"),
+    "bin/sh": Path("/bin/dash"),
     "lib/x86_64-linux-gnu/libc.so.6": Path("/lib/x86_64-linux-gnu/libc.so.6"),
     "lib64/ld-linux-x86-64.so.2": Path("/lib64/ld-linux-x86-64.so.2"),
 }
@@ -77,8 +80,9 @@ def node_images(
     busybox: Path, agnhost: Path | None, extras: dict[str, Path] | None = None
 ) -> list[ImageSpec]:
     """The images a test node needs, from a static ``busybox`` binary and (optionally) the
-    ``agnhost`` binary. ``extras`` (default: GNU ``dd`` where the host has it) go into the
-    busybox and agnhost images and win over busybox's applets of the same name."""
+    ``agnhost`` binary. ``extras`` (default: GNU ``dd`` and ``dash`` as ``sh`` where the host
+    has them) go into the busybox and agnhost images and win over busybox's applets of the
+    same name."""
     tools = {"bin/busybox": busybox, **(_gnu_dd() if extras is None else extras)}
     images = [
         ImageSpec(
