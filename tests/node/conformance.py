@@ -92,10 +92,11 @@ def parse_junit(path: Path, stack: Stack) -> dict[str, str]:
     """Each "External Storage" test case of a ginkgo JUnit report, with its outcome."""
     outcomes: dict[str, str] = {}
     tree = ElementTree.parse(path)
+    ours = f"External Storage [Driver: {stack.driver}]"
     for case in tree.iter("testcase"):
         name = case.get("name") or ""
-        if "External Storage" not in name:
-            continue  # suite set-up and tear-down nodes
+        if ours not in name:
+            continue  # another driver's test, or a suite set-up or tear-down node
         name = re.sub(r"^\[It\]\s*", "", name)
         if case.find("failure") is not None or case.find("error") is not None:
             outcome = "failed"

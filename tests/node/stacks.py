@@ -30,6 +30,9 @@ from pyprovlib.testing.binder import HttpTransport
 from pyprovlib.testing.node import KubeletNode
 
 GO_TOPOLOGY_KEY = "topology.hostpath.csi/node"
+MAX_VOLUMES_PER_NODE = 24
+"""The node plugins' attach limit (NodeGetInfo): the e2e suite's volume-limit tests need one,
+and it is above what one stack's tests use at once."""
 EXAMPLE_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 
 
@@ -84,6 +87,7 @@ def plugin_argv(node: KubeletNode, stack: Stack, state_dir: Path) -> list[str]:
             f"--drivername={stack.driver}",
             f"--statedir={state_dir}",
             "--enable-attach=true",
+            f"--maxvolumespernode={MAX_VOLUMES_PER_NODE}",
             "--v=3",
         ]
     return [
@@ -95,6 +99,7 @@ def plugin_argv(node: KubeletNode, stack: Stack, state_dir: Path) -> list[str]:
         f"--drivername={stack.driver}",
         f"--statedir={state_dir}",
         "--enable-attach=true",
+        f"--maxvolumespernode={MAX_VOLUMES_PER_NODE}",
         "--mount=bind",
         "--log-format=console",
     ]
