@@ -98,7 +98,7 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
                 included = negated
         return included
 
-    for path in ("pyproject.toml", "README.md", "src/pyprovlib/__init__.py"):
+    for path in ("pyproject.toml", "README.md", "LICENSE", "src/pyprovlib/__init__.py"):
         assert sent(path), path
     for path in (".venv/bin/python", ".nox/x", ".git/HEAD", "tests/conftest.py", "site/index"):
         assert not sent(path), path
