@@ -144,10 +144,14 @@ def _describe(err: BaseException) -> str:
     return type(err).__name__
 
 
+def _any_exists(paths: str) -> bool:
+    return any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p)
+
+
 async def _load_kubeconfig(paths: str, context: str | None) -> Configuration:
     # Checked first: kubernetes-asyncio's merger would log a warning of its own ("Config not
     # found") beside the error this raises.
-    if not any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p):
+    if not _any_exists(paths):
         raise FileNotFoundError(2, "file not found")
     merger = KubeConfigMerger(paths)
     if not merger.paths:
