@@ -23,8 +23,9 @@ class Manifests:
         self.root = EXAMPLES / directory
 
     def files(self) -> list[str]:
-        """Every file name in the directory, sorted."""
-        return sorted(p.name for p in self.root.iterdir())
+        """Every file name in the directory, sorted (bytecode caches left out: importing the
+        tutorial's program may write one)."""
+        return sorted(p.name for p in self.root.iterdir() if p.name != "__pycache__")
 
     def text(self) -> str:
         """All the YAML files' text."""
@@ -84,16 +85,14 @@ def parse_container_args(
     return parser.parse_args(container["args"])
 
 
-# What every example's provisioner needs, and nothing more.
+# What every example's provisioner needs, and nothing more: what a ProvisionController asks
+# the API server for (tests/examples/test_tutorial_manifests.py checks it against a running
+# program), which docs/operations.md's RBAC table shows.
 PROVISIONER_RULES: set[Rule] = {
-    (
-        "",
-        "persistentvolumes",
-        frozenset({"get", "list", "watch", "create", "delete", "patch", "update"}),
-    ),
+    ("", "persistentvolumes", frozenset({"get", "list", "watch", "create", "delete", "patch"})),
     ("", "persistentvolumeclaims", frozenset({"get", "list", "watch", "update", "patch"})),
     ("storage.k8s.io", "storageclasses", frozenset({"get", "list", "watch"})),
-    ("", "events", frozenset({"create", "patch", "update"})),
+    ("", "events", frozenset({"create", "patch"})),
 }
 LEADER_ELECTION_RULE: Rule = (
     "coordination.k8s.io",

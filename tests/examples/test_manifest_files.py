@@ -22,6 +22,18 @@ EVERY_EXAMPLE = [
         ("nfs", ["deployment.yaml"]),
         ("rbd", ["deployment.yaml", "secret.yaml"]),
         ("csi-hostpath", ["csidriver.yaml", "deployment-single-process.yaml", "deployment.yaml"]),
+        (
+            "tutorial",
+            [
+                ".dockerignore",
+                "Dockerfile",
+                "deployment.yaml",
+                "kustomization.yaml",
+                "my_provisioner.py",
+                "pyproject.toml",
+                "test_my_provisioner.py",
+            ],
+        ),
     ],
 )
 def test_readme_and_manifests_exist(directory: str, own: list[str]) -> None:
