@@ -156,7 +156,7 @@ def test_the_tutorial_recipe_builds_a_users_package_from_wheels_as_an_unprivileg
 
 def deployments() -> list[tuple[Path, dict[str, Any]]]:
     out = []
-    for path in sorted(ROOT.glob("examples/*/*.yaml")):
+    for path in sorted(ROOT.glob("examples/*/**/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") in ("Deployment", "DaemonSet", "StatefulSet"):
                 out.append((path, doc))
@@ -182,8 +182,9 @@ def test_manifests_run_the_image_built_from_the_dockerfile() -> None:
             command = container["command"]
             assert command[:2] == ["python", "-m"], f"{path}: {command}"
             assert importlib.util.find_spec(command[2]) is not None, f"{path}: {command}"
-            readme = (path.parent / "README.md").read_text()
-            assert f"-t {image} ." in readme, f"{path.parent}/README.md builds {image}"
+            example = ROOT / "examples" / path.relative_to(ROOT / "examples").parts[0]
+            readme = (example / "README.md").read_text()
+            assert f"-t {image} ." in readme, f"{example}/README.md builds {image}"
 
 
 def test_docs_build_the_dockerfile_and_carry_no_recipe_of_their_own() -> None:

@@ -27,22 +27,22 @@ class Manifests:
         tutorial's program may write one)."""
         return sorted(p.name for p in self.root.iterdir() if p.name != "__pycache__")
 
+    def yaml_files(self) -> list[str]:
+        """The YAML files, below the directory too (hostpath's base/, node/, helper-pod/), as
+        paths relative to it, sorted."""
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*.yaml"))
+
     def text(self) -> str:
         """All the YAML files' text."""
-        return "".join(p.read_text() for p in self.root.glob("*.yaml"))
+        return "".join((self.root / name).read_text() for name in self.yaml_files())
 
     def docs(self, name: str) -> list[dict[str, Any]]:
-        """The documents of one file."""
+        """The documents of one file (a path relative to the directory)."""
         return [d for d in yaml.safe_load_all((self.root / name).read_text()) if d]
 
     def by_kind(self, kind: str) -> list[dict[str, Any]]:
         """The documents of ``kind`` across all the files."""
-        return [
-            d
-            for p in sorted(self.root.glob("*.yaml"))
-            for d in self.docs(p.name)
-            if d["kind"] == kind
-        ]
+        return [d for name in self.yaml_files() for d in self.docs(name) if d["kind"] == kind]
 
     def claim(self) -> dict[str, Any]:
         """The PersistentVolumeClaim of claim-and-pod.yaml."""
