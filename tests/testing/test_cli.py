@@ -24,8 +24,8 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def one_line_error(result: subprocess.CompletedProcess[str], prog: str) -> str:
-    assert result.returncode == 1, result.stderr
+def one_line_error(result: subprocess.CompletedProcess[str], prog: str, status: int = 1) -> str:
+    assert result.returncode == status, result.stderr
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
@@ -97,7 +97,9 @@ def test_binder_only_with_a_file_that_is_not_a_kubeconfig_is_one_line(tmp_path: 
         "python -m pyprovlib.testing",
     )
     assert f"--kubeconfig {tmp_path / 'nope'}: file not found" in missing
-    without = one_line_error(run([*MODULE, "--binder-only"]), "python -m pyprovlib.testing")
+    without = one_line_error(
+        run([*MODULE, "--binder-only"]), "python -m pyprovlib.testing", status=2
+    )
     assert without.endswith("--binder-only needs --kubeconfig naming the API server")
 
 

@@ -41,7 +41,12 @@ MODULE_PROG = "python -m pyprovlib.testing"
 
 
 class CommandError(Exception):
-    """A problem the user can fix, said in one line (``prog: error: ...``, exit status 1)."""
+    """A problem the user can fix, said in one line (``prog: error: ...``); exit ``status``:
+    1, or 2 for a usage error (flags that do not go together)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _port(text: str) -> int:
@@ -254,7 +259,7 @@ async def run(args: argparse.Namespace, prog: str = MODULE_PROG) -> int:
         return await _run(args)
     except CommandError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
-        return 1
+        return err.status
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -266,7 +271,7 @@ async def _run(args: argparse.Namespace) -> int:
         if args.binder_only or args.scheduler_only:
             if not args.kubeconfig:
                 flag = "--binder-only" if args.binder_only else "--scheduler-only"
-                raise CommandError(f"{flag} needs --kubeconfig naming the API server")
+                raise CommandError(f"{flag} needs --kubeconfig naming the API server", status=2)
             await _run_controllers(
                 args.kubeconfig,
                 args.binder_resync_period,
