@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib.errors import PyprovlibError
 from pyprovlib.runtime.flag_parser import add_version_flag
 from pyprovlib.testing.scheduler import PodScheduler
 from pyprovlib.testing.server import ApiServer
@@ -40,7 +41,7 @@ MODULE_PROG = "python -m pyprovlib.testing"
 """The program's name when run with ``python -m``."""
 
 
-class CommandError(Exception):
+class CommandError(PyprovlibError):
     """A problem the user can fix, said in one line (``prog: error: ...``); exit ``status``:
     1, or 2 for a usage error (flags that do not go together)."""
 
