@@ -47,7 +47,7 @@ from pyprovlib.testing.cluster import TestCluster
 
 HOSTPATHPLUGIN = "hostpathplugin"
 ASSETS_ENV = ("PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS")
-# The compressed binary CI keeps beside the repository (see ../shared/kube/README.md).
+# Without an assets directory naming it: the compressed copy CI keeps beside the checkout.
 SHARED_XZ = (
     pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "kube" / "hostpathplugin.xz"
 )
@@ -56,8 +56,8 @@ HOSTPATH_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 
 def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
     """The Go hostpathplugin: from the assets directory of ``$PYPROVLIB_KUBE_ASSETS`` (or
-    ``$KUBEBUILDER_ASSETS``), else unpacked from ``../shared/kube/hostpathplugin.xz`` into
-    ``unpack_dir``; None when neither exists."""
+    ``$KUBEBUILDER_ASSETS``), else unpacked from CI's compressed copy beside the checkout
+    into ``unpack_dir``; None when neither exists."""
     for name in ASSETS_ENV:
         directory = os.environ.get(name)
         if directory and os.access(pathlib.Path(directory) / HOSTPATHPLUGIN, os.X_OK):

@@ -90,9 +90,6 @@ def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) ->
         ["--enable-capacity"],
         ["--enable-capacity=true"],
         ["--node-deployment=true"],
-        ["--feature-gates=Topology=true"],
-        ["--feature-gates", "Topology=true"],
-        ["-feature-gates=Topology=true"],
         ["--logtostderr"],
     ],
 )
@@ -108,6 +105,47 @@ def test_unsupported_upstream_flags_are_rejected_by_name_in_one_line(
     assert err.startswith("test-prog: error: --" + name + " is an upstream flag")
     assert "not support" in err
     assert "usage:" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--feature-gates=Topology=true"],
+        ["--feature-gates", "Topology=true"],
+        ["-feature-gates=Topology=true"],
+        ["--feature-gates=Topology=True,"],
+    ],
+)
+def test_the_topology_gate_upstream_manifests_pass_is_accepted(argv: list[str]) -> None:
+    options, _ = parse_common(parser(), ["--v=5", *argv, "--worker-threads=3"])
+    assert (options.log_level, options.worker_threads) == ("debug", 3)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--feature-gates=Topology=true,Foo=true"],
+            "--feature-gates names 'Foo', a feature gate pyprovlib does not have "
+            "(Topology=true is accepted, as always on); remove it",
+        ),
+        (
+            ["--feature-gates", "Topology=false"],
+            "--feature-gates=Topology=false cannot be honoured: topology is always on in pyprovlib",
+        ),
+        (["--feature-gates=Topology=maybe"], "'Topology=maybe' is not Topology=true|false"),
+    ],
+)
+def test_other_feature_gates_are_refused_naming_the_gate_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(parser(), argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("test-prog: error: ")
+    assert message in err
 
 
 def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
@@ -143,6 +181,6 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].endswith(
-        ": error: --feature-gates is an upstream flag pyprovlib does not "
-        "support: feature gates of the Go sidecars: pyprovlib has none; remove it"
+        ": error: --feature-gates names 'Foo', a feature gate pyprovlib does not have "
+        "(Topology=true is accepted, as always on); remove it"
     )

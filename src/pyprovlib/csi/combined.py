@@ -41,6 +41,7 @@ from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_control
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     CommonOptions,
     CompositeController,
     Controller,
@@ -164,6 +165,7 @@ class CombinedArgumentParser(RuntimeArgumentParser):
         super().__init__(
             prog=PROG,
             usage=USAGE,
+            env_prefix=ENV_PREFIX,
             description="Runs the CSI provisioner, attacher and resizer controllers in one "
             "process, over one CSI connection, one set of informers and one leader-election "
             "Lease (instead of the three sidecars external-provisioner, external-attacher and "

@@ -15,6 +15,7 @@ from pyprovlib.kube.workqueue import (
     default_controller_rate_limiter,
 )
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     RuntimeArgumentParser,
     RuntimeContext,
     add_bool_flag,
@@ -71,6 +72,7 @@ def build_parser() -> RuntimeArgumentParser:
         PROG,
         "Provisions PersistentVolumes through a CSI driver's CreateVolume/DeleteVolume "
         "(the Python counterpart of kubernetes-csi/external-provisioner).",
+        env_prefix=ENV_PREFIX,
         defaults={"worker_threads": 100, "leader_election_retry_period": 5.0},
     )
     group = parser.add_argument_group("CSI provisioner")
