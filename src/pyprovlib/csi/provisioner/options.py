@@ -23,7 +23,7 @@ from pyprovlib.runtime import (
     common_parser,
     provision_controller_options,
 )
-from pyprovlib.runtime.flag_values import parse_int
+from pyprovlib.runtime.flag_values import parse_int, parse_positive_int
 
 __all__ = [
     "PROG",
@@ -157,6 +157,16 @@ def build_parser() -> RuntimeArgumentParser:
         help="refuse to restore a VolumeSnapshot into a claim whose volumeMode differs from "
         "the snapshot's source volume, unless its VolumeSnapshotContent is annotated "
         "snapshot.storage.kubernetes.io/allow-volume-mode-change=true",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--cloning-protection-threads",
+        default=1,
+        type=parse_positive_int,
+        help="workers removing the cloning-protection finalizer from source claims once no "
+        "clone of them is in flight",
+        metavar="N",
         group=group,
     )
     add_bool_flag(
