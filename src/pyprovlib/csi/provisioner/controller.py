@@ -111,6 +111,15 @@ PROVISIONER_ID_KEY: Final = "storage.kubernetes.io/csiProvisionerIdentity"
 ControllerCap = v1.ControllerServiceCapabilityRpcType
 
 
+def _read_only_many(request: v1.CreateVolumeRequest) -> bool:
+    """The claim's only access mode is ReadOnlyMany (upstream: the request has exactly one
+    volume capability, MULTI_NODE_READER_ONLY)."""
+    caps = request.volume_capabilities
+    if len(caps) != 1 or caps[0].access_mode is None:
+        return False
+    return caps[0].access_mode.mode == v1.VolumeCapabilityAccessModeMode.MULTI_NODE_READER_ONLY
+
+
 def check_error(err: BaseException, may_reschedule: bool) -> ProvisioningState:
     """The state a failed CreateVolume left the driver in (upstream's ``checkError``)."""
     if not isinstance(err, CSICallError):
@@ -520,6 +529,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
                 csi["fsType"] = fs_type
         for field, ref in prepared.pv_secrets:
             csi[field] = ref.as_dict()
+        if self.options.controller_publish_readonly and _read_only_many(prepared.request):
+            # The attacher passes it on as ControllerPublishVolume's readonly.
+            csi["readOnly"] = True
         annotations: dict[str, str] = {}
         provisioner_secret = prepared.provisioner_secret
         if provisioner_secret is not None:

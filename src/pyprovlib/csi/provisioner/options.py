@@ -57,6 +57,10 @@ class CSIProvisionerOptions:
     clean_up_deleted_claims: bool = True
     """Delete volumes whose claim was deleted while they were created in the background
     (instead of saving a PV for a claim that no longer exists)."""
+    controller_publish_readonly: bool = False
+    """``--controller-publish-readonly``: mark the PV of a claim whose only access mode is
+    ReadOnlyMany read-only (``spec.csi.readOnly``), so the attacher publishes it read-only
+    (ControllerPublishVolume's ``readonly``, for drivers with PUBLISH_READONLY)."""
     prevent_volume_mode_conversion: bool = True
     """``--prevent-volume-mode-conversion``: refuse to restore a snapshot into a claim whose
     volumeMode differs from the snapshot's source volume unless the VolumeSnapshotContent is
@@ -159,6 +163,14 @@ def build_parser() -> RuntimeArgumentParser:
         "snapshot.storage.kubernetes.io/allow-volume-mode-change=true",
         group=group,
     )
+    add_bool_flag(
+        parser,
+        "--controller-publish-readonly",
+        default=False,
+        help="mark the PV of a claim whose only access mode is ReadOnlyMany read-only "
+        "(spec.csi.readOnly), so ControllerPublishVolume publishes it read-only",
+        group=group,
+    )
     add_flag(
         parser,
         "--cloning-protection-threads",
@@ -199,6 +211,7 @@ def provisioner_options(args: argparse.Namespace) -> CSIProvisionerOptions:
         strict_topology=args.strict_topology,
         immediate_topology=args.immediate_topology,
         prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
+        controller_publish_readonly=args.controller_publish_readonly,
     )
 
 
