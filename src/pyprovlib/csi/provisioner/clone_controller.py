@@ -119,8 +119,11 @@ class CloningProtectionController:
             )
         self.guard = guard
         self.threads = threads
-        self.rate_limiter: RateLimiter = rate_limiter or ItemExponentialFailureRateLimiter(
-            1.0, 300.0
+        # Upstream's defaults of --retry-interval-start and --retry-interval-max.
+        self.rate_limiter: RateLimiter = (
+            rate_limiter
+            if rate_limiter is not None
+            else ItemExponentialFailureRateLimiter(1.0, 300.0)
         )
         self._clock = clock
         self._registry = registry
