@@ -32,7 +32,7 @@ class FullIdentity(TestIdentity):
 
 
 class FullController(TestController):
-    """Create/delete (from the test driver), publish/unpublish and expand."""
+    """Create/delete (from the test driver), publish/unpublish (read-only too) and expand."""
 
     __test__ = False
 
@@ -42,6 +42,7 @@ class FullController(TestController):
             {
                 Caps.CREATE_DELETE_VOLUME,
                 Caps.PUBLISH_UNPUBLISH_VOLUME,
+                Caps.PUBLISH_READONLY,
                 Caps.EXPAND_VOLUME,
             }
         )

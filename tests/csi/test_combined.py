@@ -28,6 +28,7 @@ from process_support import (
 
 from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
+from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
 from pyprovlib.kube import resources
 from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
@@ -337,6 +338,71 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
             process.proc.terminate()
             assert await asyncio.wait_for(process.proc.wait(), DEADLINE) == 0
         assert any(line.get("event") == "CSI controllers in one process" for line in process.lines)
+
+
+@pytest.mark.parametrize("flag", [True, False], ids=["flag", "no-flag"])
+async def test_read_only_many_is_published_read_only_with_controller_publish_readonly(
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path, flag: bool
+) -> None:
+    # external-provisioner's --controller-publish-readonly marks the PV of a ReadOnlyMany
+    # claim read-only; the attacher then publishes it read-only: one process, both halves.
+    async with serve_full_driver(sock_dir) as (state, _, _):
+        args = [
+            f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+            "--controllers=provisioner,attacher",
+        ]
+        if flag:
+            args.append("--controller-publish-readonly")
+        async with combined(kubeconfig, *args) as process, own_client(server) as api:
+            claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+            attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+            await ResourceClient(api, CSINODES).create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "CSINode",
+                    "metadata": {"name": "node-1"},
+                    "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+                }
+            )
+            await create_class(api)
+            await claims.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "shared", "namespace": "default"},
+                    "spec": {
+                        "accessModes": ["ReadOnlyMany"],
+                        "storageClassName": "csi",
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            )
+            claim = await wait_claim_bound(claims, "shared", process)
+            pv_name = spec(claim)["volumeName"]
+            pv = await ResourceClient(api, PERSISTENT_VOLUMES).get(pv_name)
+            assert spec(pv)["csi"].get("readOnly", False) is flag
+            await attachments.create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "VolumeAttachment",
+                    "metadata": {"name": "va-shared"},
+                    "spec": {
+                        "attacher": DRIVER_NAME,
+                        "nodeName": "node-1",
+                        "source": {"persistentVolumeName": pv_name},
+                    },
+                }
+            )
+
+            async def attached() -> Obj | None:
+                va = await attachments.get("va-shared")
+                return va if status(va).get("attached") else None
+
+            await until(attached, "volume attached", process)
+            (publish,) = state.requests("ControllerPublishVolume")
+            assert publish.readonly is flag  # type: ignore[attr-defined]
+            mode = publish.volume_capability.access_mode.mode  # type: ignore[attr-defined]
+            assert mode == v1.VolumeCapabilityAccessModeMode.MULTI_NODE_READER_ONLY
 
 
 async def test_a_driver_without_expansion_is_refused_with_the_way_out(

@@ -184,3 +184,87 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
         ": error: --feature-gates names 'Foo', a feature gate pyprovlib does not have "
         "(Topology=true is accepted, as always on); remove it"
     )
+
+
+# Every upstream flag still refused, each for its reason (see UNSUPPORTED_UPSTREAM_FLAGS).
+# Issue 28 takes a feature's flags off as the feature lands; what stays for good is pprof,
+# feature gates, klog's output flags and the flags removed upstream.
+STILL_REFUSED = frozenset(
+    {
+        # CSIStorageCapacity
+        "--enable-capacity",
+        "--capacity-threads",
+        "--capacity-poll-interval",
+        "--capacity-for-immediate-binding",
+        "--capacity-ownerref-level",
+        "--kube-api-capacity-qps",
+        "--kube-api-capacity-burst",
+        # distributed provisioning
+        "--node-deployment",
+        "--node-deployment-immediate-binding",
+        "--node-deployment-base-delay",
+        "--node-deployment-max-delay",
+        # VolumeAttributesClass
+        "--extra-modify-metadata",
+        # no counterpart, or removed upstream
+        "--enable-pprof",
+        "--feature-gates",
+        "--master",
+        "--connection-timeout",
+        "--provisioner",
+        "--leader-election-type",
+        "--enable-leader-election",
+        "--max-grpc-log-length",
+        # klog / component-base logging
+        "--logtostderr",
+        "--alsologtostderr",
+        "--log-dir",
+        "--log-file",
+        "--log-file-max-size",
+        "--log-flush-frequency",
+        "--stderrthreshold",
+        "--vmodule",
+        "--skip-headers",
+        "--skip-log-headers",
+        "--add-dir-header",
+        "--one-output",
+        "--log-backtrace-at",
+        "--log_backtrace_at",
+        "--logging-format",
+        "--log-json-split-stream",
+        "--log-json-info-buffer-size",
+    }
+)
+
+
+def test_the_upstream_flags_still_refused_are_these() -> None:
+    assert set(UNSUPPORTED_UPSTREAM_FLAGS) == STILL_REFUSED
+
+
+def test_cloning_protection_and_publish_readonly_flags_are_the_provisioners() -> None:
+    from pyprovlib.csi import combined
+    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.provisioner.options import provisioner_options
+
+    _, ns = parse_common(build_parser(), [])
+    assert ns.cloning_protection_threads == 1  # upstream's default
+    assert provisioner_options(ns).controller_publish_readonly is False
+    argv = ["--cloning-protection-threads=4", "--controller-publish-readonly"]
+    _, ns = parse_common(build_parser(), argv)
+    assert ns.cloning_protection_threads == 4
+    assert provisioner_options(ns).controller_publish_readonly is True
+    # python -m pyprovlib.csi hands them to its provisioner.
+    _, ns = parse_common(combined.build_parser(), argv)
+    assert ns.sidecar_args["provisioner"].cloning_protection_threads == 4
+    assert ns.sidecar_args["provisioner"].controller_publish_readonly is True
+
+
+def test_no_cloning_protection_worker_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pyprovlib.csi.provisioner import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(build_parser(), ["--cloning-protection-threads=0"])
+    assert exit_info.value.code == 2
+    assert "--cloning-protection-threads" in capsys.readouterr().err

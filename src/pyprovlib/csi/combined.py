@@ -254,10 +254,11 @@ class CSIControllers(ControllerLifecycle):
     the runtime's Controller.
 
     While leading (or always, without leader election) it starts the shared informers, runs
-    ``background`` tasks beside the controllers (the provisioner's data-source protection
-    sweep) and runs the controllers as a :class:`~pyprovlib.runtime.CompositeController`. A lost
-    connection (with ``exit_on_connection_loss``) or Lease ends :meth:`run` with an error, so
-    the process exits and is restarted, as each sidecar would.
+    ``background`` tasks beside the controllers (none from :func:`build`: the provisioner's
+    cloning-protection controller and sweep run beside its own workers) and runs the
+    controllers as a :class:`~pyprovlib.runtime.CompositeController`. A lost connection
+    (with ``exit_on_connection_loss``) or Lease ends :meth:`run` with an error, so the process
+    exits and is restarted, as each sidecar would.
 
     Readiness: a standby (leader election on, another replica seen holding the Lease) is ready
     — it runs and can take over; the leader is ready once every controller's caches synced.
@@ -415,14 +416,13 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             ctx.api_client, resync_period=resync, transform=strip_managed_fields
         )
         controllers: dict[str, Controller] = {}
-        background: list[Callable[[], Awaitable[None]]] = []
         for name in enabled:
             view = _view(ctx, sidecar_args[name])
             try:
                 if name == "provisioner":
-                    controller, provisioner, _ = build_controller(view, connection, factory)
-                    controllers[name] = controller
-                    background.append(provisioner.run_clone_protection)
+                    # With its cloning-protection controller and snapshot-protection sweep
+                    # beside it, under this process's Lease.
+                    controllers[name], _, _ = build_controller(view, connection, factory)
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
@@ -438,7 +438,6 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             controllers,
             CombinedOptions(resync_period=resync, **ctx.options.leader_election_fields()),
             lease=lease_name(connection.driver_name),
-            background=background,
         )
     except BaseException:
         connection.close()

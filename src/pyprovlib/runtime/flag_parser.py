@@ -62,10 +62,6 @@ UNSUPPORTED_UPSTREAM_FLAGS: Mapping[str, str] = {
     "--node-deployment-immediate-binding": "per-node deployment is not implemented",
     "--node-deployment-base-delay": "per-node deployment is not implemented",
     "--node-deployment-max-delay": "per-node deployment is not implemented",
-    "--cloning-protection-threads": "the cloning-protection finalizer controller is not "
-    "implemented",
-    "--controller-publish-readonly": "marking ROX volumes read-only at ControllerPublish is "
-    "not implemented",
     "--enable-pprof": "Go's pprof has no Python counterpart here",
     "--feature-gates": _FEATURE_GATES,
     "--master": "use --kubeconfig (or the in-cluster service account)",
