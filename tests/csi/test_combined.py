@@ -530,3 +530,40 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
 async def _holds(process: Process, identity: str) -> bool:
     """Whether ``process`` logged ``identity`` as its own (the elector logs its id)."""
     return any(line.get("id") == identity for line in process.lines)
+
+
+async def test_each_controller_writes_with_its_sidecars_api_budget(
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """--kube-api-qps and --kube-api-burst apply to each controller, as to each of the three
+    Go sidecars: one process keeps three budgets, each controller its own client and limiter
+    (one budget shared by all three made pods on a real node wait about twice as long for
+    their volumes as with the Go sidecars, bench/node_pod_start.py). The shared informers and
+    the Lease keep the process's client."""
+    from pyprovlib._logging import get_logger
+    from pyprovlib.csi.combined import build
+    from pyprovlib.kube.config import new_client
+    from pyprovlib.runtime import RuntimeContext
+
+    async with serve_full_driver(sock_dir):
+        argv = [
+            f"--kubeconfig={kubeconfig}",
+            f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+            "--kube-api-qps=7",
+            "--kube-api-burst=9",
+        ]
+        options, args = parse_common(build_parser(), argv)
+        async with await new_client(options.client_settings()) as api:
+            ctx = RuntimeContext(options=options, args=args, api_client=api, log=get_logger("t"))
+            combined = await build(ctx)
+            clients = [combined.controllers[name].client for name in CONTROLLERS]
+            try:
+                assert combined.client is api
+                assert len({id(client) for client in (api, *clients)}) == 4
+                limiters = [client.limiter for client in clients]
+                assert len({id(limiter) for limiter in limiters}) == 3
+                assert {(limiter.qps, limiter.burst) for limiter in limiters} == {(7.0, 9)}
+            finally:
+                combined.connection.close()
+                for client in clients:
+                    await client.close()

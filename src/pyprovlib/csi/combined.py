@@ -39,7 +39,9 @@ from pyprovlib.csi.connection import (
 )
 from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
+from pyprovlib.kube.config import new_client
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
+from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.runtime import (
     ENV_PREFIX,
     CommonOptions,
@@ -274,6 +276,7 @@ class CSIControllers(ControllerLifecycle):
         *,
         lease: str,
         background: Sequence[Callable[[], Awaitable[None]]] = (),
+        clients: Sequence[ApiClient] = (),
     ) -> None:
         super().__init__(
             client,
@@ -284,6 +287,9 @@ class CSIControllers(ControllerLifecycle):
             informer_factory=informer_factory,
         )
         self.connection = connection
+        # The controllers' own API clients (one API budget each, as each sidecar has):
+        # closed when run() ends.
+        self._clients = tuple(clients)
         self.controllers: dict[str, Controller] = dict(controllers)
         self.lease = lease
         self._composite = CompositeController(*self.controllers.values())
@@ -319,6 +325,8 @@ class CSIControllers(ControllerLifecycle):
                 failure = failure or group.exceptions[0]
             finally:
                 self.connection.close()
+                for client in self._clients:
+                    await client.close()
             if failure is not None:
                 raise failure
         self._log.info("CSI controllers stopped")
@@ -404,6 +412,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         connection_options,
         metrics=metrics,
     )
+    clients: list[ApiClient] = []
     try:
         # One factory: one resync period for every handler, the shortest asked for.
         resyncs = {
@@ -418,6 +427,13 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         controllers: dict[str, Controller] = {}
         for name in enabled:
             view = _view(ctx, sidecar_args[name])
+            # Each controller writes with the API budget its sidecar has (--kube-api-qps and
+            # --kube-api-burst apply to each of the three Go sidecars): a client and a limiter
+            # of its own. The shared informers and the Lease keep the runtime's client.
+            settings = view.options.client_settings()
+            client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
+            clients.append(client)
+            view = dataclasses.replace(view, api_client=client)
             try:
                 if name == "provisioner":
                     # With its cloning-protection controller and snapshot-protection sweep
@@ -438,9 +454,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             controllers,
             CombinedOptions(resync_period=resync, **ctx.options.leader_election_fields()),
             lease=lease_name(connection.driver_name),
+            clients=clients,
         )
     except BaseException:
         connection.close()
+        for opened in clients:
+            await opened.close()
         raise
     ctx.log.info(
         "CSI controllers in one process",
