@@ -551,12 +551,15 @@ class Registry:
         if content_type == "application/json-patch+json":
             new = _patch.apply_json_patch(shown, patch)
         elif content_type == "application/merge-patch+json":
+            if patch is None:
+                raise bad_request("Invalid JSON Patch")
             if not isinstance(patch, dict):
                 raise bad_request(
-                    "json: cannot unmarshal into Go value of type map[string]interface {}"
+                    f"error decoding patch: json: cannot unmarshal {_patch.go_json_kind(patch)} "
+                    "into Go value of type map[string]interface {}"
                 )
-            # deep: the result must share nothing with the stored (and historic) object
-            new = _patch.apply_merge_patch(copy_json(shown), patch)
+            # a copy: the result shares nothing with the stored (and historic) object
+            new = _patch.apply_merge_patch(shown, patch)
         else:
             new = _patch.apply_strategic_merge_patch(shown, patch)
         if not isinstance(new, dict):
