@@ -14,16 +14,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from claim_support import create_claim, get_volume, volume_body
 from kubernetes_asyncio.client import V1PersistentVolume
 from prometheus_client import CollectorRegistry
-from test_provision_e2e import (
-    MemoryProvisioner,
-    controller_for,
-    create_claim,
-    fast_options,
-    get_volume,
-    volume_body,
-)
+from provision_support import MemoryProvisioner, controller_for, fast_options
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
 from pyprovlib.controller.volume_store import BackoffStore, QueueStore, VolumeSaveError
