@@ -238,7 +238,8 @@ async def test_backoff_store_follows_the_default_schedule_on_a_fake_clock(
                     while clock.next_deadline() is None:
                         await asyncio.sleep(0.005)
                 await clock.advance(10.0)
-        with pytest.raises(VolumeSaveError, match="500"):
+        # the API error as its Status message, as upstream's err.Error() reads (issue 29)
+        with pytest.raises(VolumeSaveError, match="Internal error occurred: injected fault"):
             async with asyncio.timeout(10):
                 await task
         assert clock.monotonic() == 40.0

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from pyprovlib.kube import resources as R
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import RESOURCES, Resource
 
 __all__ = [
@@ -24,7 +25,6 @@ __all__ = [
     "version_info",
 ]
 
-Obj = dict[str, Any]
 
 KUBE_VERSION = ("1", "34")
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import Resource
 from pyprovlib.testing import _patch
 from pyprovlib.testing._events import core_to_v1, v1_to_core, validate_event
@@ -39,7 +40,7 @@ from pyprovlib.testing._status import (
     status_success,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Key, Obj, Storage, copy_json
+from pyprovlib.testing._storage import Key, Storage, copy_json
 from pyprovlib.testing._validation import (
     default_on_create,
     default_on_update,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import Resource
 from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
@@ -24,7 +25,7 @@ from pyprovlib.testing._http import Request, Stream
 from pyprovlib.testing._requests import Target, selectors, truthy, validate_watch_options
 from pyprovlib.testing._selectors import FieldSelector, LabelSelector, parse_field_selector
 from pyprovlib.testing._status import ApiError, bad_request
-from pyprovlib.testing._storage import Event, Obj, Storage, Watcher, copy_json, dumps
+from pyprovlib.testing._storage import Event, Storage, Watcher, copy_json, dumps
 
 __all__ = ["open_watch"]
 
