@@ -446,10 +446,7 @@ class Registry:
         if resource is R.PODS:
             # the pods/status strategy keeps the stored owner references (old kubelets
             # corrupted them)
-            if "ownerReferences" in old_meta:
-                meta["ownerReferences"] = copy_json(old_meta["ownerReferences"])
-            else:
-                meta.pop("ownerReferences", None)
+            _keep_stored(meta, old_meta, "ownerReferences")
         _keep_system_metadata(meta, old_meta, name)
         if resource is R.NAMESPACES:
             _label_namespace(meta, name)
@@ -464,10 +461,7 @@ class Registry:
         subresource owns it, system metadata kept, defaults, validation, generation."""
         name, old_meta = old["metadata"]["name"], old["metadata"]
         if resource in _STATUS_SUBRESOURCE:
-            if "status" in old:
-                new["status"] = copy_json(old["status"])
-            else:
-                new.pop("status", None)
+            _keep_stored(new, old, "status")
         _keep_system_metadata(meta, old_meta, name)
         if resource is R.NAMESPACES:
             new["spec"] = copy_json(old.get("spec", {}))
@@ -761,6 +755,14 @@ def _check_update_preconditions(resource: Resource, meta: Obj, old_meta: Obj) ->
         raise bad_request(
             "the namespace of the provided object does not match the namespace sent on the request"
         )
+
+
+def _keep_stored(target: Obj, stored: Obj, key: str) -> None:
+    """``target[key]`` as stored: a copy of ``stored[key]``, or absent when it is."""
+    if key in stored:
+        target[key] = copy_json(stored[key])
+    else:
+        target.pop(key, None)
 
 
 def _label_namespace(meta: Obj, name: str) -> None:
