@@ -65,13 +65,14 @@ def is_user_bug(err: BaseException) -> bool:
 
 def describe_error(err: BaseException) -> str:
     """One line for an event, a status or a log: an API error's ``Status`` message, a user
-    bug's ``Type: message`` (the bare message rarely says what went wrong), any other error's
-    text (its type when the text is empty); recognisable secrets scrubbed."""
+    bug's ``Type: message`` (the bare message rarely says what went wrong; scrubbed of
+    recognisable secrets, since user code may quote anything), any other error's text (its
+    type when the text is empty)."""
     if isinstance(err, ApiException):
-        return scrub_text(api_error_text(err))
+        return api_error_text(err)
     if is_user_bug(err):
         return scrub_text(describe_user_error(err))
-    return scrub_text(str(err) or type(err).__name__)
+    return str(err) or type(err).__name__
 
 
 def describe_user_error(err: BaseException) -> str:

@@ -40,8 +40,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller import resize_claims
-from pyprovlib.controller._errors import describe_error as _error_text
-from pyprovlib.controller._errors import is_user_bug, log_user_bug
+from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import (
     EVENT_FLUSH_TIMEOUT,
     ControllerLifecycle,
@@ -94,6 +93,7 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
 from pyprovlib.kube.workqueue import RateLimitingQueue
+from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ExpansionResult, ResizeError, Resizer
 
 __all__ = [
@@ -117,6 +117,11 @@ class DelayRetryError(PyprovlibError):
 
 
 # -- pure helpers --------------------------------------------------------------------------------
+
+
+def _error_text(err: BaseException) -> str:
+    # the resizer scrubs every message it writes to a claim or an event
+    return scrub_text(describe_error(err))
 
 
 @contextlib.contextmanager
