@@ -60,16 +60,17 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def proto(session: nox.Session) -> None:
-    """Regenerate the CSI bindings from the repository's proto/csi.proto into csi/_proto."""
+    """Regenerate the CSI bindings from the repository's proto/csi.proto into csi/_proto with
+    tools/generate_proto.py (``-- --check``: fail, naming the files, if they differ)."""
     session.install("-e", ".[proto]")
     session.run(
         "python",
-        "-m",
-        "pyprovlib.csi._generate",
+        str(ROOT / "tools" / "generate_proto.py"),
         "--proto-dir",
         str(PROTO_SRC),
         "--out",
         str(PROTO_OUT),
+        *session.posargs,
     )
 
 

@@ -69,3 +69,18 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
         name, cluster.namespace
     )
+
+
+def volume_body(name: str, **spec: Any) -> Obj:
+    """A PV (1Gi, ReadWriteOnce, on a host path) for tests, with ``spec`` added."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "hostPath": {"path": f"/tmp/{name}"},
+            **spec,
+        },
+    }

@@ -15,7 +15,8 @@ from prometheus_client import CollectorRegistry
 from sidecar_support import wait_for
 
 from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach import AttachController
+from pyprovlib.controller.attach_options import AttachControllerOptions, finalizer_name
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     CSINODES,
@@ -257,3 +258,29 @@ def finalizers(obj: Mapping[str, Any]) -> list[str]:
 
 def is_attached(va: Mapping[str, Any]) -> bool:
     return status(va).get("attached") is True
+
+
+class Scenario:
+    """A driver name, a node with a CSINode, and object helpers for one test."""
+
+    def __init__(self, cluster: TestCluster) -> None:
+        self.cluster = cluster
+        self.driver = driver_name(cluster)
+        self.finalizer = finalizer_name(self.driver)
+        self.objects = Objects(cluster, self.driver)
+        self.node = cluster.unique_name("node")
+        self.node_id = f"id-of-{self.node}"
+
+    def name(self, prefix: str) -> str:
+        return self.cluster.unique_name(prefix)
+
+    async def setup_node(self) -> None:
+        await self.objects.csinode(self.node, self.node_id)
+
+    def controller(self, attacher: MemoryAttacher | None, **options: Any) -> AttachController:
+        return AttachController(
+            self.cluster.api_client, self.driver, attacher, fast_options(**options)
+        )
+
+    async def attached_va(self, va_name: str) -> dict[str, Any]:
+        return await self.objects.wait_va(va_name, is_attached, f"{va_name} attached")

@@ -21,8 +21,7 @@ import pytest
 from attach_support import (
     ListingAttacher,
     MemoryAttacher,
-    Objects,
-    driver_name,
+    Scenario,
     fast_options,
     finalizers,
     is_attached,
@@ -37,44 +36,11 @@ from pyprovlib.controller.attach import (
     AttachController,
     LeaderElectionLostError,
 )
-from pyprovlib.controller.attach_options import finalizer_name, lease_name
+from pyprovlib.controller.attach_options import lease_name
 from pyprovlib.kube.clock import FakeClock
 from pyprovlib.kube.resources import LEASES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.cluster import TestCluster
-
-
-class Scenario:
-    """A driver name, a node with a CSINode, and object helpers for one test."""
-
-    def __init__(self, cluster: TestCluster) -> None:
-        self.cluster = cluster
-        self.driver = driver_name(cluster)
-        self.finalizer = finalizer_name(self.driver)
-        self.objects = Objects(cluster, self.driver)
-        self.node = cluster.unique_name("node")
-        self.node_id = f"id-of-{self.node}"
-
-    def name(self, prefix: str) -> str:
-        return self.cluster.unique_name(prefix)
-
-    async def setup_node(self) -> None:
-        await self.objects.csinode(self.node, self.node_id)
-
-    def controller(self, attacher: MemoryAttacher | None, **options: Any) -> AttachController:
-        return AttachController(
-            self.cluster.api_client, self.driver, attacher, fast_options(**options)
-        )
-
-    async def attached_va(self, va_name: str) -> dict[str, Any]:
-        return await self.objects.wait_va(va_name, is_attached, f"{va_name} attached")
-
-
-@pytest.fixture
-async def sc(kube_cluster: TestCluster) -> Scenario:
-    scenario = Scenario(kube_cluster)
-    await scenario.setup_node()
-    return scenario
 
 
 async def test_attach_then_detach_with_finalizers_in_order(sc: Scenario) -> None:

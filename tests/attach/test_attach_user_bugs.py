@@ -9,9 +9,8 @@ import io
 import json
 
 import pytest
-from attach_support import MemoryAttacher, status
+from attach_support import MemoryAttacher, Scenario, status
 from sidecar_support import running
-from test_attach_controller import Scenario, sc  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +44,7 @@ class BuggyAttacher(MemoryAttacher):
 
 
 async def test_an_attacher_bug_is_logged_with_its_traceback_and_named_in_the_status(
-    sc: Scenario,  # noqa: F811 - the fixture
+    sc: Scenario,
     logs: io.StringIO,
 ) -> None:
     backend = BuggyAttacher()

@@ -43,3 +43,13 @@ def test_csi_provision_bench_runs() -> None:
     # removed once (a removal may still be on its way when the bench stops counting).
     assert result["provisioning_finalizer"] is True
     assert 1.0 <= result["api_requests_per_volume"]["patch"] <= 2.0
+
+
+def test_entry_point_startup_bench_runs() -> None:
+    result = run_bench("entry_point_startup.py", "--repeat", "1", "--settle", "0.2")
+    assert result["bench"] == "entry_point_startup"
+    for mode in ("lazy", "eager"):
+        assert result[f"help_{mode}"]["peak_rss_mb"] > 0
+        assert result[f"start_{mode}"]["ready_s"] > 0
+    # the lazy imports are what pyprovlib's entry points do: the eager ones cost memory
+    assert result["start_lazy"]["peak_rss_mb"] < result["start_eager"]["peak_rss_mb"]

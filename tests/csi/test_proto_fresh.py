@@ -8,8 +8,7 @@ import importlib.util
 import pathlib
 
 import pytest
-
-from pyprovlib.csi import _generate
+from proto_support import generate_proto as _generate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROTO_DIR = ROOT / "proto"
@@ -95,7 +94,7 @@ def test_the_spec_and_its_licence_are_in_the_repository() -> None:
 def test_check_defaults_to_the_repository_spec_and_bindings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # `python -m pyprovlib.csi._generate --check` in a checkout needs no paths at all.
+    # `python tools/generate_proto.py --check` in a checkout needs no paths at all.
     assert _generate.REPO_PROTO_DIR == PROTO_DIR
     assert _generate.BINDINGS_DIR == COMMITTED
     assert _generate.main(["--check"]) == 0, capsys.readouterr().err

@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 import pytest
+from proto_support import generate_proto as _generate
 
-from pyprovlib.csi import _generate
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._proto.google import protobuf
 

@@ -12,9 +12,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from claim_support import create_claim
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
-from test_provision_e2e import MemoryProvisioner, create_claim, create_class, fast_options
+from provision_support import MemoryProvisioner, create_class, fast_options
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.config import request_json

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
-from test_provision_e2e import MemoryProvisioner, fast_options, provisioner_name
+from provision_support import MemoryProvisioner, fast_options, provisioner_name
 
 from pyprovlib.controller._leader_health import leader_renewal_overdue
 from pyprovlib.controller.provision import ProvisionController

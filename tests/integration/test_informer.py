@@ -9,8 +9,8 @@ import random
 from collections.abc import Callable
 
 import pytest
+from claim_support import volume_body
 from kubernetes_asyncio.client import ApiClient
-from test_provision_e2e import volume_body
 
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, meta_namespace_key

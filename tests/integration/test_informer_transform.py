@@ -14,7 +14,7 @@ import io
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
-from test_provision_e2e import MemoryProvisioner
+from provision_support import MemoryProvisioner
 
 from pyprovlib.controller.attach import AttachController
 from pyprovlib.controller.provision import ProvisionController

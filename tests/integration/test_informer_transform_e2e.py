@@ -9,12 +9,7 @@ import asyncio
 import contextlib
 
 import pytest
-from test_provision_e2e import (
-    MemoryProvisioner,
-    create_class,
-    fast_options,
-    provisioner_name,
-)
+from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.config import request_json

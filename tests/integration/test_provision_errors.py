@@ -29,18 +29,15 @@ import asyncio
 import time
 
 import pytest
+from claim_support import create_claim, delete_claim, get_claim, get_volume
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
-from test_provision_e2e import (
+from provision_support import (
     MemoryProvisioner,
     bound_then_deleted,
     controller_for,
     counter,
-    create_claim,
     create_class,
-    delete_claim,
     fast_options,
-    get_claim,
-    get_volume,
     provisioner_name,
     wait_ready,
 )

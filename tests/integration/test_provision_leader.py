@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
-from test_provision_e2e import (
+from claim_support import create_claim
+from provision_support import (
     MemoryProvisioner,
-    create_claim,
     create_class,
     fast_options,
     kill,

@@ -14,16 +14,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from claim_support import create_claim, get_volume, volume_body
 from kubernetes_asyncio.client import V1PersistentVolume
 from prometheus_client import CollectorRegistry
-from test_provision_e2e import (
-    MemoryProvisioner,
-    controller_for,
-    create_claim,
-    fast_options,
-    get_volume,
-    volume_body,
-)
+from provision_support import MemoryProvisioner, controller_for, fast_options
 
 from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
 from pyprovlib.controller.volume_store import BackoffStore, QueueStore, VolumeSaveError
@@ -325,7 +319,8 @@ async def test_backoff_store_follows_the_default_schedule_on_a_fake_clock(
                     while clock.next_deadline() is None:
                         await asyncio.sleep(0.005)
                 await clock.advance(10.0)
-        with pytest.raises(VolumeSaveError, match="500"):
+        # the API error as its Status message, as upstream's err.Error() reads (issue 29)
+        with pytest.raises(VolumeSaveError, match="Internal error occurred: injected fault"):
             async with asyncio.timeout(10):
                 await task
         assert clock.monotonic() == 40.0

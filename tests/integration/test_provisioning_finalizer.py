@@ -26,16 +26,13 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from claim_support import create_claim, delete_claim, get_claim, get_volume
 from kubernetes_asyncio.client import V1PersistentVolume
-from test_provision_e2e import (
+from provision_support import (
     MemoryProvisioner,
     controller_for,
-    create_claim,
     create_class,
-    delete_claim,
     fast_options,
-    get_claim,
-    get_volume,
     kill,
     provisioner_name,
 )

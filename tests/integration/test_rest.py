@@ -7,9 +7,9 @@ import asyncio
 import json
 
 import pytest
+from claim_support import volume_body
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
-from test_provision_e2e import volume_body
 
 from pyprovlib.kube.errors import is_conflict, is_gone, is_not_found, retry_after_seconds
 from pyprovlib.kube.objects import Obj

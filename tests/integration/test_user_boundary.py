@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from test_provision_e2e import (
-    MemoryProvisioner,
-    bound_then_deleted,
-    controller_for,
-    running,
-)
+from provision_support import MemoryProvisioner, bound_then_deleted, controller_for
 
 from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
+from pyprovlib.testing import running
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e

@@ -10,15 +10,9 @@ import io
 import json
 
 import pytest
+from claim_support import create_claim, delete_claim
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
-from test_provision_e2e import (
-    MemoryProvisioner,
-    create_claim,
-    create_class,
-    delete_claim,
-    fast_options,
-    provisioner_name,
-)
+from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.kube.resources import PERSISTENT_VOLUMES

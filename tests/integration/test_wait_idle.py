@@ -6,13 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_provision_e2e import (
-    MemoryProvisioner,
-    create_claim,
-    create_class,
-    fast_options,
-    provisioner_name,
-)
+from claim_support import create_claim
+from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.testing import eventually, running

@@ -10,14 +10,7 @@ records every provisioning call in flight per replica), no claim stuck, and the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import json
 import random
-import signal
-import time
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +19,14 @@ from rel_support import (
     PROVISIONER,
     Backend,
     BackendProvisioner,
+    Replicas,
     background,
     cancel,
     create_paced,
     delete_claims,
     fast_options,
     memory_world,
-    nfs_argv,
     nfs_world,
-    start_logged,
     stop_controllers,
     wait_until,
 )
@@ -131,105 +123,6 @@ async def test_leader_killed_repeatedly_many_times(replicas: int) -> None:
 # --------------------------------------------------------------------------------------------
 # Real processes: three NFS example replicas, the leader SIGKILLed again and again
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Replicas:
-    """``python -m pyprovlib.examples.nfs`` replicas with leader election, one log each."""
-
-    tmp_path: Path
-    kubeconfig: Path
-    root: Path
-    namespace: str
-    procs: list[tuple[asyncio.subprocess.Process, Path]] = field(init=False, default_factory=list)
-    # index -> wall-clock time of the SIGKILL
-    killed_at: dict[int, float] = field(init=False, default_factory=dict)
-
-    async def start(self) -> None:
-        index = len(self.procs)
-        log = self.tmp_path / f"replica-{index}.log"
-        proc = await start_logged(nfs_argv(self.kubeconfig, self.root, *self.flags()), log, "wb")
-        self.procs.append((proc, log))
-
-    def flags(self) -> list[str]:
-        return [
-            "--leader-election=true",
-            f"--leader-election-namespace={self.namespace}",
-            "--leader-election-lease-duration=3s",
-            "--leader-election-renew-deadline=2s",
-            "--leader-election-retry-period=400ms",
-        ]
-
-    def became_leader(self, index: int) -> list[float]:
-        """Wall-clock times at which replica ``index`` logged "became leader"."""
-        times = []
-        for line in self.procs[index][1].read_text(errors="replace").splitlines():
-            if '"became leader"' in line:
-                stamp = json.loads(line)["timestamp"]
-                times.append(datetime.fromisoformat(stamp).timestamp())
-        return times
-
-    def leader(self) -> int | None:
-        """The live replica that became leader most recently, if any."""
-        live = [
-            (max(times), i)
-            for i, (proc, _log) in enumerate(self.procs)
-            if proc.returncode is None and (times := self.became_leader(i))
-        ]
-        return max(live)[1] if live else None
-
-    async def kill(self, index: int) -> None:
-        proc = self.procs[index][0]
-        proc.send_signal(signal.SIGKILL)
-        self.killed_at[index] = time.time()
-        await proc.wait()
-
-    async def stop_all(self) -> None:
-        for proc, _log in self.procs:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc, _log in self.procs:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(30):
-                    await proc.wait()
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGKILL)
-                await proc.wait()
-
-    def activity(self, index: int) -> list[float]:
-        """Wall-clock times of replica ``index``'s storage work (directories made or removed,
-        PVs saved or deleted)."""
-        times = []
-        for line in self.procs[index][1].read_text(errors="replace").splitlines():
-            if any(f'"event": "{e}"' in line for e in _WORK_EVENTS):
-                times.append(datetime.fromisoformat(json.loads(line)["timestamp"]).timestamp())
-        return times
-
-    def overlapping_work(self) -> list[str]:
-        """Replicas whose spans of storage work overlap: two provisioning at once."""
-        spans = sorted(
-            (min(t), max(t), i) for i in range(len(self.procs)) if (t := self.activity(i))
-        )
-        return [
-            f"replica {b[2]} worked from {b[0]} while {a[2]} worked until {a[1]}"
-            for a, b in itertools.pairwise(spans)
-            if b[0] < a[1]
-        ]
-
-    async def top_up(self, replicas: int) -> None:
-        """Replace replicas that exited on their own (a leader that cannot renew in time
-        exits, as upstream does)."""
-        live = sum(proc.returncode is None for proc, _log in self.procs)
-        for _ in range(replicas - live):
-            await self.start()
-
-
-_WORK_EVENTS = (
-    "volume directory ready",
-    "volume provisioned",
-    "deleting volume directory",
-    "volume deleted",
-)
 
 
 async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: int) -> None:

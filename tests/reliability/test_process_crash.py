@@ -25,14 +25,13 @@ import pytest
 from rel_support import (
     PROVISIONER,
     BackendProvisioner,
-    LoggedProcess,
+    NFSProcess,
     World,
     cancel,
     create_claims,
     delete_claims,
     fast_options,
     memory_world,
-    nfs_argv,
     nfs_world,
     running,
     wait_until,
@@ -88,21 +87,6 @@ async def test_task_cancelled_at_random_points_500_claims() -> None:
 # --------------------------------------------------------------------------------------------
 # A real process: the NFS example, SIGKILLed
 # --------------------------------------------------------------------------------------------
-
-
-class NFSProcess(LoggedProcess):
-    """``python -m pyprovlib.examples.nfs`` against the in-memory server."""
-
-    def __init__(self, kubeconfig: Path, root: Path, log: Path) -> None:
-        super().__init__(log)
-        self.kubeconfig = kubeconfig
-        self.root = root
-
-    def flags(self) -> list[str]:
-        return ["--leader-election=false", "--worker-threads=8"]
-
-    def argv(self) -> list[str]:
-        return nfs_argv(self.kubeconfig, self.root, *self.flags())
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 from rel_support import (
+    NFSProcess,
+    Replicas,
     check_invariants,
     claim_body,
     create_claims,
@@ -34,8 +36,6 @@ from rel_support import (
     nfs_assets,
     unbound_report,
 )
-from test_leader_failover import Replicas
-from test_process_crash import NFSProcess
 
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (

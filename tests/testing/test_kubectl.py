@@ -5,110 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from standalone_support import standalone
+from kubectl_support import KUBECTL, Kubectl
 
 from pyprovlib import testing
 
 pytestmark = pytest.mark.kubectl
 
 
-def _find_kubectl() -> str | None:
-    beside = Path(sys.executable).parent / "kubectl"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("kubectl")
-
-
-KUBECTL = _find_kubectl()
 if KUBECTL is None:
     pytest.skip("kubectl not found", allow_module_level=True)
-
-MANIFESTS = """\
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata:
-  name: fast
-provisioner: example.com/hostpath
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: claim1
-  labels: {app: demo}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: fast
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: pv1
-spec:
-  capacity: {storage: 2Gi}
-  accessModes: [ReadWriteOnce]
-  hostPath: {path: /tmp/pv1}
-"""
-
-
-@dataclass
-class Kubectl:
-    env: dict[str, str]
-    tmp: Path
-
-    async def start(self, *args: str) -> asyncio.subprocess.Process:
-        assert KUBECTL is not None
-        return await asyncio.create_subprocess_exec(
-            KUBECTL,
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env,
-        )
-
-    async def run(self, *args: str, check: bool = True) -> tuple[int, str, str]:
-        proc = await self.start(*args)
-        out, err = await asyncio.wait_for(proc.communicate(), 20)
-        code = proc.returncode
-        assert code is not None
-        if check:
-            assert code == 0, f"kubectl {' '.join(args)} failed: {err.decode()}"
-        return code, out.decode(), err.decode()
-
-    async def patch(
-        self, obj: str, patch_type: str, patch: str, *, check: bool = True
-    ) -> tuple[int, str, str]:
-        """``kubectl patch <obj> --type <patch_type> -p <patch>``; ``obj`` is "kind name"."""
-        return await self.run("patch", *obj.split(), "--type", patch_type, "-p", patch, check=check)
-
-    async def json(self, *args: str) -> dict[str, object]:
-        _, out, _ = await self.run(*args, "-o", "json")
-        data: dict[str, object] = json.loads(out)
-        return data
-
-
-@pytest.fixture
-async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
-    kubeconfig = tmp_path / "kubeconfig"
-    async with standalone(kubeconfig, "--port", "0", "--no-binder"):
-        assert kubeconfig.exists()
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(tmp_path),
-            "KUBECONFIG": str(kubeconfig),
-            "KUBECACHEDIR": str(tmp_path / "cache"),
-        }
-        k = Kubectl(env, tmp_path)
-        (tmp_path / "objs.yaml").write_text(MANIFESTS)
-        yield k
 
 
 async def test_create_and_get(kubectl: Kubectl) -> None:

@@ -206,15 +206,31 @@ def test_merge_patch_rfc7386_examples() -> None:
     assert apply_merge_patch({"a": [{"b": "c"}]}, {"a": [1]}) == {"a": [1]}
     assert apply_merge_patch({"e": None}, {"a": 1}) == {"e": None, "a": 1}
     assert apply_merge_patch(["a"], {"a": "b"}) == {"a": "b"}
+    assert apply_merge_patch(target, {"c": {"d": None}}) == {"a": "b", "c": {"f": "g"}}
+    assert target == {"a": "b", "c": {"d": "e", "f": "g"}}, "the input is not mutated"
 
 
 def test_json_patch_errors() -> None:
     with pytest.raises(ApiError) as e:
         apply_json_patch({"a": [1]}, [{"op": "add", "path": "/a/5", "value": 1}])
     assert e.value.code == 422
+    # an unknown op decodes and fails to apply: 422, as on kube-apiserver (differential row
+    # json-patch-errors); a body that does not decode is the 400
     with pytest.raises(ApiError) as e:
         apply_json_patch({}, [{"op": "frobnicate", "path": "/a"}])
+    assert e.value.code == 422
+    with pytest.raises(ApiError) as e:
+        apply_json_patch({}, [{"op": "add", "path": 5, "value": 1}])
     assert e.value.code == 400
+    assert e.value.message == (
+        "error decoding patch: json: cannot unmarshal number into Go struct field "
+        "jsonPatchOp.path of type string"
+    )
+    target = {"a": {"b": 1}}
+    assert apply_json_patch(target, [{"op": "add", "path": "/a/c", "value": 2}]) == {
+        "a": {"b": 1, "c": 2}
+    }
+    assert target == {"a": {"b": 1}}, "the input is not mutated"
     assert apply_json_patch({"a": {"b": 1}}, [{"op": "test", "path": "/a", "value": {"b": 1}}]) == {
         "a": {"b": 1}
     }

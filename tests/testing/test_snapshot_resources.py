@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from kubectl_support import KUBECTL, Kubectl
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -577,10 +578,6 @@ def _claim(name: str, **spec: Any) -> dict[str, Any]:
 
 # -- kubectl ------------------------------------------------------------------------------------
 
-try:
-    from test_kubectl import Kubectl, kubectl  # noqa: F401 - the fixture, reused
-except pytest.skip.Exception:  # kubectl is not installed: only the kubectl test is skipped
-    Kubectl = None  # type: ignore[assignment,misc]
 
 SNAPSHOT_MANIFESTS = """\
 apiVersion: snapshot.storage.k8s.io/v1
@@ -611,7 +608,7 @@ spec:
 
 
 @pytest.mark.kubectl
-@pytest.mark.skipif(Kubectl is None, reason="kubectl not found")
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl not found")
 async def test_kubectl_gets_snapshots(kubectl: Kubectl) -> None:
     manifest = kubectl.tmp / "snapshots.yaml"
     manifest.write_text(SNAPSHOT_MANIFESTS)

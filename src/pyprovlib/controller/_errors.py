@@ -8,6 +8,12 @@ is a bug: it is logged once, at error, with its type and traceback, and the text
 events and statuses names the type (``ZeroDivisionError: division by zero``, ``KeyError:
 'storage'``), since the bare message rarely says what went wrong. Secrets are scrubbed from
 the traceback like from any log line, and callers that know secret values mask those too.
+
+Which errors are expected is decided by type: the contract's errors, and the exception roots
+of pyprovlib (:class:`~pyprovlib.errors.PyprovlibError`) and of the libraries it drives for
+the user (kubernetes-asyncio's ``OpenApiException`` and ``ConfigException``, aiohttp's
+``ClientError``, grpclib's ``GRPCError``, ``ProtocolError`` and ``StreamTerminatedError``).
+:func:`describe_error` is the one description of a failure for events, statuses and logs.
 """
 
 from __future__ import annotations
@@ -16,12 +22,19 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from kubernetes_asyncio.client.exceptions import OpenApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+
 from pyprovlib.attacher import AttachError
+from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.errors import ApiException, api_error_text
 from pyprovlib.provisioner import IgnoredError, ProvisioningError
 from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ResizeError
 
-__all__ = ["describe_user_error", "is_user_bug", "log_user_bug"]
+__all__ = ["describe_error", "describe_user_error", "is_user_bug", "log_user_bug"]
 
 _EXPECTED: tuple[type[BaseException], ...] = (
     ProvisioningError,
@@ -31,16 +44,35 @@ _EXPECTED: tuple[type[BaseException], ...] = (
     TimeoutError,
     OSError,
 )
-# Errors raised by pyprovlib itself or the libraries it calls for the user (API calls, gRPC).
-_LIBRARIES = ("pyprovlib.", "kubernetes_asyncio.", "grpclib.", "aiohttp.", "betterproto2.")
+# The roots of the errors pyprovlib itself and the libraries it calls for the user raise (API
+# calls, kubeconfig, HTTP, gRPC; betterproto2 raises only built-in errors).
+_LIBRARIES: tuple[type[BaseException], ...] = (
+    PyprovlibError,
+    OpenApiException,
+    ConfigException,
+    aiohttp.ClientError,
+    GRPCError,
+    ProtocolError,
+    StreamTerminatedError,
+)
 
 
 def is_user_bug(err: BaseException) -> bool:
     """Whether ``err`` is not one of the errors user code raises on purpose (see the module
     documentation)."""
-    if isinstance(err, _EXPECTED):
-        return False
-    return not f"{type(err).__module__}.".startswith(_LIBRARIES)
+    return not isinstance(err, _EXPECTED + _LIBRARIES)
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for an event, a status or a log: an API error's ``Status`` message, a user
+    bug's ``Type: message`` (the bare message rarely says what went wrong; scrubbed of
+    recognisable secrets, since user code may quote anything), any other error's text (its
+    type when the text is empty)."""
+    if isinstance(err, ApiException):
+        return api_error_text(err)
+    if is_user_bug(err):
+        return scrub_text(describe_user_error(err))
+    return str(err) or type(err).__name__
 
 
 def describe_user_error(err: BaseException) -> str:

@@ -34,7 +34,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
-from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
+from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller._sidecar_options import retry_queue
 from pyprovlib.controller.attach_options import (
@@ -348,7 +348,7 @@ class AttachController(ControllerLifecycle):
     ) -> AttachError:
         """Record why ``op`` ("attach" or "detach") failed in the VA's ``status.<op>Error``,
         with the volume's ``secrets`` masked, and return the error that retries the sync."""
-        message = mask_secrets(self._error_message(err), secrets)
+        message = mask_secrets(describe_error(err), secrets)
         if is_user_bug(err):
             log_user_bug(
                 logger,
@@ -364,16 +364,6 @@ class AttachController(ControllerLifecycle):
 
     def _timeout(self, op: str, volume_id: str, node: str) -> _OperationTimeout:
         return _OperationTimeout(self.options.timeout, op, volume_id, node)
-
-    @staticmethod
-    def _error_message(err: BaseException) -> str:
-        if isinstance(err, AttachError):
-            return err.message
-        if isinstance(err, ApiException):
-            return api_error_text(err)
-        if is_user_bug(err):
-            return describe_user_error(err)
-        return str(err) or type(err).__name__
 
     async def _prepare_attach(
         self, va: Obj, attacher: Attacher

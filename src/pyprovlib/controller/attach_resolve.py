@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from pyprovlib.attacher import AttachError, AttachVolume
 from pyprovlib.kube.errors import ApiException, api_error_text
-from pyprovlib.kube.objects import Obj, annotations_of, meta
+from pyprovlib.kube.objects import Obj, annotations_of, is_deleting, meta, spec_of, status_of
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import Store
 from pyprovlib.redaction import scrub_text
@@ -48,18 +48,6 @@ _MASK: Final = "***"
 _MIN_MASKED_SECRET: Final = 4
 
 
-def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The object's ``spec`` (empty when missing or not an object)."""
-    s = obj.get("spec")
-    return s if isinstance(s, Mapping) else {}
-
-
-def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The object's ``status`` (empty when missing or not an object)."""
-    s = obj.get("status")
-    return s if isinstance(s, Mapping) else {}
-
-
 def source_of(va: Mapping[str, Any]) -> Mapping[str, Any]:
     """The VolumeAttachment's ``spec.source``."""
     s = spec_of(va).get("source")
@@ -75,11 +63,6 @@ def pv_name_of(va: Mapping[str, Any]) -> str | None:
     """The VolumeAttachment's PersistentVolume name; None for an inline volume."""
     name = source_of(va).get("persistentVolumeName")
     return name if isinstance(name, str) and name else None
-
-
-def is_deleting(obj: Mapping[str, Any]) -> bool:
-    """Whether the object has a deletion timestamp."""
-    return bool(meta(obj).get("deletionTimestamp"))
 
 
 def is_attached(va: Mapping[str, Any]) -> bool:

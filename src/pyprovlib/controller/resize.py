@@ -40,7 +40,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller import resize_claims
-from pyprovlib.controller._errors import describe_user_error, is_user_bug, log_user_bug
+from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import (
     EVENT_FLUSH_TIMEOUT,
     ControllerLifecycle,
@@ -66,8 +66,6 @@ from pyprovlib.controller.resize_claims import (
     resize_status_of,
     should_enqueue_pvc_change,
     size_text,
-    spec_of,
-    status_of,
 )
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
@@ -84,7 +82,7 @@ from pyprovlib.kube.events import (
     EventRecorder,
 )
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.objects import Obj, name_of, namespace_of, uid_of
+from pyprovlib.kube.objects import Obj, name_of, namespace_of, spec_of, status_of, uid_of
 from pyprovlib.kube.quantity import Quantity
 from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
@@ -122,13 +120,8 @@ class DelayRetryError(PyprovlibError):
 
 
 def _error_text(err: BaseException) -> str:
-    if isinstance(err, ResizeError):
-        return scrub_text(err.message)
-    if isinstance(err, ApiException):
-        return api_error_text(err)
-    if is_user_bug(err):
-        return scrub_text(describe_user_error(err))
-    return scrub_text(str(err) or type(err).__name__)
+    # the resizer scrubs every message it writes to a claim or an event
+    return scrub_text(describe_error(err))
 
 
 @contextlib.contextmanager

@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of
+from pyprovlib.kube.objects import (
+    Obj,
+    annotations_of,
+    meta,
+    name_of,
+    namespace_of,
+    spec_of,
+    status_of,
+)
 from pyprovlib.kube.quantity import Format, Quantity, quantity_or_none
 
 __all__ = [
@@ -96,14 +104,6 @@ TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 def dict_of(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
-
-
-def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return dict_of(obj.get("spec"))
-
-
-def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return dict_of(obj.get("status"))
 
 
 def request_of(pvc: Mapping[str, Any]) -> Quantity | None:

@@ -27,12 +27,11 @@ from pyprovlib.controller.resize_claims import (
     dict_of,
     merge_resize_conditions,
     size_text,
-    status_of,
 )
 from pyprovlib.controller.volume_store import event_target
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.events import EVENT_TYPE_NORMAL, EventRecorder
-from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of
+from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of, status_of
 from pyprovlib.kube.quantity import Quantity
 from pyprovlib.kube.rest import ResourceClient
 

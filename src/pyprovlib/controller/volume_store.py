@@ -30,6 +30,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._logging import get_logger
 from pyprovlib.controller._deleting import LazyVolume, deleter
+from pyprovlib.controller._errors import describe_error
 from pyprovlib.controller.options import Backoff
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
@@ -94,12 +95,6 @@ def _claim_key(claim: Obj) -> str:
     return f"{namespace_of(claim)}/{name_of(claim)}"
 
 
-def _describe(err: BaseException) -> str:
-    if isinstance(err, ApiException):
-        return f"{err.status} {err.reason}".strip()
-    return f"{type(err).__name__}: {err}"
-
-
 async def create_volume(client: ResourceClient, volume: Obj) -> bool:
     """Create ``volume``; True if created, False if it already existed. Other errors raise."""
     try:
@@ -150,7 +145,9 @@ class BackoffStore:
             except Exception as err:  # any failure to save: retry, then clean up
                 last_error = err
                 logger.info(
-                    "failed to save PersistentVolume", attempt=attempt + 1, error=_describe(err)
+                    "failed to save PersistentVolume",
+                    attempt=attempt + 1,
+                    error=describe_error(err),
                 )
                 if isinstance(err, ApiException) and err.status in (400, 422):
                     # The PV is invalid: the same request can never succeed.
@@ -183,7 +180,7 @@ class BackoffStore:
             ) from last_error
         await self._clean_up(claim, volume, last_error, logger)
         raise VolumeSaveError(
-            f"could not save PersistentVolume {pv_name}: {_describe(last_error)}"
+            f"could not save PersistentVolume {pv_name}: {describe_error(last_error)}"
         ) from last_error
 
     async def _saved_after_all(
@@ -237,14 +234,14 @@ class BackoffStore:
         # The asset exists but no PV describes it: delete it so it does not leak.
         logger.error(
             "error creating provisioned PV object for claim; deleting the volume",
-            error=_describe(save_error),
+            error=describe_error(save_error),
         )
         self._recorder.event(
             event_target(claim, "PersistentVolumeClaim"),
             EVENT_WARNING,
             "ProvisioningFailed",
             f"Error creating provisioned PV object for claim {_claim_key(claim)}: "
-            f"{_describe(save_error)}. Deleting the volume.",
+            f"{describe_error(save_error)}. Deleting the volume.",
         )
         try:
             delete = deleter(self._provisioner, LazyVolume(volume))
@@ -262,7 +259,9 @@ class BackoffStore:
                     break
                 except Exception as err:
                     delete_error = err
-                    logger.info("failed to clean volume", attempt=attempt + 1, error=_describe(err))
+                    logger.info(
+                        "failed to clean volume", attempt=attempt + 1, error=describe_error(err)
+                    )
                     if attempt < len(delays):
                         await self._sleep(delays[attempt])
                 else:
@@ -272,14 +271,14 @@ class BackoffStore:
         if delete_error is not None:
             logger.error(
                 "error cleaning provisioned volume for claim; please delete it manually",
-                error=_describe(delete_error),
+                error=describe_error(delete_error),
             )
             self._recorder.event(
                 event_target(claim, "PersistentVolumeClaim"),
                 EVENT_WARNING,
                 "ProvisioningCleanupFailed",
                 f"Error cleaning provisioned volume for claim {_claim_key(claim)}: "
-                f"{_describe(delete_error)}. Please delete manually.",
+                f"{describe_error(delete_error)}. Please delete manually.",
             )
 
     async def run(self, threadiness: int) -> None:
@@ -334,7 +333,9 @@ class QueueStore:
             await self._save(volume)
         except Exception as err:  # retried in the background, whatever went wrong
             log.error(
-                "failed to save volume; retrying in the background", pv=name, error=_describe(err)
+                "failed to save volume; retrying in the background",
+                pv=name,
+                error=describe_error(err),
             )
             self._pending[name] = volume
             self.queue.add(name)
@@ -386,7 +387,7 @@ class QueueStore:
         try:
             await self._save(volume)
         except Exception as err:  # keep retrying until it is saved
-            log.info("failed to save volume; will retry", pv=name, error=_describe(err))
+            log.info("failed to save volume; will retry", pv=name, error=describe_error(err))
             self.queue.add_rate_limited(name)
             return
         self._pending.pop(name, None)
@@ -406,7 +407,9 @@ class QueueStore:
                 async with asyncio.timeout(remaining):
                     await self._save(volume)
             except Exception as err:  # logged below with the others left unsaved
-                log.warning("could not save volume before shutdown", pv=name, error=_describe(err))
+                log.warning(
+                    "could not save volume before shutdown", pv=name, error=describe_error(err)
+                )
                 continue
             self._pending.pop(name, None)
         if self._pending:

@@ -11,13 +11,16 @@ __all__ = [
     "annotations_of",
     "finalizers_of",
     "has_finalizer",
+    "is_deleting",
     "labels_of",
     "meta",
     "meta_namespace_key",
     "name_of",
     "namespace_of",
     "resource_version",
+    "spec_of",
     "split_key",
+    "status_of",
     "uid_of",
 ]
 
@@ -32,6 +35,24 @@ def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``metadata`` ({} when missing or not a mapping)."""
     m = obj.get("metadata")
     return m if (type(m) is dict or isinstance(m, Mapping)) else {}
+
+
+def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's ``spec`` ({} when missing or not a mapping)."""
+    s = obj.get("spec")
+    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+
+
+def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's ``status`` ({} when missing or not a mapping)."""
+    s = obj.get("status")
+    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """Whether the object has a ``metadata.deletionTimestamp`` (being deleted; finalizers hold
+    it), as Go's ``DeletionTimestamp != nil``: present counts, whatever its value."""
+    return meta(obj).get("deletionTimestamp") is not None
 
 
 def name_of(obj: Mapping[str, Any]) -> str:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from pyprovlib.kube import resources as R
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import RESOURCES, Resource
 
 __all__ = [
@@ -24,7 +26,6 @@ __all__ = [
     "version_info",
 ]
 
-Obj = dict[str, Any]
 
 KUBE_VERSION = ("1", "34")
 _VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -402,120 +403,160 @@ def _crd_cell(obj: Obj, path: str, typ: str, now: datetime) -> Any:
     return cur
 
 
-def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
+def _parts(obj: Obj) -> tuple[Obj, Obj, Obj]:
+    return obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+
+
+def _volume_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    ref = spec.get("claimRef") or {}
+    claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
+    phase = status.get("phase", "")
+    if meta.get("deletionTimestamp"):
+        phase = "Terminating"
+    return [
+        meta.get("name", ""),
+        (spec.get("capacity") or {}).get("storage", ""),
+        _modes(spec.get("accessModes")),
+        spec.get("persistentVolumeReclaimPolicy", ""),
+        phase,
+        claim,
+        spec.get("storageClassName", ""),
+        spec.get("volumeAttributesClassName") or "<unset>",
+        status.get("reason", ""),
+        age,
+        spec.get("volumeMode", ""),
+    ]
+
+
+def _claim_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+    return [
+        meta.get("name", ""),
+        phase,
+        spec.get("volumeName", ""),
+        (status.get("capacity") or {}).get("storage", ""),
+        _modes(status.get("accessModes")),
+        spec.get("storageClassName") or "",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        age,
+        spec.get("volumeMode", ""),
+    ]
+
+
+def _class_cells(obj: Obj, age: str) -> list[Any]:
     meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
     name = meta.get("name", "")
+    annotations = meta.get("annotations") or {}
+    shown = name
+    if "true" in (
+        annotations.get("storageclass.kubernetes.io/is-default-class"),
+        annotations.get("storageclass.beta.kubernetes.io/is-default-class"),
+    ):
+        shown = f"{name} (default)"
+    return [
+        shown,
+        obj.get("provisioner", ""),
+        obj.get("reclaimPolicy", ""),
+        obj.get("volumeBindingMode", ""),
+        bool(obj.get("allowVolumeExpansion", False)),
+        age,
+    ]
+
+
+def _node_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    ready = "Unknown"
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            ready = "Ready" if c.get("status") == "True" else "NotReady"
+    if spec.get("unschedulable"):
+        ready += ",SchedulingDisabled"
+    roles = sorted(
+        k.split("/", 1)[1]
+        for k in meta.get("labels") or {}
+        if k.startswith("node-role.kubernetes.io/")
+    )
+    version = (status.get("nodeInfo") or {}).get("kubeletVersion", "")
+    return [meta.get("name", ""), ready, ",".join(roles) or "<none>", age, version]
+
+
+def _pod_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    statuses = status.get("containerStatuses") or []
+    ready_count = sum(1 for c in statuses if c.get("ready"))
+    total = len(spec.get("containers") or [])
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
+    return [
+        meta.get("name", ""),
+        f"{ready_count}/{total}",
+        phase,
+        str(restarts),
+        age,
+        status.get("podIP") or "<none>",
+        spec.get("nodeName") or "<none>",
+    ]
+
+
+def _attachment_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    return [
+        meta.get("name", ""),
+        spec.get("attacher", ""),
+        (spec.get("source") or {}).get("persistentVolumeName", ""),
+        spec.get("nodeName", ""),
+        bool(status.get("attached", False)),
+        age,
+    ]
+
+
+def _name(obj: Obj) -> Any:
+    return (obj.get("metadata") or {}).get("name", "")
+
+
+# kubectl's columns of each built-in kind this server serves (the name and age included).
+_CELLS: dict[Resource, Callable[[Obj, str], list[Any]]] = {
+    R.PERSISTENT_VOLUMES: _volume_cells,
+    R.PERSISTENT_VOLUME_CLAIMS: _claim_cells,
+    R.STORAGE_CLASSES: _class_cells,
+    R.NAMESPACES: lambda o, age: [_name(o), (o.get("status") or {}).get("phase", ""), age],
+    R.NODES: _node_cells,
+    R.PODS: _pod_cells,
+    R.VOLUME_ATTACHMENTS: _attachment_cells,
+    R.SECRETS: lambda o, age: [
+        _name(o),
+        o.get("type", ""),
+        len(o.get("data") or {}) + len(o.get("stringData") or {}),
+        age,
+    ],
+    R.CONFIGMAPS: lambda o, age: [
+        _name(o),
+        len(o.get("data") or {}) + len(o.get("binaryData") or {}),
+        age,
+    ],
+    R.LEASES: lambda o, age: [
+        _name(o),
+        (o.get("spec") or {}).get("holderIdentity") or "",
+        age,
+    ],
+    R.CSINODES: lambda o, age: [_name(o), len((o.get("spec") or {}).get("drivers") or []), age],
+}
+
+
+def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
     age = _age(obj, now)
-    if resource is R.PERSISTENT_VOLUMES:
-        ref = spec.get("claimRef") or {}
-        claim = f"{ref.get('namespace', '')}/{ref.get('name', '')}" if ref else ""
-        phase = status.get("phase", "")
-        if meta.get("deletionTimestamp"):
-            phase = "Terminating"
-        return [
-            name,
-            (spec.get("capacity") or {}).get("storage", ""),
-            _modes(spec.get("accessModes")),
-            spec.get("persistentVolumeReclaimPolicy", ""),
-            phase,
-            claim,
-            spec.get("storageClassName", ""),
-            spec.get("volumeAttributesClassName") or "<unset>",
-            status.get("reason", ""),
-            age,
-            spec.get("volumeMode", ""),
-        ]
-    if resource is R.PERSISTENT_VOLUME_CLAIMS:
-        phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
-        return [
-            name,
-            phase,
-            spec.get("volumeName", ""),
-            (status.get("capacity") or {}).get("storage", ""),
-            _modes(status.get("accessModes")),
-            spec.get("storageClassName") or "",
-            spec.get("volumeAttributesClassName") or "<unset>",
-            age,
-            spec.get("volumeMode", ""),
-        ]
-    if resource is R.STORAGE_CLASSES:
-        annotations = meta.get("annotations") or {}
-        shown = name
-        if "true" in (
-            annotations.get("storageclass.kubernetes.io/is-default-class"),
-            annotations.get("storageclass.beta.kubernetes.io/is-default-class"),
-        ):
-            shown = f"{name} (default)"
-        return [
-            shown,
-            obj.get("provisioner", ""),
-            obj.get("reclaimPolicy", ""),
-            obj.get("volumeBindingMode", ""),
-            bool(obj.get("allowVolumeExpansion", False)),
-            age,
-        ]
-    if resource is R.NAMESPACES:
-        return [name, status.get("phase", ""), age]
-    if resource is R.NODES:
-        ready = "Unknown"
-        for c in status.get("conditions") or []:
-            if c.get("type") == "Ready":
-                ready = "Ready" if c.get("status") == "True" else "NotReady"
-        if spec.get("unschedulable"):
-            ready += ",SchedulingDisabled"
-        roles = sorted(
-            k.split("/", 1)[1]
-            for k in meta.get("labels") or {}
-            if k.startswith("node-role.kubernetes.io/")
-        )
-        version = (status.get("nodeInfo") or {}).get("kubeletVersion", "")
-        return [name, ready, ",".join(roles) or "<none>", age, version]
-    if resource is R.PODS:
-        statuses = status.get("containerStatuses") or []
-        ready_count = sum(1 for c in statuses if c.get("ready"))
-        total = len(spec.get("containers") or [])
-        restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
-        phase = "Terminating" if meta.get("deletionTimestamp") else status.get("phase", "")
-        return [
-            name,
-            f"{ready_count}/{total}",
-            phase,
-            str(restarts),
-            age,
-            status.get("podIP") or "<none>",
-            spec.get("nodeName") or "<none>",
-        ]
-    if resource is R.VOLUME_ATTACHMENTS:
-        return [
-            name,
-            spec.get("attacher", ""),
-            (spec.get("source") or {}).get("persistentVolumeName", ""),
-            spec.get("nodeName", ""),
-            bool(status.get("attached", False)),
-            age,
-        ]
-    if resource is R.SECRETS:
-        return [
-            name,
-            obj.get("type", ""),
-            len(obj.get("data") or {}) + len(obj.get("stringData") or {}),
-            age,
-        ]
-    if resource is R.CONFIGMAPS:
-        return [name, len(obj.get("data") or {}) + len(obj.get("binaryData") or {}), age]
-    if resource is R.LEASES:
-        return [name, spec.get("holderIdentity") or "", age]
-    if resource is R.CSINODES:
-        return [name, len(spec.get("drivers") or []), age]
+    cells = _CELLS.get(resource)
+    if cells is not None:
+        return cells(obj, age)
     if resource.custom:
         return [
-            name,
+            _name(obj),
             *(_crd_cell(obj, p, t, now) for _n, t, p in _CRD_PRINTER_COLUMNS[resource]),
             age,
         ]
-    return [name, age]
+    return [_name(obj), age]
 
 
 def table_row(resource: Resource, obj: Obj, now: datetime, include: str) -> Obj:

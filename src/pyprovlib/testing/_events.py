@@ -11,13 +11,13 @@ import re
 from typing import Any
 
 from pyprovlib.kube import resources as R
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import Resource
 from pyprovlib.testing._storage import copy_json
 from pyprovlib.testing._validation import Cause
 
 __all__ = ["core_to_v1", "v1_to_core", "validate_event"]
 
-Obj = dict[str, Any]
 
 # events.k8s.io/v1 field -> core/v1 field (same value, renamed)
 _RENAMED = (

@@ -14,8 +14,9 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
+from pyprovlib.kube.objects import Obj
 from pyprovlib.testing._http import Reply, Stream, WireRequest
-from pyprovlib.testing._storage import Obj, dumps
+from pyprovlib.testing._storage import dumps
 
 if TYPE_CHECKING:
     from pyprovlib.testing.server import ApiServer

@@ -1,165 +1,82 @@
 """The three PATCH flavours of kube-apiserver over JSON dicts.
 
-- JSON merge patch (RFC 7386),
-- JSON patch (RFC 6902, all six operations),
-- strategic merge patch, with the patch strategies and merge keys of the fields storage
-  controllers touch (``metadata.finalizers`` merges as a set of strings, ``ownerReferences`` by
-  ``uid``, ``conditions`` by ``type``, containers/volumes/env by ``name``; other lists replace).
+- JSON merge patch (RFC 7386) and JSON patch (RFC 6902) by the ``json-merge-patch`` and
+  ``jsonpatch`` libraries, wrapped so that a bad patch fails with kube-apiserver's status codes
+  and messages (a body that does not decode is a 400, an operation that does not apply a 422),
+- strategic merge patch, which no Python library implements, with the patch strategies and merge
+  keys of the fields storage controllers touch (``metadata.finalizers`` merges as a set of
+  strings, ``ownerReferences`` by ``uid``, ``conditions`` by ``type``, containers/volumes/env by
+  ``name``; other lists replace).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import json_merge_patch
+import jsonpatch
+import jsonpointer
+
 from pyprovlib.testing._status import ApiError, bad_request
 from pyprovlib.testing._storage import copy_json
 
-__all__ = ["apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch"]
+__all__ = ["apply_json_patch", "apply_merge_patch", "apply_strategic_merge_patch", "go_json_kind"]
 
 
 def apply_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386: maps merge recursively, ``null`` deletes, everything else replaces."""
-    if not isinstance(patch, dict):
-        return copy_json(patch)
-    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply_merge_patch(result.get(key), value)
-    return result
+    """RFC 7386 over a copy of ``target``: maps merge recursively, ``null`` deletes, everything
+    else replaces."""
+    return json_merge_patch.merge(copy_json(target), copy_json(patch))
 
 
 # --- RFC 6902 ---------------------------------------------------------------------------------
 
-
-def _invalid(message: str) -> ApiError:
-    # apiserver answers a JSON patch that fails to apply with a bare 422
-    return ApiError(422, message, "Invalid")
-
-
-def _pointer(path: Any) -> list[str]:
-    if not isinstance(path, str):
-        raise bad_request("json patch: path must be a string")
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise _invalid(f'JSON pointer must be empty or start with a "/": {path!r}')
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+# kube-apiserver answers a JSON patch that decodes but does not apply with this 422, whatever
+# went wrong (checked on a real one; evanphx/json-patch's own message is not shown).
+_NOT_APPLIED = "the server rejected our request due to an error in our request"
 
 
-def _container(doc: Any, parts: list[str], path: str) -> Any:
-    cur = doc
-    for p in parts[:-1]:
-        if isinstance(cur, dict):
-            if p not in cur:
-                raise _invalid(f'doc is missing path: "{path}": missing value')
-            cur = cur[p]
-        elif isinstance(cur, list):
-            idx = _index(p, len(cur), path)
-            cur = cur[idx]
-        else:
-            raise _invalid(f'doc is missing path: "{path}": missing value')
-    return cur
+def go_json_kind(value: Any) -> str:
+    """The name encoding/json gives a JSON value in "cannot unmarshal KIND into ..."."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "string" if isinstance(value, str) else "null"
 
 
-def _index(p: str, length: int, path: str, allow_end: bool = False) -> int:
-    if p == "-" and allow_end:
-        return length
-    if not p.isdigit() or (len(p) > 1 and p.startswith("0")):
-        raise _invalid(f"Unable to access invalid index: {p}: invalid index referenced")
-    idx = int(p)
-    if idx > length or (idx == length and not allow_end):
-        raise _invalid(f"Unable to access invalid index: {idx}: invalid index referenced")
-    return idx
+def _undecodable(value: Any, into: str) -> ApiError:
+    return bad_request(f"error decoding patch: json: cannot unmarshal {go_json_kind(value)} {into}")
 
 
-def _get_at(doc: Any, parts: list[str], path: str) -> Any:
-    if not parts:
-        return doc
-    parent = _container(doc, parts, path)
-    last = parts[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise _invalid(f"doc is missing key: {path}: missing value")
-        return parent[last]
-    if isinstance(parent, list):
-        return parent[_index(last, len(parent), path)]
-    raise _invalid(f'doc is missing path: "{path}": missing value')
-
-
-def _add(doc: Any, parts: list[str], value: Any, path: str) -> Any:
-    if not parts:
-        return value
-    parent = _container(doc, parts, path)
-    last = parts[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(last, len(parent), path, allow_end=True), value)
-    else:
-        raise _invalid(f'doc is missing path: "{path}": missing value')
-    return doc
-
-
-def _remove(doc: Any, parts: list[str], path: str) -> Any:
-    if not parts:
-        raise _invalid("unable to remove the document root")
-    parent = _container(doc, parts, path)
-    last = parts[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise _invalid(f"Unable to remove nonexistent key: {last}: missing value")
-        return parent.pop(last)
-    if isinstance(parent, list):
-        return parent.pop(_index(last, len(parent), path))
-    raise _invalid(f'doc is missing path: "{path}": missing value')
+def _decode_json_patch(ops: Any) -> list[dict[str, Any]]:
+    """What kube-apiserver's decoding into ``[]jsonPatchOp`` refuses with a 400: a body that is
+    not a list of objects, or an ``op``/``path``/``from`` that is not a string."""
+    if not isinstance(ops, list):
+        raise _undecodable(ops, "into Go value of type []handlers.jsonPatchOp")
+    for op in ops:
+        if not isinstance(op, dict):
+            raise _undecodable(op, "into Go value of type handlers.jsonPatchOp")
+        for field in ("op", "path", "from"):
+            if op.get(field) is not None and not isinstance(op[field], str):
+                raise _undecodable(
+                    op[field], f"into Go struct field jsonPatchOp.{field} of type string"
+                )
+    return ops
 
 
 def apply_json_patch(target: Any, ops: Any) -> Any:
-    """RFC 6902 over a copy of ``target``; a failing op (``test`` included) is a 422."""
-    if not isinstance(ops, list):
-        raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc = copy_json(target)
-    for op in ops:
-        if not isinstance(op, dict):
-            raise bad_request("json: cannot unmarshal into Go value of type jsonpatch.Operation")
-        kind = op.get("op")
-        path = op.get("path")
-        parts = _pointer(path)
-        if kind == "add":
-            if "value" not in op:
-                raise _invalid("add operation does not apply: missing value")
-            doc = _add(doc, parts, copy_json(op["value"]), str(path))
-        elif kind == "remove":
-            _remove(doc, parts, str(path))
-        elif kind == "replace":
-            if "value" not in op:
-                raise _invalid("replace operation does not apply: missing value")
-            _get_at(doc, parts, str(path))
-            if not parts:
-                doc = copy_json(op["value"])
-            else:
-                parent = _container(doc, parts, str(path))
-                if isinstance(parent, dict):
-                    parent[parts[-1]] = copy_json(op["value"])
-                else:
-                    parent[_index(parts[-1], len(parent), str(path))] = copy_json(op["value"])
-        elif kind in ("move", "copy"):
-            src = _pointer(op.get("from"))
-            value = _get_at(doc, src, str(op.get("from")))
-            if kind == "move":
-                _remove(doc, src, str(op.get("from")))
-            else:
-                value = copy_json(value)
-            doc = _add(doc, parts, value, str(path))
-        elif kind == "test":
-            actual = _get_at(doc, parts, str(path)) if parts else doc
-            if actual != op.get("value"):
-                raise _invalid(f"testing value {path} failed: test failed")
-        else:
-            raise bad_request(f"Unexpected kind: {kind}")
-    return doc
+    """RFC 6902 over a copy of ``target``: a body that does not decode is a 400, an operation that
+    does not apply (a failing ``test`` included) a 422, as kube-apiserver answers them."""
+    patch = _decode_json_patch(ops)
+    try:
+        return jsonpatch.apply_patch(copy_json(target), copy_json(patch), in_place=True)
+    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as e:
+        raise ApiError(422, _NOT_APPLIED, "Invalid") from e
 
 
 # --- strategic merge patch -------------------------------------------------------------------

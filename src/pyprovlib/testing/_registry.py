@@ -20,6 +20,7 @@ from typing import Any
 
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import Resource
 from pyprovlib.testing import _patch
 from pyprovlib.testing._events import core_to_v1, v1_to_core, validate_event
@@ -39,7 +40,7 @@ from pyprovlib.testing._status import (
     status_success,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Key, Obj, Storage, copy_json
+from pyprovlib.testing._storage import Key, Storage, copy_json
 from pyprovlib.testing._validation import (
     default_on_create,
     default_on_update,
@@ -411,85 +412,72 @@ class Registry:
     def _apply_update(
         self, resource: Resource, old: Obj, new: Obj, subresource: str | None, dry_run: bool
     ) -> Obj:
-        name = old["metadata"]["name"]
-        old_meta = old["metadata"]
+        """An update (PUT, or a patch's result) of ``old`` to ``new``: checked, merged as the
+        resource's update strategy merges it, validated, then stored."""
         meta = new.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
-        rv = meta.get("resourceVersion")
-        if rv and rv != old_meta["resourceVersion"]:
-            raise conflict(resource, name, _MODIFIED)
-        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-            raise conflict(
-                resource,
-                name,
-                f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: "
-                f"{old_meta['uid']}",
-            )
-        if meta.get("namespace", old_meta.get("namespace")) != old_meta.get("namespace"):
-            raise bad_request(
-                "the namespace of the provided object does not match the namespace sent on the "
-                "request"
-            )
-        if subresource == "status" and resource not in _STATUS_TAKES_METADATA:
+        _check_update_preconditions(resource, meta, old["metadata"])
+        if subresource == "status":
+            new = self._merge_status_update(resource, old, new, meta)
+        else:
+            self._merge_main_update(resource, old, new, meta)
+        return self._commit_update(resource, old, self.typed(resource, new), dry_run)
+
+    def _merge_status_update(self, resource: Resource, old: Obj, new: Obj, meta: Obj) -> Obj:
+        """A ``/status`` update: the request's status on the stored object."""
+        name, old_meta = old["metadata"]["name"], old["metadata"]
+        merged = copy_json(old)
+        if "status" in new:
+            merged["status"] = new["status"]
+        else:
+            merged.pop("status", None)
+        if resource not in _STATUS_TAKES_METADATA:
             # status updates change status only (metav1.ResetObjectMetaForStatus; a custom
             # resource's status strategy copies the whole stored object but its status)
-            merged = copy_json(old)
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            new = merged
-            causes = validate_status_update(resource, old, new)
+            causes = validate_status_update(resource, old, merged)
             if causes:
                 raise invalid(resource, name, causes)
-        elif subresource == "status":
-            # The core registries' status strategies copy only the spec from the stored
-            # object: labels, annotations, finalizers and owner references come from the request
-            # as in any update (verified against kube-apiserver v1.36).
-            merged = copy_json(old)
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            merged["metadata"] = meta
-            if resource is R.PODS:
-                # the pods/status strategy keeps the stored owner references (old kubelets
-                # corrupted them)
-                if "ownerReferences" in old_meta:
-                    meta["ownerReferences"] = copy_json(old_meta["ownerReferences"])
-                else:
-                    meta.pop("ownerReferences", None)
-            new = merged
-            _keep_system_metadata(meta, old_meta, name)
-            if resource is R.NAMESPACES:
-                labels = meta.get("labels") or {}
-                labels["kubernetes.io/metadata.name"] = name
-                meta["labels"] = labels
-            causes = validate_status_update(resource, old, new)
-            causes += _finalizers_added_while_deleting(meta, old_meta)
-            if causes:
-                raise invalid(resource, name, causes)
-        else:
-            if resource in _STATUS_SUBRESOURCE:
-                if "status" in old:
-                    new["status"] = copy_json(old["status"])
-                else:
-                    new.pop("status", None)
-            _keep_system_metadata(meta, old_meta, name)
-            if resource is R.NAMESPACES:
-                new["spec"] = copy_json(old.get("spec", {}))
-                labels = meta.get("labels") or {}
-                labels["kubernetes.io/metadata.name"] = name
-                meta["labels"] = labels
-            default_on_update(resource, new, old, self.feature_gates)
-            causes = validate_update(resource, old, new)
-            causes += _finalizers_added_while_deleting(meta, old_meta)
-            if causes:
-                raise invalid(resource, name, causes)
-            if _spec_part(new) != _spec_part(old):
-                meta["generation"] = int(old_meta.get("generation") or 1) + 1
-        new = self.typed(resource, new)
+            return merged
+        # The core registries' status strategies copy only the spec from the stored object:
+        # labels, annotations, finalizers and owner references come from the request as in any
+        # update (verified against kube-apiserver v1.36).
+        merged["metadata"] = meta
+        if resource is R.PODS:
+            # the pods/status strategy keeps the stored owner references (old kubelets
+            # corrupted them)
+            _keep_stored(meta, old_meta, "ownerReferences")
+        _keep_system_metadata(meta, old_meta, name)
+        if resource is R.NAMESPACES:
+            _label_namespace(meta, name)
+        causes = validate_status_update(resource, old, merged)
+        causes += _finalizers_added_while_deleting(meta, old_meta)
+        if causes:
+            raise invalid(resource, name, causes)
+        return merged
+
+    def _merge_main_update(self, resource: Resource, old: Obj, new: Obj, meta: Obj) -> None:
+        """An update of the main resource, in place: the stored status kept where a status
+        subresource owns it, system metadata kept, defaults, validation, generation."""
+        name, old_meta = old["metadata"]["name"], old["metadata"]
+        if resource in _STATUS_SUBRESOURCE:
+            _keep_stored(new, old, "status")
+        _keep_system_metadata(meta, old_meta, name)
+        if resource is R.NAMESPACES:
+            new["spec"] = copy_json(old.get("spec", {}))
+            _label_namespace(meta, name)
+        default_on_update(resource, new, old, self.feature_gates)
+        causes = validate_update(resource, old, new)
+        causes += _finalizers_added_while_deleting(meta, old_meta)
+        if causes:
+            raise invalid(resource, name, causes)
+        if _spec_part(new) != _spec_part(old):
+            meta["generation"] = int(old_meta.get("generation") or 1) + 1
+
+    def _commit_update(self, resource: Resource, old: Obj, new: Obj, dry_run: bool) -> Obj:
+        """Store ``new`` (unless nothing changed or ``dry_run``): a new resourceVersion and a
+        MODIFIED event, or the object's removal when its last finalizer went while deleting."""
+        old_meta = old["metadata"]
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         if not new["metadata"].get("finalizers"):
             new["metadata"].pop("finalizers", None)
@@ -509,7 +497,7 @@ class Registry:
         new["metadata"]["resourceVersion"] = str(rv_new)
         self.storage.put(resource, new, rv_new, "MODIFIED")
         if resource is R.NAMESPACES and old_meta.get("deletionTimestamp"):
-            self._maybe_remove_namespace(name)
+            self._maybe_remove_namespace(old_meta["name"])
         return new
 
     # --- patch -------------------------------------------------------------------------------
@@ -551,12 +539,15 @@ class Registry:
         if content_type == "application/json-patch+json":
             new = _patch.apply_json_patch(shown, patch)
         elif content_type == "application/merge-patch+json":
+            if patch is None:
+                raise bad_request("Invalid JSON Patch")
             if not isinstance(patch, dict):
                 raise bad_request(
-                    "json: cannot unmarshal into Go value of type map[string]interface {}"
+                    f"error decoding patch: json: cannot unmarshal {_patch.go_json_kind(patch)} "
+                    "into Go value of type map[string]interface {}"
                 )
-            # deep: the result must share nothing with the stored (and historic) object
-            new = _patch.apply_merge_patch(copy_json(shown), patch)
+            # a copy: the result shares nothing with the stored (and historic) object
+            new = _patch.apply_merge_patch(shown, patch)
         else:
             new = _patch.apply_strategic_merge_patch(shown, patch)
         if not isinstance(new, dict):
@@ -744,6 +735,41 @@ def _decode_continue(token: str) -> tuple[tuple[str, str], int]:
             "continue key is not valid: incorrect encoded start resourceVersion "
             "(version meta.k8s.io/v1)"
         ) from e
+
+
+def _check_update_preconditions(resource: Resource, meta: Obj, old_meta: Obj) -> None:
+    """An update's resourceVersion and uid must be the stored ones (409), its namespace the
+    URL's (400)."""
+    name = old_meta["name"]
+    rv = meta.get("resourceVersion")
+    if rv and rv != old_meta["resourceVersion"]:
+        raise conflict(resource, name, _MODIFIED)
+    if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+        raise conflict(
+            resource,
+            name,
+            f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: "
+            f"{old_meta['uid']}",
+        )
+    if meta.get("namespace", old_meta.get("namespace")) != old_meta.get("namespace"):
+        raise bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
+        )
+
+
+def _keep_stored(target: Obj, stored: Obj, key: str) -> None:
+    """``target[key]`` as stored: a copy of ``stored[key]``, or absent when it is."""
+    if key in stored:
+        target[key] = copy_json(stored[key])
+    else:
+        target.pop(key, None)
+
+
+def _label_namespace(meta: Obj, name: str) -> None:
+    """The label every namespace carries: kubernetes.io/metadata.name=<name>."""
+    labels = meta.get("labels") or {}
+    labels["kubernetes.io/metadata.name"] = name
+    meta["labels"] = labels
 
 
 def _keep_system_metadata(meta: dict[str, Any], old_meta: dict[str, Any], name: str) -> None:

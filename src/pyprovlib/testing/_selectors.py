@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyprovlib.kube.objects import Obj
 from pyprovlib.testing._status import bad_request
 
 __all__ = [
@@ -22,8 +23,6 @@ __all__ = [
     "parse_label_selector",
     "single_name",
 ]
-
-_Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class LabelSelector:
 
     requirements: tuple[_Requirement, ...]
 
-    def matches(self, obj: _Obj) -> bool:
+    def matches(self, obj: Obj) -> bool:
         """Whether ``obj``'s labels satisfy every requirement."""
         if not self.requirements:
             return True
@@ -149,10 +148,10 @@ def label_selector_from_json(selector: Any) -> LabelSelector | None:
     return LabelSelector(tuple(reqs))
 
 
-def _get(path: str) -> Callable[[_Obj], str]:
+def _get(path: str) -> Callable[[Obj], str]:
     keys = path.split(".")
 
-    def getter(obj: _Obj) -> str:
+    def getter(obj: Obj) -> str:
         cur: Any = obj
         for k in keys:
             if not isinstance(cur, dict):
@@ -214,7 +213,7 @@ _FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
-def field_getters(group: str, plural: str) -> dict[str, Callable[[_Obj], str]]:
+def field_getters(group: str, plural: str) -> dict[str, Callable[[Obj], str]]:
     """The selectable fields of a resource and how to read each from an object."""
     out = {f: _get(f) for f in _COMMON}
     for f in _FIELDS.get((group, plural), ()):
@@ -232,9 +231,9 @@ def field_getters(group: str, plural: str) -> dict[str, Callable[[_Obj], str]]:
 class FieldSelector:
     """A parsed field selector: ``(field, op, value)`` with op ``=`` or ``!=``."""
 
-    terms: tuple[tuple[Callable[[_Obj], str], str, str], ...]
+    terms: tuple[tuple[Callable[[Obj], str], str, str], ...]
 
-    def matches(self, obj: _Obj) -> bool:
+    def matches(self, obj: Obj) -> bool:
         """Whether ``obj`` satisfies every term."""
         return all((get(obj) == value) == (op == "=") for get, op, value in self.terms)
 
@@ -244,7 +243,7 @@ def parse_field_selector(text: str | None, group: str, plural: str) -> FieldSele
     if not text or not text.strip():
         return FieldSelector(())
     getters = field_getters(group, plural)
-    terms: list[tuple[Callable[[_Obj], str], str, str]] = []
+    terms: list[tuple[Callable[[Obj], str], str, str]] = []
     for raw in text.split(","):
         part = raw.strip()
         m = re.match(r"^([^=!]+?)\s*(==|=|!=)\s*(.*)$", part)

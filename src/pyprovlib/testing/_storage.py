@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import RESOURCES, Resource
 from pyprovlib.testing._status import expired
 
 __all__ = ["Event", "Storage", "Watcher", "copy_json", "dumps"]
 
-Obj = dict[str, Any]
 Key = tuple[str, str]
 _T = TypeVar("_T")
 

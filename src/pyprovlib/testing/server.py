@@ -25,6 +25,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from pyprovlib._logging import get_logger
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.clock import Clock, RealClock
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import RESOURCES, Resource
 from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
@@ -52,7 +53,7 @@ from pyprovlib.testing._status import (
     method_not_allowed,
     unsupported_media_type,
 )
-from pyprovlib.testing._storage import Obj, Storage, copy_json, dumps
+from pyprovlib.testing._storage import Storage, copy_json, dumps
 from pyprovlib.testing._watch import open_watch
 from pyprovlib.testing.faults import Faults, Requests
 

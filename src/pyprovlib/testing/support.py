@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     EVENTS,
     PERSISTENT_VOLUME_CLAIMS,
@@ -51,7 +52,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Obj = dict[str, Any]
 
 
 class IdleObservable(Protocol):

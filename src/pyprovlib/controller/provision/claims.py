@@ -45,7 +45,6 @@ from pyprovlib.controller.provision.decisions import (
     get_claim_class,
     is_known,
     source_kind,
-    spec_of,
     storage_request,
     storage_request_bytes,
 )
@@ -64,7 +63,7 @@ from pyprovlib.controller.provision.protection import is_deleting
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.controller.volume_store import VolumeStore
 from pyprovlib.kube.convert import ConversionError, copy_json, from_model, to_model
-from pyprovlib.kube.objects import Obj, annotations_of, name_of, uid_of
+from pyprovlib.kube.objects import Obj, annotations_of, name_of, spec_of, uid_of
 from pyprovlib.kube.store import UID_INDEX
 from pyprovlib.kube.workqueue import RateLimitingQueue
 from pyprovlib.provisioner import (

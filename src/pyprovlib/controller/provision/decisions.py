@@ -18,6 +18,7 @@ from pyprovlib.kube.objects import (
     meta,
     name_of,
     namespace_of,
+    spec_of,
     uid_of,
 )
 from pyprovlib.kube.quantity import parse_storage_size
@@ -63,12 +64,6 @@ FINALIZER_PV: Final = "external-provisioner.volume.kubernetes.io/finalizer"
 EVENT_NORMAL: Final = "Normal"
 EVENT_WARNING: Final = "Warning"
 WAIT_FOR_FIRST_CONSUMER: Final = "WaitForFirstConsumer"
-
-
-def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``obj["spec"]``, or an empty mapping when it is missing or not an object."""
-    spec = obj.get("spec")
-    return spec if (type(spec) is dict or isinstance(spec, Mapping)) else {}
 
 
 def _status_phase(obj: Mapping[str, Any]) -> str:

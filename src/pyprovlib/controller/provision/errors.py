@@ -5,13 +5,14 @@ described in events and logs without leaking what user code put in its message.
 
 from __future__ import annotations
 
-from pyprovlib.controller._errors import describe_user_error, is_user_bug
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.errors import ApiException
-from pyprovlib.provisioner import InfeasibleError
-from pyprovlib.redaction import scrub_text
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
-__all__ = ["ClassNotFoundError", "is_infeasible_error"]
+from pyprovlib.controller._errors import describe_error as describe
+from pyprovlib.errors import PyprovlibError
+from pyprovlib.provisioner import InfeasibleError
+
+__all__ = ["ClassNotFoundError", "describe", "is_infeasible_error"]
 
 
 class ClassNotFoundError(PyprovlibError, LookupError):
@@ -59,22 +60,7 @@ def is_infeasible_error(err: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, InfeasibleError):
             return True
-        status = getattr(current, "status", None)
-        if type(current).__name__ == "GRPCError" and getattr(status, "name", "") == (
-            "INVALID_ARGUMENT"
-        ):
+        if isinstance(current, GRPCError) and current.status is Status.INVALID_ARGUMENT:
             return True
         pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
     return False
-
-
-def describe(err: BaseException) -> str:
-    """One line for events and logs: the API status, or the error's text (scrubbed, with its
-    type, when user code raised something unexpected)."""
-    if isinstance(err, ApiException):
-        return f"{err.status} {err.reason}".strip()
-    if is_user_bug(err):
-        # The type says what the bare message does not; the text may quote anything.
-        return scrub_text(describe_user_error(err))
-    text = str(err)
-    return text or type(err).__name__

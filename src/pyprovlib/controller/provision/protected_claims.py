@@ -34,7 +34,6 @@ from pyprovlib.controller.provision.decisions import (
     get_claim_class,
     is_known,
     requested_provisioner,
-    spec_of,
 )
 from pyprovlib.controller.provision.errors import (
     STOP,
@@ -53,7 +52,7 @@ from pyprovlib.controller.provision.protection import (
 from pyprovlib.controller.volume_store import QueueStore, VolumeStore
 from pyprovlib.kube.convert import to_model
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
-from pyprovlib.kube.objects import Obj, name_of, uid_of
+from pyprovlib.kube.objects import Obj, name_of, spec_of, uid_of
 from pyprovlib.provisioner import (
     DeletionGuard,
     IgnoredError,

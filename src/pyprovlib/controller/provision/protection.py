@@ -20,7 +20,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pyprovlib.kube.errors import ApiException, is_not_found
-from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of, namespace_of, uid_of
+from pyprovlib.kube.objects import (
+    Obj,
+    finalizers_of,
+    is_deleting,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from pyprovlib.kube.rest import ResourceClient
 
 __all__ = [
@@ -41,11 +49,6 @@ provisioning failed for good), so deleting the claim cannot make the volume unre
 def has_provisioning_finalizer(claim: Mapping[str, Any]) -> bool:
     """Whether ``claim`` carries :data:`FINALIZER_PROVISIONING`."""
     return FINALIZER_PROVISIONING in finalizers_of(claim)
-
-
-def is_deleting(obj: Mapping[str, Any]) -> bool:
-    """Whether ``obj`` has a ``deletionTimestamp`` (finalizers are holding it)."""
-    return meta(obj).get("deletionTimestamp") is not None
 
 
 # What every write changes, besides the finalizer itself.

@@ -23,14 +23,13 @@ from pyprovlib.controller.provision.decisions import (
     desired_finalizers,
     is_provisioner_for_volume,
     remove_finalizer,
-    spec_of,
     volume_should_delete,
 )
 from pyprovlib.controller.provision.errors import describe
 from pyprovlib.controller.provision.expectations import VolumeExpectations
 from pyprovlib.controller.volume_store import event_target
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
-from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of, uid_of
+from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of, spec_of, uid_of
 from pyprovlib.kube.workqueue import RateLimitingQueue
 from pyprovlib.provisioner import DeletionGuard, IgnoredError
 

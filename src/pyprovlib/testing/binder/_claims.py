@@ -12,6 +12,7 @@ from pyprovlib.kube.informer import SharedInformer
 from pyprovlib.kube.objects import (
     Obj,
     annotations_of,
+    is_deleting,
     meta,
     name_of,
     namespace_of,
@@ -43,7 +44,6 @@ from pyprovlib.testing.binder._objects import (
     claim_ref,
     claim_ref_key,
     copy_obj,
-    is_deleting,
     phase,
     quoted,
     storage_quantity,

@@ -19,7 +19,14 @@ from pyprovlib.controller.provision import (
     get_claim_class,
 )
 from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.objects import Obj, annotations_of, meta, name_of, namespace_of, uid_of
+from pyprovlib.kube.objects import (
+    Obj,
+    annotations_of,
+    meta,
+    name_of,
+    namespace_of,
+    uid_of,
+)
 from pyprovlib.kube.quantity import Quantity, quantity_or_none
 from pyprovlib.testing._storage import copy_json
 
@@ -120,10 +127,6 @@ def volume_class(volume: Mapping[str, Any]) -> str:
     if ANN_BETA_STORAGE_CLASS in ann:
         return as_str(ann[ANN_BETA_STORAGE_CLASS])
     return as_str(as_dict(volume.get("spec")).get("storageClassName"))
-
-
-def is_deleting(obj: Mapping[str, Any]) -> bool:
-    return bool(meta(obj).get("deletionTimestamp"))
 
 
 def volume_bound_to_claim(volume: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:

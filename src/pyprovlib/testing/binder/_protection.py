@@ -12,16 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyprovlib.kube.objects import Obj, finalizers_of, name_of, namespace_of
+from pyprovlib.kube.objects import Obj, finalizers_of, is_deleting, name_of, namespace_of
 from pyprovlib.kube.resources import PODS
-from pyprovlib.testing.binder._objects import (
-    VOLUME_BOUND,
-    as_dict,
-    as_str,
-    copy_obj,
-    is_deleting,
-    phase,
-)
+from pyprovlib.testing.binder._objects import VOLUME_BOUND, as_dict, as_str, copy_obj, phase
 from pyprovlib.testing.binder._writes import BinderApi
 
 __all__ = ["PVC_PROTECTION", "PV_PROTECTION", "Protection"]

@@ -23,6 +23,7 @@ from pyprovlib.kube.errors import is_not_found
 from pyprovlib.kube.objects import (
     Obj,
     finalizers_of,
+    is_deleting,
     name_of,
     namespace_of,
     resource_version,
@@ -40,7 +41,6 @@ from pyprovlib.testing.binder._objects import (
     as_dict,
     as_str,
     copy_obj,
-    is_deleting,
     is_newer,
     quoted,
     storage_quantity,
