@@ -176,7 +176,7 @@ class BackoffStore:
         if saved is None:
             raise VolumeSaveError(
                 f"could not save PersistentVolume {pv_name} nor confirm it is absent: "
-                f"{_describe(last_error)}; the volume is kept and provisioning will be retried"
+                f"{describe_error(last_error)}; the volume is kept and provisioning will be retried"
             ) from last_error
         await self._clean_up(claim, volume, last_error, logger)
         raise VolumeSaveError(
@@ -211,15 +211,16 @@ class BackoffStore:
             )
         logger.error(
             "could not save the PersistentVolume nor read it back; keeping the volume",
-            error=_describe(save_error),
-            read_error=_describe(read_error),
+            error=describe_error(save_error),
+            read_error=describe_error(read_error),
         )
         self._recorder.event(
             event_target(claim, "PersistentVolumeClaim"),
             EVENT_WARNING,
             "ProvisioningFailed",
             f"Error creating provisioned PV object for claim {_claim_key(claim)}: "
-            f"{_describe(save_error)}; whether it was saved is unknown ({_describe(read_error)}), "
+            f"{describe_error(save_error)}; whether it was saved is unknown "
+            f"({describe_error(read_error)}), "
             "so the volume is kept and provisioning will be retried.",
         )
         return None
