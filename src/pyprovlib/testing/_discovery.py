@@ -108,7 +108,7 @@ def resource_list(group_version: str) -> Obj | None:
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
-        if r is R.PODS:
+        if r in (R.PODS, R.DEPLOYMENTS, R.REPLICA_SETS):
             entry["categories"] = ["all"]
         entry["storageVersionHash"] = hashlib.sha256(r.plural.encode()).hexdigest()[:12]
         out.append(entry)
@@ -344,6 +344,31 @@ _BUILTIN_COLUMNS: dict[Resource, list[Obj]] = {
     R.CONFIGMAPS: [_col("Data", typ="integer"), _AGE],
     R.LEASES: [_col("Holder"), _AGE],
     R.CSINODES: [_col("Drivers", typ="integer"), _AGE],
+    # No printer of its own: the registry's default table (Name, Created At).
+    R.CSI_STORAGE_CAPACITIES: [
+        _col(
+            "Created At",
+            "CreationTimestamp is a timestamp representing the server time when this object was "
+            "created.",
+            typ="date",
+        )
+    ],
+    R.DEPLOYMENTS: [
+        *_strings("Ready", "Up-to-date", "Available"),
+        _AGE,
+        _col("Containers", priority=_WIDE),
+        _col("Images", priority=_WIDE),
+        _col("Selector", priority=_WIDE),
+    ],
+    R.REPLICA_SETS: [
+        _col("Desired", typ="integer"),
+        _col("Current", typ="integer"),
+        _col("Ready", typ="integer"),
+        _AGE,
+        _col("Containers", priority=_WIDE),
+        _col("Images", priority=_WIDE),
+        _col("Selector", priority=_WIDE),
+    ],
 }
 
 
@@ -509,6 +534,10 @@ def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
         return [name, spec.get("holderIdentity") or "", age]
     if resource is R.CSINODES:
         return [name, len(spec.get("drivers") or []), age]
+    if resource is R.CSI_STORAGE_CAPACITIES:
+        return [name, meta.get("creationTimestamp")]
+    if resource in (R.DEPLOYMENTS, R.REPLICA_SETS):
+        return _workload_cells(resource, obj, age)
     if resource.custom:
         return [
             name,
@@ -516,6 +545,55 @@ def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
             age,
         ]
     return [name, age]
+
+
+def _selector_text(selector: Any) -> str:
+    """A label selector as kubectl prints it (``app=x,tier in (a,b)``)."""
+    if not isinstance(selector, dict):
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expression in selector.get("matchExpressions") or []:
+        key, op = expression.get("key", ""), expression.get("operator", "")
+        values = ",".join(sorted(expression.get("values") or []))
+        if op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {'in' if op == 'In' else 'notin'} ({values})")
+    return ",".join(parts) or "<none>"
+
+
+def _workload_cells(resource: Resource, obj: Obj, age: str) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, dict)]
+    wide = [
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+        _selector_text(spec.get("selector")),
+    ]
+    desired = spec.get("replicas", 1)
+    if resource is R.DEPLOYMENTS:
+        ready = f"{status.get('readyReplicas', 0)}/{desired}"
+        return [
+            meta.get("name", ""),
+            ready,
+            status.get("updatedReplicas", 0),
+            status.get("availableReplicas", 0),
+            age,
+            *wide,
+        ]
+    return [
+        meta.get("name", ""),
+        desired,
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        age,
+        *wide,
+    ]
 
 
 def table_row(resource: Resource, obj: Obj, now: datetime, include: str) -> Obj:
