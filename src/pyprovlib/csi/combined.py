@@ -37,6 +37,7 @@ from pyprovlib.csi.connection import (
     CSIMetrics,
     default_csi_metrics,
 )
+from pyprovlib.csi.provisioner.capacity import resolve_capacity
 from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.config import new_client
@@ -398,6 +399,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     enabled: tuple[str, ...] = ctx.args.controllers
     sidecar_args: dict[str, argparse.Namespace] = ctx.args.sidecar_args
     primary = sidecar_args[enabled[0]]
+    # --enable-capacity: $NAMESPACE and the owner, before waiting for the driver.
+    capacity = (
+        await resolve_capacity(_view(ctx, sidecar_args["provisioner"]))
+        if "provisioner" in enabled
+        else None
+    )
     metrics: CSIMetrics = (
         default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
     )
@@ -436,9 +443,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             view = dataclasses.replace(view, api_client=client)
             try:
                 if name == "provisioner":
-                    # With its cloning-protection controller and snapshot-protection sweep
-                    # beside it, under this process's Lease.
-                    controllers[name], _, _ = build_controller(view, connection, factory)
+                    # With its cloning-protection controller, snapshot-protection sweep and
+                    # (--enable-capacity) capacity controller beside it, under this process's
+                    # Lease.
+                    controllers[name], _, _ = build_controller(
+                        view, connection, factory, capacity=capacity
+                    )
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
