@@ -146,10 +146,22 @@ async def test_a_driver_without_topology_gets_one_object_per_class(
             await c.csinode(await c.node(base), keys=[])
         fast = await c.storage_class("fast", "fast")
         source = FakeSource()
-        async with capacity_controller(c, source):
+        clock = FakeClock()
+        async with capacity_controller(c, source, clock=clock) as run:
             (obj,) = await c.wait_shapes([c.expect(fast, None, "100Gi")], "one object")
             assert obj["nodeTopology"] == {}
             assert source.calls[0] == ({"kind": "fast"}, ())
+            # The same object poll after poll. (The Go sidecar, v6.3, does not match its own
+            # object's {} to the empty segment: it deletes and re-creates it at every poll.)
+            for poll in range(1, 4):
+                await clock.advance(60.0)
+                await testing.eventually(
+                    lambda n=poll: len(source.calls) > n, message=f"poll {poll}"
+                )
+                await testing.wait_idle(run.controller)
+            (again,) = await c.objects()
+            assert again["metadata"]["uid"] == obj["metadata"]["uid"]
+            assert again["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
 
 
 async def test_immediate_classes_only_with_capacity_for_immediate_binding(
