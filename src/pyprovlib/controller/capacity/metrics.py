@@ -19,8 +19,11 @@ from prometheus_client.registry import Collector
 __all__ = ["CURRENT", "GOAL", "OBSOLETE", "CapacityCollector"]
 
 GOAL: Final = "csistoragecapacities_desired_goal"
+"""Objects that are supposed to be managed (classes of the driver by segments)."""
 CURRENT: Final = "csistoragecapacities_desired_current"
+"""Of those, the objects that exist."""
 OBSOLETE: Final = "csistoragecapacities_obsolete"
+"""Objects that exist and will be deleted."""
 
 _HELP = {
     GOAL: "Number of CSIStorageCapacity objects that are supposed to be managed automatically.",
