@@ -397,6 +397,38 @@ async def test_the_owner_reference_is_set_and_added_to_adopted_objects(
         await c.csinode(n2)
         fast = await c.storage_class("fast", "fast")
         objects = ResourceClient(kube_cluster.api_client, CSI_STORAGE_CAPACITIES)
+        # Left by the instance of an old deployment (that still exists): adopted, and its
+        # controller reference replaced (an object has one controller only).
+        old_deployment = await ResourceClient(kube_cluster.api_client, CONFIGMAPS).create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "old-provisioner", "namespace": c.namespace},
+            }
+        )
+        old_owner = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": "old-provisioner",
+            "uid": old_deployment["metadata"]["uid"],
+            "controller": True,
+        }
+        await objects.create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIStorageCapacity",
+                "metadata": {
+                    "generateName": "csisc-",
+                    "namespace": c.namespace,
+                    "labels": dict(c.labels()),
+                    "ownerReferences": [old_owner],
+                },
+                "storageClassName": fast,
+                "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: n2}},
+                "capacity": "100Gi",
+                "maximumVolumeSize": "10Gi",
+            }
+        )
         # Left by an instance without owner (or the Go sidecar before): adopted.
         adopted = await objects.create(
             {
@@ -422,6 +454,7 @@ async def test_the_owner_reference_is_set_and_added_to_adopted_objects(
 
             found = await testing.eventually(owned, message="both objects owned")
             assert adopted["metadata"]["uid"] in {o["metadata"]["uid"] for o in found}
+            assert len({o["metadata"]["uid"] for o in found}) == 2
 
 
 async def test_a_failing_get_capacity_is_retried(kube_cluster: TestCluster) -> None:

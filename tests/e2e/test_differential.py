@@ -901,6 +901,18 @@ async def csistoragecapacity_validation(s: Side) -> None:
     await s.do("no class", "POST", _capacities(s), capacity("c3", storageClassName=""))
     await s.do("bool capacity", "POST", _capacities(s), capacity("c4", capacity=True))
     await s.do("generateName", "POST", _capacities(s), {**capacity(""), "metadata": {}})
+    two = capacity("c6")
+    two["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": name,
+            "uid": f"{digit * 8}-1111-1111-1111-111111111111",
+            "controller": True,
+        }
+        for name, digit in (("a", "1"), ("b", "2"))
+    ]
+    await s.do("two controllers", "POST", _capacities(s), two)
 
 
 def workload(kind: str, name: str, **spec: Any) -> dict[str, Any]:

@@ -72,7 +72,26 @@ def _meta_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         causes.append(required("metadata.name", "name or generateName is required"))
     else:
         causes.extend(validate_name(resource, name))
+    causes.extend(_owner_causes(meta.get("ownerReferences")))
     return causes
+
+
+def _owner_causes(refs: Any) -> list[Cause]:
+    """ValidateOwnerReferences: at most one reference is the controller."""
+    if not isinstance(refs, list):
+        return []
+    controllers = [r for r in refs if isinstance(r, dict) and r.get("controller") is True]
+    if len(controllers) < 2:
+        return []
+    first, second = (f"{r.get('kind')}/{r.get('name')}" for r in controllers[:2])
+    return [
+        invalid_object(
+            "metadata.ownerReferences",
+            refs,
+            'Only one reference can have Controller set to true. Found "true" in references '
+            f"for {first} and {second}",
+        )
+    ]
 
 
 def _positive_quantity(value: Any) -> bool:

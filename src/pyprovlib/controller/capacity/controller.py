@@ -566,8 +566,16 @@ class CapacityController(ControllerLifecycle):
             updated["maximumVolumeSize"] = _quantity(capacity.maximum_volume_size)
         owner = self.options.owner
         if owner is not None and not self._owned(current):
+            # Adopted: this instance becomes its controller. An object may have one controller
+            # reference only, so another's (an old deployment's) is replaced; upstream appends
+            # its own and the update is refused for good.
             meta_out = updated.setdefault("metadata", {})
-            meta_out["ownerReferences"] = [*(meta_out.get("ownerReferences") or []), dict(owner)]
+            kept = [
+                ref
+                for ref in meta_out.get("ownerReferences") or []
+                if not (isinstance(ref, Mapping) and ref.get("controller") is True)
+            ]
+            meta_out["ownerReferences"] = [*kept, dict(owner)]
         await self._limit()
         written = await self._writes.replace(updated)
         self._written[item] = written
