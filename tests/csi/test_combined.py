@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import re
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -164,6 +165,12 @@ def test_help_lists_every_sidecars_flags() -> None:
     assert "--handle-volume-inuse-error" in text
     assert "--controllers LIST" in text
     assert "--timeout: provisioner 10s, attacher 15s, resizer 10s" in text
+    # Every flag of every sidecar, the storage capacity group's included.
+    parser = build_parser()
+    for sidecar in parser.sidecars.values():
+        for flag in re.findall(r"--[a-z][a-z0-9-]*", sidecar.format_help()):
+            assert flag in text, flag
+    assert "--enable-capacity" in text
 
 
 # -- the process -----------------------------------------------------------------------------

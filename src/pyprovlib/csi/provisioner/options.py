@@ -224,17 +224,14 @@ def _ownerref_level(text: str) -> int:
 
 def _add_capacity_flags(parser: RuntimeArgumentParser) -> None:
     """external-provisioner's storage capacity flags, with its defaults."""
-    group = parser.add_argument_group(
-        "storage capacity",
-        "CSIStorageCapacity objects in $NAMESPACE, owned by what runs $POD_NAME "
-        "(needs get on pods, and on replicasets for a Deployment)",
-    )
+    group = parser.add_argument_group("storage capacity")
     add_bool_flag(
         parser,
         "--enable-capacity",
         default=False,
         help="publish CSIStorageCapacity objects with the capacity the driver's GetCapacity "
-        "reports, one per StorageClass of the driver and topology segment",
+        "reports, one per StorageClass of the driver and topology segment, in the namespace "
+        "$NAMESPACE, owned by what runs the pod $POD_NAME (see --capacity-ownerref-level)",
         group=group,
     )
     add_flag(
