@@ -243,8 +243,11 @@ async def test_the_provisioner_sidecar_publishes_and_refreshes_capacity(
         for verb in ("list", "watch", "create", "update", "delete"):
             assert ("storage.k8s.io", "csistoragecapacities", verb) in used
         assert {("", "pods", "get"), ("apps", "replicasets", "get")} <= used
-        # One watch of the objects, in their namespace with the instance's labels.
-        assert requests.get(("watch", "csistoragecapacities")) == 1
+        # One watch of the objects, in their namespace with the instance's labels; and the
+        # classes, nodes and CSINodes the provisioner reads are the same informers' (one
+        # LIST+WATCH each for both controllers).
+        for resource in ("csistoragecapacities", "storageclasses", "nodes", "csinodes"):
+            assert requests.get(("watch", resource)) == 1, (resource, requests)
 
 
 async def test_the_combined_process_carries_capacity(
