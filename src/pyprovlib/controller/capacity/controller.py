@@ -236,7 +236,6 @@ class CapacityController(ControllerLifecycle):
         self._goal: dict[WorkItem, None] = {}
         # Expectations: the object this controller last wrote per item, until the cache shows it.
         self._written: dict[WorkItem, Obj] = {}
-        self._prepared = False
         self.class_informer.add_event_handler(
             on_add=self._class_changed,
             on_update=lambda _old, new: self._class_changed(new),
@@ -255,9 +254,12 @@ class CapacityController(ControllerLifecycle):
         """(goal, current, obsolete): the objects that should exist, those of them that do,
         and those that exist and will be deleted (upstream's three gauges)."""
         store = self.capacity_informer.store
+        # Copies first: a scrape served from another thread (prometheus_client's own HTTP
+        # server) must not iterate what the event loop changes.
+        goal = set(self._goal)
         current = sum(
             1
-            for item in self._goal
+            for item in goal
             if store.index_keys(_ITEM_INDEX, _index_value(item.storage_class, item.segment))
         )
         obsolete = 0
@@ -266,9 +268,9 @@ class CapacityController(ControllerLifecycle):
             if any(labels.get(k) != v for k, v in self.labels.items()):
                 continue  # not managed here (the informer's selector keeps these out)
             item = item_of(obj)
-            if item is None or item not in self._goal:
+            if item is None or item not in goal:
                 obsolete += 1
-        return len(self._goal), current, obsolete
+        return len(goal), current, obsolete
 
     def _work_queues(self) -> tuple[RateLimitingQueue[Any], ...]:
         topology_queue = self.topology.work_queue
@@ -459,7 +461,6 @@ class CapacityController(ControllerLifecycle):
             on_update=lambda _old, new: self._capacity_seen(new),
             on_delete=self._capacity_gone,
         )
-        self._prepared = True
         self._log.debug(
             "capacity goal known",
             segments=len(self.topology.segments),
