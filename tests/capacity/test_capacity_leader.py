@@ -1,6 +1,6 @@
 """The capacity controller runs where upstream runs it: beside the provisioning loops and only
-while the provisioner holds its Lease (``ControllerLifecycle.add_companion``). Two replicas
-never both write objects; the follower adopts the leader's objects when it takes over.
+while the provisioner holds its Lease (``ProvisionController.run_beside``). Two replicas never
+both write objects; the follower adopts the leader's objects when it takes over.
 Runs in memory, and on a real cluster with ``PYPROVLIB_E2E_KUBECONFIG`` or
 ``PYPROVLIB_KUBE_ASSETS``."""
 
@@ -35,26 +35,6 @@ class NoProvisioner(Provisioner):
         raise IgnoredError("not in this test")
 
 
-class Companion:
-    """A companion that records when it ran and can be told to fail."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.stopped = False
-        self._stop = asyncio.Event()
-        self.fail: Exception | None = None
-
-    async def run(self) -> None:
-        self.started.set()
-        await self._stop.wait()
-        if self.fail is not None:
-            raise self.fail
-
-    def stop(self) -> None:
-        self.stopped = True
-        self._stop.set()
-
-
 def provision_options(**extra: Any) -> ProvisionControllerOptions:
     settings: dict[str, Any] = {
         "leader_election": False,
@@ -62,37 +42,6 @@ def provision_options(**extra: Any) -> ProvisionControllerOptions:
         **extra,
     }
     return ProvisionControllerOptions(**settings)
-
-
-async def test_a_companion_runs_with_the_control_loops_and_stops_with_them(
-    kube_cluster: TestCluster,
-) -> None:
-    controller = ProvisionController(
-        kube_cluster.api_client, "companion.pyprovlib.io", NoProvisioner(), provision_options()
-    )
-    companion = Companion()
-    controller.add_companion(companion)
-    async with testing.running(controller, ready=True):
-        await asyncio.wait_for(companion.started.wait(), 10)
-        assert not companion.stopped
-    assert companion.stopped
-    with pytest.raises(RuntimeError, match="before the controller runs"):
-        controller.add_companion(Companion())
-
-
-async def test_a_failing_companion_fails_the_controller(kube_cluster: TestCluster) -> None:
-    controller = ProvisionController(
-        kube_cluster.api_client, "companion.pyprovlib.io", NoProvisioner(), provision_options()
-    )
-    companion = Companion()
-    companion.fail = RuntimeError("the companion broke")
-    controller.add_companion(companion)
-    task = asyncio.create_task(controller.run())
-    await asyncio.wait_for(companion.started.wait(), 10)
-    companion._stop.set()  # it ends with its error while the controller runs
-    with pytest.raises(RuntimeError, match="the companion broke"):
-        await asyncio.wait_for(task, 15)
-    assert not controller.healthy()
 
 
 async def test_only_the_leaders_capacity_controller_writes_and_the_follower_takes_over(
@@ -133,7 +82,7 @@ async def test_only_the_leaders_capacity_controller_writes_and_the_follower_take
                 ),
                 informer_factory=factory,
             )
-            provisioner.add_companion(capacity)
+            provisioner.run_beside("capacity", capacity.run)
             controllers.append(provisioner)
             capacities.append(capacity)
         informers = [asyncio.create_task(_informers(f)) for f in factories]

@@ -227,14 +227,6 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
 # feature gates, klog's output flags and the flags removed upstream.
 STILL_REFUSED = frozenset(
     {
-        # CSIStorageCapacity
-        "--enable-capacity",
-        "--capacity-threads",
-        "--capacity-poll-interval",
-        "--capacity-for-immediate-binding",
-        "--capacity-ownerref-level",
-        "--kube-api-capacity-qps",
-        "--kube-api-capacity-burst",
         # distributed provisioning
         "--node-deployment",
         "--node-deployment-immediate-binding",

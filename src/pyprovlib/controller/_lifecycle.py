@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVENT_FLUSH_TIMEOUT",
-    "Companion",
     "ControllerLifecycle",
     "LeaderElectionLostError",
     "LifecycleOptions",
@@ -52,14 +51,7 @@ EVENT_FLUSH_TIMEOUT: Final = 5.0
 """Seconds a graceful stop waits for pending events to be written."""
 
 K = TypeVar("K")
-
-
-class Companion(Protocol):
-    """A controller run beside another one's control loops (see
-    :meth:`ControllerLifecycle.add_companion`)."""
-
-    async def run(self) -> None: ...
-    def stop(self) -> None: ...
+"""The keys of a work queue (``str`` for most controllers)."""
 
 
 class LeaderElectionLostError(PyprovlibError, RuntimeError):
@@ -130,7 +122,6 @@ class ControllerLifecycle:
         self._synced = False
         self._failed = False
         self._elector: LeaderElector | None = None
-        self._companions: list[Companion] = []
 
     async def _run_controller(self) -> None:
         """The control loops: informers, then workers, until :attr:`_stop_requested`
@@ -226,51 +217,12 @@ class ControllerLifecycle:
             self._synced = False
             self._run_ended = True
 
-    def add_companion(self, companion: Companion) -> None:
-        """Run ``companion`` whenever this controller's control loops run — with leader
-        election, only while this instance holds the Lease — and stop it (gracefully) when
-        they end. external-provisioner runs its capacity controller so, under the
-        provisioner's Lease. A companion failing fails this controller's ``run``."""
-        if self._has_run:
-            raise RuntimeError("add companions before the controller runs")
-        self._companions.append(companion)
-
-    async def _run_leading(self) -> None:
-        """:meth:`_run_controller` with the companions beside it."""
-        if not self._companions:
-            await self._run_controller()
-            return
-        failures: list[BaseException] = []
-
-        async def companion_run(companion: Companion) -> None:
-            try:
-                await companion.run()
-            except Exception as err:
-                failures.append(err)
-                raise
-
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for companion in self._companions:
-                    tg.create_task(
-                        companion_run(companion), name=f"{self._role}-{type(companion).__name__}"
-                    )
-                try:
-                    await self._run_controller()
-                finally:
-                    for companion in self._companions:
-                        companion.stop()
-        except BaseExceptionGroup as group:
-            # A companion's error, as is (not wrapped in a group), is what ends the run.
-            raise (failures[0] if failures else group.exceptions[0]) from None
-
     async def _run_elected(self) -> None:
-        """:meth:`_run_controller` (and the companions), under leader election when the
-        options ask for it."""
+        """:meth:`_run_controller`, under leader election when the options ask for it."""
         if self._lifecycle_options.leader_election:
             await self._run_with_leader_election()
         else:
-            await self._run_leading()
+            await self._run_controller()
 
     async def _run_elected_beside(
         self,
@@ -318,7 +270,7 @@ class ControllerLifecycle:
         elector = LeaderElector(
             self.client,
             config,
-            on_started_leading=self._run_leading,
+            on_started_leading=self._run_controller,
             on_new_leader=lambda leader: self._log.info("new leader elected", leader=leader),
             clock=self._clock,
         )

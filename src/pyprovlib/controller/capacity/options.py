@@ -64,7 +64,7 @@ class CapacityControllerOptions:
     ``registry`` (prometheus_client's default when None).
 
     Usually the controller runs under the provisioner's Lease
-    (:meth:`~pyprovlib.controller._lifecycle.ControllerLifecycle.add_companion`); the leader
+    (:meth:`~pyprovlib.controller.provision.ProvisionController.run_beside`); the leader
     election fields let it hold a Lease of its own instead.
     """
 

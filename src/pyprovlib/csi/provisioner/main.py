@@ -141,7 +141,8 @@ def build_controller(
         raise ValueError("--enable-capacity: resolve the capacity setup first (resolve_capacity)")
     if capacity is not None:
         capacity_controller = build_capacity_controller(ctx, connection, factory, capacity)
-        controller.add_companion(capacity_controller)
+        # Upstream runs it inside the leader's run, as the cloning-protection controller.
+        controller.run_beside("capacity", capacity_controller.run)
         provisioner.capacity = capacity_controller
     return controller, provisioner, factory
 
