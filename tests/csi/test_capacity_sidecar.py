@@ -337,3 +337,62 @@ async def test_what_capacity_needs_is_refused_at_start_in_one_line(
         errors = [line for line in process.lines if line.get("level") == "error"]
         assert len(errors) == 1, process.tail(20)
         assert message in errors[0]["event"], errors
+
+
+@pytest.mark.parametrize("module", ["pyprovlib.csi.provisioner", "pyprovlib.csi"])
+async def test_capacity_writes_with_a_client_and_budget_of_its_own(
+    server: ApiServer,
+    kubeconfig: pathlib.Path,
+    sock_dir: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    module: str,
+) -> None:
+    """As upstream's second clientset: the capacity controller writes through an API client
+    of its own, limited by --kube-api-capacity-qps/-burst, not the provisioner's
+    --kube-api-qps/-burst budget (nor in front of it); in the sidecar and in one process.
+    The client is closed when the controller's run ends."""
+    from pyprovlib._logging import get_logger
+    from pyprovlib.csi import combined
+    from pyprovlib.csi.provisioner.main import make_controller
+    from pyprovlib.csi.provisioner.options import build_parser as sidecar_parser
+    from pyprovlib.kube.config import new_client
+    from pyprovlib.runtime import RuntimeContext, parse_common
+
+    monkeypatch.setenv("NAMESPACE", NAMESPACE)
+    argv = [
+        f"--kubeconfig={kubeconfig}",
+        f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+        "--enable-capacity",
+        "--capacity-ownerref-level=-1",
+        "--kube-api-qps=7",
+        "--kube-api-burst=9",
+        "--kube-api-capacity-qps=3",
+        "--kube-api-capacity-burst=4",
+    ]
+    parser = combined.build_parser() if module == "pyprovlib.csi" else sidecar_parser()
+    options, args = parse_common(parser, argv)
+    state = DriverState(capacity={"": GI})
+    async with (
+        serve_full_driver(sock_dir, state=state),
+        await new_client(options.client_settings()) as api,
+    ):
+        ctx = RuntimeContext(options=options, args=args, api_client=api, log=get_logger("t"))
+        if module == "pyprovlib.csi":
+            built: Any = await combined.build(ctx)
+            provisioning = built.controllers["provisioner"]
+        else:
+            built = await make_controller(ctx)
+            provisioning = built.controller
+        capacity = provisioning.provisioner.capacity
+        assert capacity is not None
+        assert capacity.client not in (api, provisioning.client)
+        assert capacity.client.limiter is not provisioning.client.limiter
+        assert (capacity.client.limiter.qps, capacity.client.limiter.burst) == (3.0, 4)
+        if module == "pyprovlib.csi":
+            assert (provisioning.client.limiter.qps, provisioning.client.limiter.burst) == (
+                7.0,
+                9,
+            )
+        built.stop()
+        await built.run()  # stopped before it ran: returns, closing what it opened
+        assert capacity.client.rest_client.pool_manager.closed

@@ -399,27 +399,34 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     enabled: tuple[str, ...] = ctx.args.controllers
     sidecar_args: dict[str, argparse.Namespace] = ctx.args.sidecar_args
     primary = sidecar_args[enabled[0]]
-    # --enable-capacity: $NAMESPACE and the owner, before waiting for the driver.
+    # --enable-capacity: $NAMESPACE, the capacity controller's own client (its writes have
+    # the --kube-api-capacity-qps/-burst budget, as in the sidecar) and the owner, before
+    # waiting for the driver.
     capacity = (
         await resolve_capacity(_view(ctx, sidecar_args["provisioner"]))
         if "provisioner" in enabled
         else None
     )
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-    )
-    connection_options = ConnectionOptions(
-        # The connection's default call timeout; the attacher and resizer pass their own.
-        timeout=primary.timeout,
-        exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
-    )
-    check_csi_address(primary.csi_address)
-    connection = await CSIConnection.open(
-        primary.csi_address,
-        connection_options,
-        metrics=metrics,
-    )
-    clients: list[ApiClient] = []
+    clients: list[ApiClient] = [] if capacity is None else [capacity.client]
+    try:
+        metrics: CSIMetrics = (
+            default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
+        )
+        connection_options = ConnectionOptions(
+            # The connection's default call timeout; the attacher and resizer pass their own.
+            timeout=primary.timeout,
+            exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
+        )
+        check_csi_address(primary.csi_address)
+        connection = await CSIConnection.open(
+            primary.csi_address,
+            connection_options,
+            metrics=metrics,
+        )
+    except BaseException:
+        for opened in clients:
+            await opened.close()
+        raise
     try:
         # One factory: one resync period for every handler, the shortest asked for.
         resyncs = {

@@ -51,7 +51,6 @@ from pyprovlib.kube.errors import ApiException, api_error_text, is_conflict, is_
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, labels_of, meta, meta_namespace_key, name_of, uid_of
 from pyprovlib.kube.quantity import Format, Quantity, quantity_or_none
-from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.kube.resources import CSI_STORAGE_CAPACITIES, CSINODES, NODES, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.store import DeletedFinalStateUnknown
@@ -161,9 +160,10 @@ class CapacityController(ControllerLifecycle):
     ``options.namespace``, with the capacity ``source`` reports (upstream's
     ``NewCentralCapacityController``).
 
-    ``client`` makes the writes, each first waiting for ``write_limiter`` when given (the
-    sidecar's ``--kube-api-capacity-qps``/``-burst``); reads come from ``informer_factory``
-    (when given, the caller starts it, as with the provisioner's shared factory).
+    ``client`` makes the writes: give it a limiter of its own (the sidecar's is limited by
+    ``--kube-api-capacity-qps``/``-burst``) to keep them off the provisioner's budget, as
+    upstream does. Reads come from ``informer_factory`` (when given, the caller starts it, as
+    with the provisioner's shared factory).
     ``topology`` defaults to the segments of the nodes where the driver runs
     (:class:`NodeTopology`).
 
@@ -182,7 +182,6 @@ class CapacityController(ControllerLifecycle):
         informer_factory: SharedInformerFactory | None = None,
         topology: TopologyInformer | None = None,
         clock: Clock | None = None,
-        write_limiter: TokenBucket | None = None,
     ) -> None:
         if not driver:
             raise ValueError("driver must not be empty")
@@ -198,7 +197,6 @@ class CapacityController(ControllerLifecycle):
             informer_factory=informer_factory,
             clock=clock,
         )
-        self._write_limiter = write_limiter
         self.labels = managed_labels(driver, options.managed_by)
         self._writes = ResourceClient(client, CSI_STORAGE_CAPACITIES)
         limiter = ItemExponentialFailureRateLimiter(
@@ -517,10 +515,6 @@ class CapacityController(ControllerLifecycle):
             cached = [o for o in cached if uid_of(o) != uid_of(written)] + [written]
         return sorted(cached, key=_age_key)
 
-    async def _limit(self) -> None:
-        if self._write_limiter is not None:
-            await self._write_limiter.wait()
-
     def _owned(self, obj: Mapping[str, Any]) -> bool:
         owner = self.options.owner
         if owner is None:
@@ -577,7 +571,6 @@ class CapacityController(ControllerLifecycle):
                 if not (isinstance(ref, Mapping) and ref.get("controller") is True)
             ]
             meta_out["ownerReferences"] = [*kept, dict(owner)]
-        await self._limit()
         written = await self._writes.replace(updated)
         self._written[item] = written
         logger.debug(
@@ -605,7 +598,6 @@ class CapacityController(ControllerLifecycle):
         }
         if capacity.maximum_volume_size is not None:
             body["maximumVolumeSize"] = _quantity(capacity.maximum_volume_size)
-        await self._limit()
         created = await self._writes.create(body, self.options.namespace)
         self._written[item] = created
         logger.debug("CSIStorageCapacity created", name=name_of(created), capacity=body["capacity"])
@@ -621,7 +613,6 @@ class CapacityController(ControllerLifecycle):
             if objects and uid_of(objects[0]) == uid_of(obj):
                 return  # the object its item keeps
         namespace, _, name = key.key.partition("/")
-        await self._limit()
         try:
             await self._writes.delete(name, namespace, preconditions={"uid": uid_of(obj)})
         except ApiException as err:

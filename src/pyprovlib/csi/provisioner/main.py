@@ -56,7 +56,8 @@ class CSIProvisionerController(SidecarController["ProvisionController"]):
     runtime's Controller.
 
     With ``--exit-on-connection-loss`` a lost connection ends :meth:`run` with an error, so the
-    process exits non-zero and is restarted.
+    process exits non-zero and is restarted. ``capacity`` (``--enable-capacity``) holds the
+    capacity controller's own API client, closed when :meth:`run` returns.
     """
 
     def __init__(
@@ -65,11 +66,21 @@ class CSIProvisionerController(SidecarController["ProvisionController"]):
         connection: CSIConnection,
         informer_factory: SharedInformerFactory,
         provisioner: CSIProvisioner,
+        capacity: CapacitySetup | None = None,
     ) -> None:
         super().__init__(connection, controller)
         self.provisioner = provisioner
         self.informer_factory = informer_factory
+        self.capacity = capacity
         self._log = get_logger(__name__).bind(driver=connection.driver_name)
+
+    async def run(self) -> None:
+        """Run until stopped or the connection is lost (see :class:`SidecarController`)."""
+        try:
+            await super().run()
+        finally:
+            if self.capacity is not None:
+                await self.capacity.close()
 
     def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
         return [tg.create_task(self._run_informers())]
@@ -152,18 +163,23 @@ async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     args = ctx.args
     # Before waiting for the driver: a missing $NAMESPACE or owner fails at once.
     capacity = await resolve_capacity(ctx)
-    connection, (controller, provisioner, factory) = await build_on_driver(
-        ctx,
-        functools.partial(build_controller, capacity=capacity),
-        exit_on_connection_loss=args.exit_on_connection_loss,
-    )
+    try:
+        connection, (controller, provisioner, factory) = await build_on_driver(
+            ctx,
+            functools.partial(build_controller, capacity=capacity),
+            exit_on_connection_loss=args.exit_on_connection_loss,
+        )
+    except BaseException:
+        if capacity is not None:
+            await capacity.close()
+        raise
     ctx.log.info(
         "CSI provisioner",
         driver=connection.driver_name,
         identity=provisioner.identity,
         csi_address=args.csi_address,
     )
-    return CSIProvisionerController(controller, connection, factory, provisioner)
+    return CSIProvisionerController(controller, connection, factory, provisioner, capacity)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
