@@ -313,6 +313,12 @@ async def test_the_combined_process_carries_capacity(
             ("--capacity-ownerref-level=-1",),
             "does not report the GET_CAPACITY controller capability",
         ),
+        (
+            "pyprovlib.csi",
+            {"NAMESPACE": NAMESPACE},
+            ("--capacity-ownerref-level=-1", "--kube-api-capacity-burst=0"),
+            "--kube-api-capacity-burst must be at least 1 when --kube-api-capacity-qps is set",
+        ),
     ],
 )
 async def test_what_capacity_needs_is_refused_at_start_in_one_line(
