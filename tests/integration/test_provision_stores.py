@@ -133,6 +133,87 @@ async def test_backoff_store_counts_already_exists_as_saved(apiserver: ApiServer
         assert apiserver.requests.count("create", "persistentvolumes") == 1
 
 
+async def _store_once(
+    apiserver: ApiServer, provisioner: MemoryProvisioner
+) -> tuple[VolumeSaveError | None, list[Obj]]:
+    """One ``store_volume`` of ``pvc-u-1`` through a BackoffStore of two attempts: what it
+    raised, and the events it wrote."""
+    async with apiserver.api_client() as api:
+        recorder = EventRecorder(api, "test-store")
+        store = BackoffStore(api, recorder, Backoff(duration=0.01, steps=2), provisioner)
+        claim: Obj = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c", "namespace": "default", "uid": "u-1"},
+        }
+        raised: VolumeSaveError | None = None
+        async with asyncio.TaskGroup() as tg:
+            writer = tg.create_task(recorder.run())
+            try:
+                await store.store_volume(claim, volume_body("pvc-u-1"))
+            except VolumeSaveError as err:
+                raised = err
+            apiserver.faults.clear()
+            assert await recorder.flush(5)
+            writer.cancel()
+        events = await ResourceClient(api, EVENTS).list("default")
+        return raised, list(events["items"])
+
+
+async def test_backoff_store_keeps_a_pv_whose_create_was_answered_with_an_error(
+    apiserver: ApiServer,
+) -> None:
+    """A create the server carried out but answered with a 504 (or whose answer was lost),
+    then failures until the attempts run out: the PV is there, so its asset must stay."""
+    provisioner = MemoryProvisioner({"pvc-u-1": {"size": "1Gi"}})
+    apiserver.faults.fail(504, applied=True, verb="create", resource="persistentvolumes")
+    apiserver.faults.fail(500, verb="create", resource="persistentvolumes", count=None)
+    raised, events = await _store_once(apiserver, provisioner)
+    assert raised is None
+    assert apiserver.requests.count("create", "persistentvolumes") == 2
+    assert provisioner.deleted == []
+    assert list(provisioner.assets) == ["pvc-u-1"]
+    assert apiserver.storage.get("persistentvolumes", None, "pvc-u-1") is not None
+    assert [e["reason"] for e in events] == ["ProvisioningSucceeded"]
+
+
+async def test_backoff_store_keeps_the_asset_when_it_cannot_tell_whether_the_pv_was_saved(
+    apiserver: ApiServer,
+) -> None:
+    """Every create fails and the read-back gets no good answer either: deleting the asset
+    could delete the data of a PV that was written, so the volume is kept and said so."""
+    provisioner = MemoryProvisioner({"pvc-u-1": {"size": "1Gi"}})
+    apiserver.faults.fail(503, verb="create", resource="persistentvolumes", count=None)
+    apiserver.faults.fail(503, verb="get", resource="persistentvolumes", count=None)
+    raised, events = await _store_once(apiserver, provisioner)
+    assert raised is not None
+    assert "volume is kept" in str(raised)
+    assert provisioner.deleted == []
+    assert list(provisioner.assets) == ["pvc-u-1"]
+    [event] = events
+    assert event["reason"] == "ProvisioningFailed"
+    assert "the volume is kept and provisioning will be retried" in event["message"]
+
+
+async def test_backoff_store_does_not_delete_the_asset_of_another_claims_pv(
+    apiserver: ApiServer,
+) -> None:
+    """A PV of the same name that belongs to another claim: saving ours failed, but the asset
+    of that name is the other PV's data and stays."""
+    provisioner = MemoryProvisioner({"pvc-u-1": {"size": "1Gi"}})
+    other = volume_body("pvc-u-1")
+    other["spec"]["claimRef"] = {"namespace": "default", "name": "other", "uid": "u-2"}
+    async with apiserver.api_client() as api:
+        await ResourceClient(api, PERSISTENT_VOLUMES).create(other)
+    apiserver.faults.fail(500, verb="create", resource="persistentvolumes", count=None)
+    raised, events = await _store_once(apiserver, provisioner)
+    assert raised is not None
+    assert "volume is kept" in str(raised)
+    assert provisioner.deleted == []
+    [event] = events
+    assert "exists for another claim (default/other)" in event["message"]
+
+
 def queue_store_options(limiter: ItemExponentialFailureRateLimiter) -> ProvisionControllerOptions:
     """Options that save PVs through the QueueStore (no blocking retries), retried by
     ``limiter``."""

@@ -8,7 +8,12 @@ Two strategies, as upstream:
   (an earlier attempt got through). When every attempt fails it deletes the asset again through
   ``provisioner.delete`` (retried on the same schedule) and reports the claim's provisioning as
   failed, so a later retry starts from scratch; if even the cleanup fails it says so in a
-  ``ProvisioningCleanupFailed`` event.
+  ``ProvisioningCleanupFailed`` event. One step more than upstream: a failed create may still
+  have been written (the answer lost with the connection, or a 504 after etcd took the write),
+  so before deleting the asset the store reads the PV back; it deletes only on a ``NotFound``.
+  A PV that is there for this claim counts as saved; when even the read gets no answer the
+  asset is kept (the claim is retried, and the provisioner's create is idempotent for the same
+  PV name) rather than risk deleting the data a PV describes.
 - :class:`QueueStore` tries once inline, then hands a failed PV to background workers that
   retry it with a rate limiter until it is saved, so a slow or failing API never blocks
   provisioning workers and the asset is never deleted.
@@ -29,7 +34,7 @@ from pyprovlib.controller.options import Backoff
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock, RealClock
 from pyprovlib.kube.convert import ConversionError
-from pyprovlib.kube.errors import ApiException, is_already_exists
+from pyprovlib.kube.errors import ApiException, is_already_exists, is_not_found
 from pyprovlib.kube.events import EventRecorder
 from pyprovlib.kube.objects import Obj, name_of, namespace_of
 from pyprovlib.kube.resources import PERSISTENT_VOLUMES
@@ -161,10 +166,66 @@ class BackoffStore:
                 return
             if attempt < len(delays):
                 await self._sleep(delays[attempt])
+        saved = await self._saved_after_all(claim, pv_name, last_error, logger)
+        if saved:
+            logger.info("PersistentVolume was saved by an attempt whose answer was lost")
+            self._recorder.event(
+                event_target(claim, "PersistentVolumeClaim"),
+                EVENT_NORMAL,
+                "ProvisioningSucceeded",
+                f"Successfully provisioned volume {pv_name}",
+            )
+            return
+        if saved is None:
+            raise VolumeSaveError(
+                f"could not save PersistentVolume {pv_name} nor confirm it is absent: "
+                f"{_describe(last_error)}; the volume is kept and provisioning will be retried"
+            ) from last_error
         await self._clean_up(claim, volume, last_error, logger)
         raise VolumeSaveError(
             f"could not save PersistentVolume {pv_name}: {_describe(last_error)}"
         ) from last_error
+
+    async def _saved_after_all(
+        self,
+        claim: Obj,
+        pv_name: str,
+        save_error: BaseException,
+        logger: structlog.typing.FilteringBoundLogger,
+    ) -> bool | None:
+        """Whether the PV is there after every create failed: True when it is (for this
+        claim), False when the API server says it is not, None when that cannot be known."""
+        try:
+            existing = await self._volumes.get(pv_name)
+        except ApiException as err:
+            if is_not_found(err):
+                return False
+            read_error: BaseException = err
+        except Exception as err:  # no answer at all: the connection, a timeout
+            read_error = err
+        else:
+            ref = (existing.get("spec") or {}).get("claimRef") or {}
+            if ref.get("uid") in (None, (claim.get("metadata") or {}).get("uid")):
+                return True
+            # A PV of this name for another claim: its data must not be deleted with ours.
+            read_error = VolumeSaveError(
+                f"PersistentVolume {pv_name} exists for another claim "
+                f"({ref.get('namespace')}/{ref.get('name')})"
+            )
+        logger.error(
+            "could not save the PersistentVolume nor read it back; keeping the volume",
+            error=_describe(save_error),
+            read_error=_describe(read_error),
+        )
+        self._recorder.event(
+            event_target(claim, "PersistentVolumeClaim"),
+            EVENT_WARNING,
+            "ProvisioningFailed",
+            f"Error creating provisioned PV object for claim {_claim_key(claim)}: "
+            f"{_describe(save_error)}; whether it was saved is unknown ({_describe(read_error)}), "
+            "so the volume is kept and provisioning will be retried.",
+        )
+        return None
 
     async def _clean_up(
         self,

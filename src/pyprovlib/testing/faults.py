@@ -82,6 +82,7 @@ class _Rule:
 class _Failure(_Rule):
     status: int = 500
     retry_after: int | None = None
+    applied: bool = False
 
 
 @dataclass
@@ -97,15 +98,27 @@ class Faults:
         self._latencies: list[_Latency] = []
 
     def fail(
-        self, status: int, *, retry_after: int | None = None, **match: Unpack[RequestMatch]
+        self,
+        status: int,
+        *,
+        retry_after: int | None = None,
+        applied: bool = False,
+        **match: Unpack[RequestMatch],
     ) -> None:
         """Answer the next ``count`` (default 1) requests that ``match`` with ``status`` and a
         real-looking ``Status`` body; 429/503 carry ``Retry-After`` when ``retry_after`` is
-        given (429 defaults to 1 s)."""
+        given (429 defaults to 1 s).
+
+        ``applied=True`` serves the request first and then answers with the failure: a write
+        that took effect although its client was told otherwise, as a real API server's 504
+        after etcd accepted the write, or an answer lost with its connection. Rules apply in
+        the order they were added; the first that matches a request decides."""
         if status == 429 and retry_after is None:
             retry_after = 1
         self._failures.append(
-            _Failure(*_Rule.fields(match, 1), status=status, retry_after=retry_after)
+            _Failure(
+                *_Rule.fields(match, 1), status=status, retry_after=retry_after, applied=applied
+            )
         )
 
     def latency(self, seconds: float, **match: Unpack[RequestMatch]) -> None:
@@ -120,13 +133,14 @@ class Faults:
 
     def take_failure(
         self, verb: str, resource: str, namespace: str | None, name: str | None
-    ) -> ApiError | None:
-        """The injected error for this request, if a rule matches (consuming one use)."""
+    ) -> tuple[ApiError, bool] | None:
+        """The injected error for this request and whether the request is served before it
+        is answered with the error, if a rule matches (consuming one use)."""
         for rule in self._failures:
             if rule.matches(verb, resource, namespace, name):
                 rule.consume()
                 self._failures = [r for r in self._failures if r.remaining != 0]
-                return _error(rule, resource, name)
+                return _error(rule, resource, name), rule.applied
         return None
 
     def take_latency(

@@ -393,8 +393,16 @@ class ApiServer(Listener):
         if not verb:
             raise method_not_allowed(method)
         injected = self.faults.take_failure(verb, counted, target.namespace, target.name)
-        if injected is not None:
-            raise injected
+        if injected is None:
+            return await self._carry_out(request, target, verb)
+        error, applied = injected
+        if applied:
+            await self._carry_out(request, target, verb)
+        raise error
+
+    async def _carry_out(self, request: Request, target: Target, verb: str) -> Reply | Stream:
+        q = request.query
+        r = target.resource
         dry_run = q.get("dryRun") == "All"
         validate_write_options(verb, q.getall("dryRun", []), q.get("fieldValidation"))
         ns, name = target.namespace, target.name
