@@ -64,6 +64,10 @@ class DriverState:
     undersize_by: int = 0
     drop_content_source: bool = False
     """Answer CreateVolume without the volume's content source (a driver that ignored it)."""
+    capacity: dict[str, int] | None = None
+    """Storage per value of :data:`TOPOLOGY_KEY` ('' without topology): set, the driver has
+    GET_CAPACITY, reports what its volumes leave there, and refuses a volume that does not
+    fit with RESOURCE_EXHAUSTED."""
     created: asyncio.Event = field(default_factory=asyncio.Event)
     next_volume: int = 0
     """The number of the last volume created (``vol-N``): kept here, with the volumes, so a
@@ -94,6 +98,16 @@ class DriverState:
     def requests(self, method: str) -> list[object]:
         return [r for m, r in self.calls if m == method]
 
+    def available(self, zone: str) -> int:
+        """What the volumes leave of the storage of ``zone`` (with :attr:`capacity`)."""
+        total = (self.capacity or {}).get(zone, 0)
+        used = sum(
+            v.capacity
+            for v in self.volumes.values()
+            if (v.topology or {}).get(TOPOLOGY_KEY, "") == zone
+        )
+        return max(0, total - used)
+
     async def apply_fault(self, method: str) -> None:
         await play(self.faults.get(method))
 
@@ -120,6 +134,8 @@ class TestController(ControllerService):
         caps = [Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME]
         if snapshots:
             caps.append(Caps.CREATE_DELETE_SNAPSHOT)
+        if state.capacity is not None:
+            caps.append(Caps.GET_CAPACITY)
         super().__init__(caps)
         self.state = state
         self.topology = topology
@@ -145,6 +161,14 @@ class TestController(ControllerService):
                     topology = dict(req.requisite[0].segments)
                 else:
                     topology = {TOPOLOGY_KEY: "zone-default"}
+            if self.state.capacity is not None:
+                zone = (topology or {}).get(TOPOLOGY_KEY, "")
+                if capacity > self.state.available(zone):
+                    raise CSIError(
+                        Status.RESOURCE_EXHAUSTED,
+                        f"{capacity} bytes do not fit in {zone or 'the storage'}: "
+                        f"{self.state.available(zone)} bytes left",
+                    )
             source = message.volume_content_source
             known = {v.volume_id for v in self.state.volumes.values()}
             cloned = source.volume if source is not None else None
@@ -200,6 +224,16 @@ class TestController(ControllerService):
         await self.state.apply_fault("DeleteSnapshot")
         self.state.snapshots.pop(message.snapshot_id, None)
         return v1.DeleteSnapshotResponse()
+
+    async def get_capacity(self, message: v1.GetCapacityRequest) -> v1.GetCapacityResponse:
+        self.state.calls.append(("GetCapacity", message))
+        await self.state.apply_fault("GetCapacity")
+        if self.state.capacity is None:
+            raise CSIError(Status.UNIMPLEMENTED, "GetCapacity is not implemented")
+        topology = message.accessible_topology
+        zone = topology.segments.get(TOPOLOGY_KEY, "") if topology is not None else ""
+        available = self.state.available(zone)
+        return v1.GetCapacityResponse(available_capacity=available, maximum_volume_size=available)
 
     async def delete_volume(self, message: v1.DeleteVolumeRequest) -> v1.DeleteVolumeResponse:
         self.state.calls.append(("DeleteVolume", message))

@@ -59,16 +59,25 @@ def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
     """The Go hostpathplugin: from the assets directory of ``$PYPROVLIB_KUBE_ASSETS`` (or
     ``$KUBEBUILDER_ASSETS``), else unpacked from CI's compressed copy beside the checkout
     into ``unpack_dir``; None when neither exists."""
-    for name in ASSETS_ENV:
-        directory = os.environ.get(name)
-        if directory and os.access(pathlib.Path(directory) / HOSTPATHPLUGIN, os.X_OK):
-            return pathlib.Path(directory) / HOSTPATHPLUGIN
-    if not SHARED_XZ.is_file():
+    return find_go_binary(HOSTPATHPLUGIN, unpack_dir)
+
+
+def find_go_binary(name: str, unpack_dir: pathlib.Path) -> pathlib.Path | None:
+    """A Go binary of the kit (``hostpathplugin``, ``csi-provisioner``, ...): from the assets
+    directory of ``$PYPROVLIB_KUBE_ASSETS`` (or ``$KUBEBUILDER_ASSETS``), else unpacked from
+    CI's compressed copy beside the checkout (``<name>.xz``) into ``unpack_dir``; None when
+    neither exists."""
+    for env in ASSETS_ENV:
+        directory = os.environ.get(env)
+        if directory and os.access(pathlib.Path(directory) / name, os.X_OK):
+            return pathlib.Path(directory) / name
+    packed = SHARED_XZ.with_name(f"{name}.xz")
+    if not packed.is_file():
         return None
-    target = unpack_dir / HOSTPATHPLUGIN
+    target = unpack_dir / name
     if not target.exists():
-        partial = unpack_dir / f"{HOSTPATHPLUGIN}.part"
-        with lzma.open(SHARED_XZ) as src, partial.open("wb") as dst:
+        partial = unpack_dir / f"{name}.part"
+        with lzma.open(packed) as src, partial.open("wb") as dst:
             shutil.copyfileobj(src, dst)
         partial.chmod(0o755)
         partial.rename(target)

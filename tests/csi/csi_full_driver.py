@@ -44,6 +44,7 @@ class FullController(TestController):
                 Caps.PUBLISH_UNPUBLISH_VOLUME,
                 Caps.PUBLISH_READONLY,
                 Caps.EXPAND_VOLUME,
+                *([Caps.GET_CAPACITY] if state.capacity is not None else []),
             }
         )
         self.published: dict[str, set[str]] = {}

@@ -6,14 +6,16 @@ at once, with the process's log, when the process exits first."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+import yaml
 from csi_driver import DRIVER_NAME
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib import testing
+from pyprovlib.kube import resources
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
@@ -23,10 +25,15 @@ T = TypeVar("T")
 
 
 def entry_point(
-    module: str, kubeconfig: pathlib.Path, *args: str, terminate_timeout: float | None = None
+    module: str,
+    kubeconfig: pathlib.Path,
+    *args: str,
+    terminate_timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AbstractAsyncContextManager[testing.ChildProcess]:
     """``python -m <module>`` against ``kubeconfig``, logging JSON (collected) and retrying
-    within tens of milliseconds, with ``args``; see :func:`pyprovlib.testing.child_process`."""
+    within tens of milliseconds, with ``args`` (and ``env`` added to
+    :func:`pyprovlib.testing.child_env`); see :func:`pyprovlib.testing.child_process`."""
     return testing.child_process(
         "-m",
         module,
@@ -40,7 +47,33 @@ def entry_point(
         "200ms",
         *args,
         terminate_timeout=terminate_timeout,
+        env=testing.child_env(**(env or {})),
     )
+
+
+RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"
+
+
+def rbac_granted() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every rule of examples/csi-hostpath/rbac.yaml's roles."""
+    out = set()
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if doc and doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                for group in rule["apiGroups"]:
+                    for resource in rule["resources"]:
+                        out.update((group, resource, verb) for verb in rule["verbs"])
+    return out
+
+
+def rbac_used(requests: Mapping[tuple[str, str], int]) -> set[tuple[str, str, str]]:
+    """The (apiGroup, resource, verb) of requests as the in-memory server counts them
+    (``server.requests.snapshot(user_agent)``)."""
+    # The server counts by plural: "events" is the core group's (events.k8s.io's is not used).
+    groups: dict[str, str] = {}
+    for resource in sorted(resources.RESOURCES, key=lambda r: r.group != ""):
+        groups.setdefault(resource.plural, resource.group)
+    return {(groups[resource.partition("/")[0]], resource, verb) for verb, resource in requests}
 
 
 async def create_class(api: ApiClient, **fields: Any) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
+import re
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
 from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
 from process_support import (
@@ -21,6 +21,8 @@ from process_support import (
     create_claim,
     create_class,
     entry_point,
+    rbac_granted,
+    rbac_used,
     status,
     until,
     wait_claim_bound,
@@ -30,7 +32,6 @@ from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
-from pyprovlib.kube import resources
 from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.ratelimit import TokenBucket
@@ -44,8 +45,6 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import parse_common
 from pyprovlib.testing.server import ApiServer
-
-RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"
 
 NOT_EXERCISED: dict[tuple[str, str, str], str] = {
     # What examples/csi-hostpath/rbac.yaml grants that the end-to-end run does not ask for,
@@ -64,30 +63,22 @@ NOT_EXERCISED: dict[tuple[str, str, str], str] = {
     ("snapshot.storage.k8s.io", "volumesnapshots", "list"): "snapshot-source protection sweep",
     ("snapshot.storage.k8s.io", "volumesnapshots", "update"): "snapshot-source protection",
     ("snapshot.storage.k8s.io", "volumesnapshotcontents", "get"): "restore from a snapshot",
+    # --enable-capacity (each one asked for in test_capacity_sidecar.py):
+    ("storage.k8s.io", "csistoragecapacities", "list"): "--enable-capacity: its informer",
+    ("storage.k8s.io", "csistoragecapacities", "watch"): "--enable-capacity: its informer",
+    ("storage.k8s.io", "csistoragecapacities", "create"): "--enable-capacity: a new object",
+    ("storage.k8s.io", "csistoragecapacities", "update"): "--enable-capacity: new capacity",
+    ("storage.k8s.io", "csistoragecapacities", "delete"): "--enable-capacity: a class gone",
+    ("", "pods", "get"): "--enable-capacity: the owner, from $POD_NAME",
+    ("apps", "replicasets", "get"): "--enable-capacity: the owner Deployment, from the pod",
 }
-
-
-def granted() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every rule of rbac.yaml's roles."""
-    out = set()
-    for doc in yaml.safe_load_all(RBAC.read_text()):
-        if doc and doc["kind"] in ("ClusterRole", "Role"):
-            for rule in doc["rules"]:
-                for group in rule["apiGroups"]:
-                    for resource in rule["resources"]:
-                        out.update((group, resource, verb) for verb in rule["verbs"])
-    return out
 
 
 def check_rbac(requests: dict[tuple[str, str], int]) -> None:
     """The process asked for nothing rbac.yaml does not grant, and rbac.yaml grants nothing
     but what it asked for and the paths listed in NOT_EXERCISED."""
-    # The server counts by plural: "events" is the core group's (events.k8s.io's is not used).
-    groups: dict[str, str] = {}
-    for resource in sorted(resources.RESOURCES, key=lambda r: r.group != ""):
-        groups.setdefault(resource.plural, resource.group)
-    used = {(groups[resource.partition("/")[0]], resource, verb) for verb, resource in requests}
-    allowed = granted()
+    used = rbac_used(requests)
+    allowed = rbac_granted()
     assert used - allowed == set(), "requests the RBAC does not allow"
     assert allowed - used == set(NOT_EXERCISED), "grants that nothing uses"
 
@@ -174,6 +165,12 @@ def test_help_lists_every_sidecars_flags() -> None:
     assert "--handle-volume-inuse-error" in text
     assert "--controllers LIST" in text
     assert "--timeout: provisioner 10s, attacher 15s, resizer 10s" in text
+    # Every flag of every sidecar, the storage capacity group's included.
+    parser = build_parser()
+    for sidecar in parser.sidecars.values():
+        for flag in re.findall(r"--[a-z][a-z0-9-]*", sidecar.format_help()):
+            assert flag in text, flag
+    assert "--enable-capacity" in text
 
 
 # -- the process -----------------------------------------------------------------------------

@@ -895,6 +895,124 @@ Row = Callable[..., Awaitable[None]]
 Compact = Callable[[], Awaitable[None]]
 
 
+# -- CSIStorageCapacity and the workloads that own them (issue 28) ------------------------------
+
+
+def capacity(name: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIStorageCapacity",
+        "metadata": {"name": name, "labels": {"csi.storage.k8s.io/drivername": "d.example.com"}},
+        "storageClassName": "fast",
+        **fields,
+    }
+
+
+def _capacities(s: Side, name: str = "") -> str:
+    path = f"/apis/storage.k8s.io/v1/namespaces/{s.namespace}/csistoragecapacities"
+    return f"{path}/{name}" if name else path
+
+
+async def csistoragecapacity_lifecycle(s: Side) -> None:
+    """CSIStorageCapacity: quantities stored in canonical form, an update of the capacity, the
+    immutable class and topology, a label-selected list and a delete answered with a Status."""
+    body = capacity(
+        "c1",
+        capacity="0.5Gi",
+        maximumVolumeSize=107374182400,
+        nodeTopology={"matchLabels": {"topology.example.com/node": "n1"}},
+    )
+    await s.do("create", "POST", _capacities(s), body)
+    patch = {"capacity": "1536Mi", "maximumVolumeSize": None}
+    await s.do("capacity", "PATCH", _capacities(s, "c1"), patch, content_type=MERGE)
+    await s.do(
+        "immutable",
+        "PATCH",
+        _capacities(s, "c1"),
+        {"storageClassName": "slow", "nodeTopology": {"matchLabels": {"x": "y"}}},
+        content_type=MERGE,
+    )
+    # The items' names only: list items carry no kind (a documented difference, see the row
+    # list-items-type-meta).
+    listed = await s.request(
+        "GET",
+        _capacities(s),
+        query={"labelSelector": "csi.storage.k8s.io/drivername=d.example.com"},
+    )
+    s.record("list by label", [i["metadata"]["name"] for i in listed.body["items"]])
+    other = await s.request(
+        "GET", _capacities(s), query={"labelSelector": "csi.storage.k8s.io/drivername=other"}
+    )
+    s.record("list by other label", other.body["items"])
+    await s.do("delete", "DELETE", _capacities(s, "c1"))
+    await s.do("gone", "GET", _capacities(s, "c1"))
+
+
+async def csistoragecapacity_validation(s: Side) -> None:
+    """CSIStorageCapacity: what create refuses (a bad selector, class name, negative capacity,
+    a quantity of the wrong JSON type)."""
+    bad = capacity(
+        "c2",
+        storageClassName="Fast_1",
+        capacity="-1",
+        nodeTopology={
+            "matchLabels": {"Bad_/x": "in valid"},
+            "matchExpressions": [
+                {"key": "a", "operator": "In"},
+                {"key": "b", "operator": "Exists", "values": ["x"]},
+                {"key": "c", "operator": "Foo", "values": ["x"]},
+            ],
+        },
+    )
+    await s.do("invalid", "POST", _capacities(s), bad)
+    await s.do("no class", "POST", _capacities(s), capacity("c3", storageClassName=""))
+    await s.do("bool capacity", "POST", _capacities(s), capacity("c4", capacity=True))
+    await s.do("generateName", "POST", _capacities(s), {**capacity(""), "metadata": {}})
+    two = capacity("c6")
+    two["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": name,
+            "uid": f"{digit * 8}-1111-1111-1111-111111111111",
+            "controller": True,
+        }
+        for name, digit in (("a", "1"), ("b", "2"))
+    ]
+    await s.do("two controllers", "POST", _capacities(s), two)
+
+
+def workload(kind: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+            **spec,
+        },
+    }
+
+
+async def workloads_create_and_refuse(s: Side) -> None:
+    """Deployments and ReplicaSets: the defaults a create fills in (its answer, before any
+    controller of a real cluster writes a status), what it refuses, and a delete answered
+    with a Status."""
+    for kind, plural in (("Deployment", "deployments"), ("ReplicaSet", "replicasets")):
+        base = f"/apis/apps/v1/namespaces/{s.namespace}/{plural}"
+        await s.do(f"{kind} create", "POST", base, workload(kind, "w1"))
+        await s.do(f"{kind} no selector", "POST", base, workload(kind, "w2", selector=None))
+        await s.do(f"{kind} empty selector", "POST", base, workload(kind, "w3", selector={}))
+        mismatch = workload(kind, "w4", selector={"matchLabels": {"app": "other"}})
+        await s.do(f"{kind} mismatch", "POST", base, mismatch)
+        await s.do(f"{kind} delete", "DELETE", f"{base}/w1")
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -971,6 +1089,9 @@ CASES = [
     # H1's fix (issue 17): a real apiserver drops a dataSource of a foreign group.
     Case("pvc-data-source-foreign-group", pvc_data_source_foreign_group),
     Case("pvc-data-source-mirrored", pvc_data_source_mirrored),
+    Case("csistoragecapacity-lifecycle", csistoragecapacity_lifecycle),
+    Case("csistoragecapacity-validation", csistoragecapacity_validation),
+    Case("workloads-create-and-refuse", workloads_create_and_refuse),
 ]
 
 

@@ -9,6 +9,7 @@ import os
 import pathlib
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 from grpclib.client import Channel
@@ -35,8 +36,8 @@ def short_dir() -> Iterator[pathlib.Path]:
 
 
 @contextlib.asynccontextmanager
-async def driver(directory: pathlib.Path) -> AsyncIterator[Channel]:
-    options = DriverOptions(nodeid="node-1", statedir=str(directory / "state"))
+async def driver(directory: pathlib.Path, **overrides: Any) -> AsyncIterator[Channel]:
+    options = DriverOptions(nodeid="node-1", statedir=str(directory / "state"), **overrides)
     socket = directory / "csi.sock"
     stop = asyncio.Event()
     task = asyncio.create_task(serve(options, f"unix://{socket}", stop))
@@ -102,6 +103,43 @@ async def test_volumes_and_snapshots_survive_a_restart(short_dir: pathlib.Path) 
         assert restored.volume is not None
         copy = short_dir / "state" / "volumes" / restored.volume.volume_id / "file"
         assert copy.read_text() == "kept"
+
+
+def free_bytes(path: pathlib.Path) -> int:
+    usage = os.statvfs(path)
+    return usage.f_bavail * usage.f_frsize
+
+
+async def test_get_capacity_reports_free_space_within_the_configured_capacity(
+    short_dir: pathlib.Path,
+) -> None:
+    """GetCapacity (what --enable-capacity publishes) is a real figure: the free space of the
+    file system holding the volumes, and no more than --capacity leaves after the volumes."""
+    state = short_dir / "state"
+    async with driver(short_dir) as channel:  # --capacity 1Ti: more than this disk has
+        ctrl = v1.ControllerStub(channel)
+        before = free_bytes(state)
+        reply = await ctrl.get_capacity(v1.GetCapacityRequest())
+        after = free_bytes(state)
+        assert min(before, after) <= reply.available_capacity <= max(before, after)
+        assert reply.maximum_volume_size == reply.available_capacity
+    gib = 1 << 30
+    if free_bytes(state) < 20 * gib:
+        pytest.skip("needs 20Gi free where the test's state directory is")
+    async with driver(short_dir, capacity=10 * gib, max_volume_size=5 * gib) as channel:
+        ctrl = v1.ControllerStub(channel)
+        reply = await ctrl.get_capacity(v1.GetCapacityRequest(parameters={"kind": "any"}))
+        assert (reply.available_capacity, reply.maximum_volume_size) == (10 * gib, 5 * gib)
+        for name in ("pvc-1", "pvc-2"):
+            await ctrl.create_volume(
+                v1.CreateVolumeRequest(
+                    name=name,
+                    volume_capabilities=[MOUNT],
+                    capacity_range=v1.CapacityRange(required_bytes=3 * gib),
+                )
+            )
+        reply = await ctrl.get_capacity(v1.GetCapacityRequest())
+        assert (reply.available_capacity, reply.maximum_volume_size) == (4 * gib, 4 * gib)
 
 
 async def test_ids_and_paths_from_callers_are_checked(short_dir: pathlib.Path) -> None:

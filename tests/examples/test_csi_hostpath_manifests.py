@@ -168,9 +168,17 @@ def test_rbac_is_bound_to_the_deployments_account() -> None:
             "pyprovlib-csi-resizer",
         }
     )
-    (binding,) = CSI_HOSTPATH.by_kind("RoleBinding")
-    assert binding["roleRef"]["name"] == "pyprovlib-csi-leader-election"
-    assert binding["metadata"]["namespace"] == namespace
+    bindings = CSI_HOSTPATH.by_kind("RoleBinding")
+    assert (
+        {b["roleRef"]["name"] for b in bindings}
+        == {r["metadata"]["name"] for r in CSI_HOSTPATH.by_kind("Role")}
+        == {"pyprovlib-csi-leader-election", "pyprovlib-csi-provisioner-capacity"}
+    )
+    for binding in bindings:
+        assert binding["metadata"]["namespace"] == namespace
+        assert {"kind": "ServiceAccount", "name": name, "namespace": namespace} in binding[
+            "subjects"
+        ]
     text = CSI_HOSTPATH.text()
     assert '"*"' not in text
     assert "privileged: true" not in text

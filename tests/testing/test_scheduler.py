@@ -17,6 +17,8 @@ from standalone_support import standalone
 from pyprovlib import testing
 from pyprovlib.kube.objects import Obj, annotations_of
 from pyprovlib.kube.resources import (
+    CSI_STORAGE_CAPACITIES,
+    CSIDRIVERS,
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -257,6 +259,47 @@ async def test_leaves_immediate_claims_and_unfit_pods_alone(
     await testing.wait_idle(scheduler, *written)  # every pod looked at since
     assert await selected_node(api, "immediate") is None
     assert await selected_node(api, "nowhere") is None
+
+
+async def test_only_nodes_with_enough_published_capacity(
+    api: ApiClient, scheduler: PodScheduler
+) -> None:
+    """kube-scheduler's storage capacity check, for a CSIDriver with storageCapacity: true."""
+    for name in ("n1", "n2"):
+        await add_node(api, name, labels={"zone": name})
+    await ResourceClient(api, CSIDRIVERS).create(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIDriver",
+            "metadata": {"name": "capacity.example.com"},
+            "spec": {"storageCapacity": True},
+        }
+    )
+    await add_class(api, "late", provisioner="capacity.example.com")
+    capacities = ResourceClient(api, CSI_STORAGE_CAPACITIES)
+
+    async def publish(zone: str, capacity: str, maximum: str | None = None) -> None:
+        body: Obj = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIStorageCapacity",
+            "metadata": {"generateName": "csisc-", "namespace": NS},
+            "storageClassName": "late",
+            "nodeTopology": {"matchLabels": {"zone": zone}},
+            "capacity": capacity,
+        }
+        if maximum is not None:
+            body["maximumVolumeSize"] = maximum
+        await capacities.create(body)
+
+    # n1 has room in total but no volume of 1Gi fits (maximumVolumeSize wins); n2 too little.
+    await publish("n1", "10Gi", maximum="512Mi")
+    await publish("n2", "512Mi")
+    claim = await add_claim(api, "data", "late")
+    pod = await add_pod(api, "app", "data")
+    await testing.wait_idle(scheduler, claim, pod)
+    assert await selected_node(api, "data") is None
+    await publish("n2", "2Gi")
+    assert await wait_selected(api, "data") == "n2"
 
 
 def test_node_selector_terms() -> None:

@@ -23,6 +23,7 @@ async def test_version_and_groups(apiserver: ApiServer, kube_client: ApiClient) 
     groups = await get_json(apiserver, "/apis")
     names = {g["name"] for g in groups["groups"]}
     assert names == {
+        "apps",
         "storage.k8s.io",
         "coordination.k8s.io",
         "events.k8s.io",

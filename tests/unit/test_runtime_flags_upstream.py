@@ -87,8 +87,8 @@ def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--enable-capacity"],
-        ["--enable-capacity=true"],
+        ["--enable-pprof"],
+        ["--enable-pprof=true"],
         ["--node-deployment=true"],
         ["--logtostderr"],
     ],
@@ -166,6 +166,42 @@ def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
     assert options.log_level == "debug"
 
 
+def test_the_provisioner_takes_external_provisioners_capacity_flags() -> None:
+    from pyprovlib.csi.provisioner import build_parser
+
+    _, defaults = parse_common(build_parser(), [])
+    assert (
+        defaults.enable_capacity,
+        defaults.capacity_threads,
+        defaults.capacity_poll_interval,
+        defaults.capacity_for_immediate_binding,
+        defaults.capacity_ownerref_level,
+        defaults.kube_api_capacity_qps,
+        defaults.kube_api_capacity_burst,
+    ) == (False, 1, 60.0, False, 1, 1.0, 5)
+    _, ns = parse_common(
+        build_parser(),
+        [
+            "--enable-capacity",
+            "--capacity-threads=3",
+            "--capacity-poll-interval=30s",
+            "--capacity-for-immediate-binding=true",
+            "--capacity-ownerref-level=-1",
+            "--kube-api-capacity-qps=2.5",
+            "--kube-api-capacity-burst=7",
+        ],
+    )
+    assert (
+        ns.enable_capacity,
+        ns.capacity_threads,
+        ns.capacity_poll_interval,
+        ns.capacity_for_immediate_binding,
+        ns.capacity_ownerref_level,
+        ns.kube_api_capacity_qps,
+        ns.kube_api_capacity_burst,
+    ) == (True, 3, 30.0, True, -1, 2.5, 7)
+
+
 @pytest.mark.parametrize(
     "module", ["pyprovlib.csi.provisioner", "pyprovlib.csi.attacher", "pyprovlib.csi.resizer"]
 )
@@ -191,14 +227,6 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
 # feature gates, klog's output flags and the flags removed upstream.
 STILL_REFUSED = frozenset(
     {
-        # CSIStorageCapacity
-        "--enable-capacity",
-        "--capacity-threads",
-        "--capacity-poll-interval",
-        "--capacity-for-immediate-binding",
-        "--capacity-ownerref-level",
-        "--kube-api-capacity-qps",
-        "--kube-api-capacity-burst",
         # distributed provisioning
         "--node-deployment",
         "--node-deployment-immediate-binding",

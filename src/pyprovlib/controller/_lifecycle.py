@@ -22,7 +22,7 @@ import contextlib
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -49,6 +49,9 @@ __all__ = [
 
 EVENT_FLUSH_TIMEOUT: Final = 5.0
 """Seconds a graceful stop waits for pending events to be written."""
+
+K = TypeVar("K")
+"""The keys of a work queue (``str`` for most controllers)."""
 
 
 class LeaderElectionLostError(PyprovlibError, RuntimeError):
@@ -358,8 +361,8 @@ class ControllerLifecycle:
         self,
         tg: asyncio.TaskGroup,
         count: int,
-        queue: RateLimitingQueue[str],
-        process: Callable[[str], Awaitable[None]],
+        queue: RateLimitingQueue[K],
+        process: Callable[[K], Awaitable[None]],
         *,
         drain: bool = True,
     ) -> list[asyncio.Task[None]]:
@@ -369,8 +372,8 @@ class ControllerLifecycle:
 
     async def _worker(
         self,
-        queue: RateLimitingQueue[str],
-        process: Callable[[str], Awaitable[None]],
+        queue: RateLimitingQueue[K],
+        process: Callable[[K], Awaitable[None]],
         *,
         drain: bool = True,
     ) -> None:

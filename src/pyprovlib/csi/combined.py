@@ -37,6 +37,7 @@ from pyprovlib.csi.connection import (
     CSIMetrics,
     default_csi_metrics,
 )
+from pyprovlib.csi.provisioner.capacity import resolve_capacity
 from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.config import new_client
@@ -398,21 +399,34 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     enabled: tuple[str, ...] = ctx.args.controllers
     sidecar_args: dict[str, argparse.Namespace] = ctx.args.sidecar_args
     primary = sidecar_args[enabled[0]]
-    metrics: CSIMetrics = (
-        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
+    # --enable-capacity: $NAMESPACE, the capacity controller's own client (its writes have
+    # the --kube-api-capacity-qps/-burst budget, as in the sidecar) and the owner, before
+    # waiting for the driver.
+    capacity = (
+        await resolve_capacity(_view(ctx, sidecar_args["provisioner"]))
+        if "provisioner" in enabled
+        else None
     )
-    connection_options = ConnectionOptions(
-        # The connection's default call timeout; the attacher and resizer pass their own.
-        timeout=primary.timeout,
-        exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
-    )
-    check_csi_address(primary.csi_address)
-    connection = await CSIConnection.open(
-        primary.csi_address,
-        connection_options,
-        metrics=metrics,
-    )
-    clients: list[ApiClient] = []
+    clients: list[ApiClient] = [] if capacity is None else [capacity.client]
+    try:
+        metrics: CSIMetrics = (
+            default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
+        )
+        connection_options = ConnectionOptions(
+            # The connection's default call timeout; the attacher and resizer pass their own.
+            timeout=primary.timeout,
+            exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
+        )
+        check_csi_address(primary.csi_address)
+        connection = await CSIConnection.open(
+            primary.csi_address,
+            connection_options,
+            metrics=metrics,
+        )
+    except BaseException:
+        for opened in clients:
+            await opened.close()
+        raise
     try:
         # One factory: one resync period for every handler, the shortest asked for.
         resyncs = {
@@ -436,9 +450,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             view = dataclasses.replace(view, api_client=client)
             try:
                 if name == "provisioner":
-                    # With its cloning-protection controller and snapshot-protection sweep
-                    # beside it, under this process's Lease.
-                    controllers[name], _, _ = build_controller(view, connection, factory)
+                    # With its cloning-protection controller, snapshot-protection sweep and
+                    # (--enable-capacity) capacity controller beside it, under this process's
+                    # Lease.
+                    controllers[name], _, _ = build_controller(
+                        view, connection, factory, capacity=capacity
+                    )
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:

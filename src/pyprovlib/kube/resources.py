@@ -12,6 +12,8 @@ __all__ = [
     "CONFIGMAPS",
     "CSIDRIVERS",
     "CSINODES",
+    "CSI_STORAGE_CAPACITIES",
+    "DEPLOYMENTS",
     "EVENTS",
     "EVENTS_V1",
     "LEASES",
@@ -20,6 +22,7 @@ __all__ = [
     "PERSISTENT_VOLUMES",
     "PERSISTENT_VOLUME_CLAIMS",
     "PODS",
+    "REPLICA_SETS",
     "RESOURCES",
     "SECRETS",
     "STORAGE_CLASSES",
@@ -139,6 +142,27 @@ CSINODES = Resource("storage.k8s.io", "v1", "CSINode", "csinodes", False, (), ()
 """storage.k8s.io/v1 CSINodes (cluster-scoped)."""
 CSIDRIVERS = Resource("storage.k8s.io", "v1", "CSIDriver", "csidrivers", False, (), (), "csidriver")
 """storage.k8s.io/v1 CSIDrivers (cluster-scoped)."""
+CSI_STORAGE_CAPACITIES = Resource(
+    "storage.k8s.io",
+    "v1",
+    "CSIStorageCapacity",
+    "csistoragecapacities",
+    True,
+    (),
+    (),
+    "csistoragecapacity",
+)
+"""storage.k8s.io/v1 CSIStorageCapacities, the capacity a driver reports per storage class and
+topology segment, which the scheduler reads for WaitForFirstConsumer claims (namespaced)."""
+DEPLOYMENTS = Resource(
+    "apps", "v1", "Deployment", "deployments", True, ("deploy",), ("status",), "deployment"
+)
+"""apps/v1 Deployments (namespaced; status subresource): the usual owner of a sidecar's
+CSIStorageCapacity objects."""
+REPLICA_SETS = Resource(
+    "apps", "v1", "ReplicaSet", "replicasets", True, ("rs",), ("status",), "replicaset"
+)
+"""apps/v1 ReplicaSets (namespaced; status subresource): between a Deployment and its pods."""
 LEASES = Resource("coordination.k8s.io", "v1", "Lease", "leases", True, (), (), "lease")
 """coordination.k8s.io/v1 Leases, used for leader election (namespaced)."""
 EVENTS_V1 = Resource("events.k8s.io", "v1", "Event", "events", True, ("ev",), (), "event")
@@ -196,6 +220,9 @@ RESOURCES: tuple[Resource, ...] = (
     VOLUME_ATTACHMENTS,
     CSINODES,
     CSIDRIVERS,
+    CSI_STORAGE_CAPACITIES,
+    DEPLOYMENTS,
+    REPLICA_SETS,
     LEASES,
     EVENTS_V1,
     VOLUME_SNAPSHOTS,

@@ -51,13 +51,6 @@ _FEATURE_GATES = (
 )
 UNSUPPORTED_UPSTREAM_FLAGS: Mapping[str, str] = {
     # external-provisioner
-    "--enable-capacity": "CSIStorageCapacity objects are not implemented",
-    "--capacity-threads": "CSIStorageCapacity objects are not implemented",
-    "--capacity-poll-interval": "CSIStorageCapacity objects are not implemented",
-    "--capacity-for-immediate-binding": "CSIStorageCapacity objects are not implemented",
-    "--capacity-ownerref-level": "CSIStorageCapacity objects are not implemented",
-    "--kube-api-capacity-qps": "CSIStorageCapacity objects are not implemented",
-    "--kube-api-capacity-burst": "CSIStorageCapacity objects are not implemented",
     "--node-deployment": "per-node deployment (distributed provisioning) is not implemented",
     "--node-deployment-immediate-binding": "per-node deployment is not implemented",
     "--node-deployment-base-delay": "per-node deployment is not implemented",

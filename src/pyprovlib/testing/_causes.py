@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-__all__ = ["Cause", "forbidden", "invalid_value", "required", "unsupported"]
+__all__ = ["Cause", "forbidden", "invalid_object", "invalid_value", "required", "unsupported"]
 
 Cause = tuple[str, str, str]  # reason, message, field
 
@@ -15,6 +16,13 @@ def required(field: str, detail: str = "") -> Cause:
 
 def invalid_value(field: str, value: Any, detail: str) -> Cause:
     shown = f'"{value}"' if isinstance(value, str) else str(value)
+    return ("FieldValueInvalid", f"Invalid value: {shown}: {detail}", field)
+
+
+def invalid_object(field: str, value: Any, detail: str) -> Cause:
+    """An invalid structured value (a map, a list, null), printed as JSON as the real server
+    prints it (``Invalid value: {"app":"x"}: ...``)."""
+    shown = json.dumps(value, separators=(",", ":"), sort_keys=True)
     return ("FieldValueInvalid", f"Invalid value: {shown}: {detail}", field)
 
 

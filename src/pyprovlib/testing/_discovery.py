@@ -109,7 +109,7 @@ def resource_list(group_version: str) -> Obj | None:
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
-        if r is R.PODS:
+        if r in (R.PODS, R.DEPLOYMENTS, R.REPLICA_SETS):
             entry["categories"] = ["all"]
         entry["storageVersionHash"] = hashlib.sha256(r.plural.encode()).hexdigest()[:12]
         out.append(entry)
@@ -345,6 +345,31 @@ _BUILTIN_COLUMNS: dict[Resource, list[Obj]] = {
     R.CONFIGMAPS: [_col("Data", typ="integer"), _AGE],
     R.LEASES: [_col("Holder"), _AGE],
     R.CSINODES: [_col("Drivers", typ="integer"), _AGE],
+    # No printer of its own: the registry's default table (Name, Created At).
+    R.CSI_STORAGE_CAPACITIES: [
+        _col(
+            "Created At",
+            "CreationTimestamp is a timestamp representing the server time when this object was "
+            "created.",
+            typ="date",
+        )
+    ],
+    R.DEPLOYMENTS: [
+        *_strings("Ready", "Up-to-date", "Available"),
+        _AGE,
+        _col("Containers", priority=_WIDE),
+        _col("Images", priority=_WIDE),
+        _col("Selector", priority=_WIDE),
+    ],
+    R.REPLICA_SETS: [
+        _col("Desired", typ="integer"),
+        _col("Current", typ="integer"),
+        _col("Ready", typ="integer"),
+        _AGE,
+        _col("Containers", priority=_WIDE),
+        _col("Images", priority=_WIDE),
+        _col("Selector", priority=_WIDE),
+    ],
 }
 
 
@@ -517,7 +542,64 @@ def _name(obj: Obj) -> Any:
 
 
 # kubectl's columns of each built-in kind this server serves (the name and age included).
+def _selector_text(selector: Any) -> str:
+    """A label selector as kubectl prints it (``app=x,tier in (a,b)``)."""
+    if not isinstance(selector, dict):
+        return "<none>"
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expression in selector.get("matchExpressions") or []:
+        key, op = expression.get("key", ""), expression.get("operator", "")
+        values = ",".join(sorted(expression.get("values") or []))
+        if op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(f"{key} {'in' if op == 'In' else 'notin'} ({values})")
+    return ",".join(parts) or "<none>"
+
+
+def _workload_wide(spec: Obj) -> list[str]:
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    containers = [c for c in pod_spec.get("containers") or [] if isinstance(c, dict)]
+    return [
+        ",".join(str(c.get("name", "")) for c in containers),
+        ",".join(str(c.get("image", "")) for c in containers),
+        _selector_text(spec.get("selector")),
+    ]
+
+
+def _deployment_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    return [
+        meta.get("name", ""),
+        f"{status.get('readyReplicas', 0)}/{spec.get('replicas', 1)}",
+        status.get("updatedReplicas", 0),
+        status.get("availableReplicas", 0),
+        age,
+        *_workload_wide(spec),
+    ]
+
+
+def _replica_set_cells(obj: Obj, age: str) -> list[Any]:
+    meta, spec, status = _parts(obj)
+    return [
+        meta.get("name", ""),
+        spec.get("replicas", 1),
+        status.get("replicas", 0),
+        status.get("readyReplicas", 0),
+        age,
+        *_workload_wide(spec),
+    ]
+
+
 _CELLS: dict[Resource, Callable[[Obj, str], list[Any]]] = {
+    R.CSI_STORAGE_CAPACITIES: lambda o, _age: [
+        _name(o),
+        (o.get("metadata") or {}).get("creationTimestamp"),
+    ],
+    R.DEPLOYMENTS: _deployment_cells,
+    R.REPLICA_SETS: _replica_set_cells,
     R.PERSISTENT_VOLUMES: _volume_cells,
     R.PERSISTENT_VOLUME_CLAIMS: _claim_cells,
     R.STORAGE_CLASSES: _class_cells,

@@ -62,6 +62,8 @@ _STATUS_SUBRESOURCE = frozenset(
         R.VOLUME_ATTACHMENTS,
         R.VOLUME_SNAPSHOTS,
         R.VOLUME_SNAPSHOT_CONTENTS,
+        R.DEPLOYMENTS,
+        R.REPLICA_SETS,
     }
 )
 # Status subresources whose strategy copies only the spec from the stored object, so an update

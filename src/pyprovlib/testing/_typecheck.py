@@ -124,6 +124,28 @@ _FIELD_TYPES: dict[Resource, dict[str, str]] = {
     },
     R.CSINODES: {"spec": "object", "spec.drivers": "[]object"},
     R.CSIDRIVERS: {"spec": "object"},
+    R.CSI_STORAGE_CAPACITIES: {
+        "storageClassName": "string",
+        "nodeTopology": "object",
+        "nodeTopology.matchLabels": "map[string]string",
+        "nodeTopology.matchExpressions": "[]object",
+        "capacity": "quantity",
+        "maximumVolumeSize": "quantity",
+    },
+    R.DEPLOYMENTS: {
+        "spec": "object",
+        "spec.replicas": "int32",
+        "spec.selector": "object",
+        "spec.template": "object",
+        "status": "object",
+    },
+    R.REPLICA_SETS: {
+        "spec": "object",
+        "spec.replicas": "int32",
+        "spec.selector": "object",
+        "spec.template": "object",
+        "status": "object",
+    },
     R.EVENTS: {
         "involvedObject": "object",
         "reason": "string",
@@ -176,6 +198,8 @@ def _tree_ok(obj: dict[str, Any], tree: _Tree) -> bool:
                 _quantity_ok(v) for v in value.values() if isinstance(v, str)
             ):
                 return False
+            if want == "quantity" and isinstance(value, str) and not _quantity_ok(value):
+                return False
         if children and isinstance(value, dict) and not _tree_ok(value, children):
             return False
     return True
@@ -209,6 +233,9 @@ def _type_ok(value: Any, want: str) -> bool:
         return isinstance(value, dict) and all(
             isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value.values()
         )
+    if want == "quantity":
+        # resource.Quantity decodes from a JSON string or number
+        return isinstance(value, (str, int, float)) and not isinstance(value, bool)
     if want == "[]string":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if want == "[]object":
@@ -241,18 +268,28 @@ def type_check(resource: Resource, obj: dict[str, Any]) -> None:
         cur: Any = obj
         for part in path.split("."):
             cur = cur.get(part) if isinstance(cur, dict) else None
-        if cur is not None and not _type_ok(cur, want):
+        if cur is None:
+            continue
+        if want == "quantity":
+            # One quantity: a JSON value of another type fails as a malformed one does.
+            if not _type_ok(cur, want) or (isinstance(cur, str) and not _quantity_ok(cur)):
+                raise _malformed_quantity(resource)
+            continue
+        if not _type_ok(cur, want):
             raise fail(path, cur, want)
-        if cur is not None and want == "map[string]quantity":
+        if want == "map[string]quantity":
             # resource.Quantity's decoder refuses a malformed string ("1Zi", "1gi", " 1Gi"):
             # the whole object is rejected before validation, as a 400.
             for value in cur.values():
                 if isinstance(value, str) and not _quantity_ok(value):
-                    raise bad_request(
-                        f'{resource.kind} in version "{resource.version}" cannot be handled as '
-                        f"a {resource.kind}: quantities must match the regular expression "
-                        f"'{_QUANTITY_REGEXP}'"
-                    )
+                    raise _malformed_quantity(resource)
+
+
+def _malformed_quantity(resource: Resource) -> ApiError:
+    return bad_request(
+        f'{resource.kind} in version "{resource.version}" cannot be handled as a '
+        f"{resource.kind}: quantities must match the regular expression '{_QUANTITY_REGEXP}'"
+    )
 
 
 _QUANTITY_REGEXP = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"

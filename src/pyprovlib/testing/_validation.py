@@ -15,8 +15,16 @@ from pyprovlib.controller.provision import ANN_BETA_STORAGE_CLASS
 from pyprovlib.kube import resources as R
 from pyprovlib.kube.quantity import parse_quantity
 from pyprovlib.kube.resources import Resource
-from pyprovlib.testing._causes import Cause, forbidden, invalid_value, required, unsupported
+from pyprovlib.testing._causes import (
+    Cause,
+    forbidden,
+    invalid_object,
+    invalid_value,
+    required,
+    unsupported,
+)
 from pyprovlib.testing._crd_validation import crd_immutable_causes, crd_schema_causes
+from pyprovlib.testing._labels import label_selector_causes, selector_matches
 from pyprovlib.testing._typecheck import PV_SOURCES, type_check
 
 __all__ = [
@@ -64,7 +72,26 @@ def _meta_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         causes.append(required("metadata.name", "name or generateName is required"))
     else:
         causes.extend(validate_name(resource, name))
+    causes.extend(_owner_causes(meta.get("ownerReferences")))
     return causes
+
+
+def _owner_causes(refs: Any) -> list[Cause]:
+    """ValidateOwnerReferences: at most one reference is the controller."""
+    if not isinstance(refs, list):
+        return []
+    controllers = [r for r in refs if isinstance(r, dict) and r.get("controller") is True]
+    if len(controllers) < 2:
+        return []
+    first, second = (f"{r.get('kind')}/{r.get('name')}" for r in controllers[:2])
+    return [
+        invalid_object(
+            "metadata.ownerReferences",
+            refs,
+            'Only one reference can have Controller set to true. Found "true" in references '
+            f"for {first} and {second}",
+        )
+    ]
 
 
 def _positive_quantity(value: Any) -> bool:
@@ -133,6 +160,59 @@ def default_on_create(
     elif resource in (R.VOLUME_SNAPSHOTS, R.VOLUME_SNAPSHOT_CONTENTS):
         # A CRD with the status subresource ignores the status of a create.
         obj.pop("status", None)
+    elif resource is R.CSI_STORAGE_CAPACITIES:
+        _canonical_quantities(obj, ("capacity", "maximumVolumeSize"))
+    elif resource in (R.DEPLOYMENTS, R.REPLICA_SETS) and isinstance(spec, dict):
+        spec.setdefault("replicas", 1)
+        if resource is R.DEPLOYMENTS:
+            spec.setdefault("revisionHistoryLimit", 10)
+            spec.setdefault("progressDeadlineSeconds", 600)
+            spec.setdefault(
+                "strategy",
+                {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+                },
+            )
+        template = spec.get("template")
+        pod_spec = template.get("spec") if isinstance(template, dict) else None
+        if isinstance(pod_spec, dict):
+            _default_pod_template(pod_spec)
+        obj["status"] = {} if resource is R.DEPLOYMENTS else {"replicas": 0}
+
+
+def _canonical_quantities(obj: dict[str, Any], fields: tuple[str, ...]) -> None:
+    """resource.Quantity's decoding: a valid quantity (a JSON string or number) is kept in its
+    canonical form (``0.5Gi`` is stored as ``512Mi``); what does not parse is left for the
+    type check to refuse."""
+    for field in fields:
+        value = obj.get(field)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            continue
+        try:
+            obj[field] = parse_quantity(str(value)).canonical()
+        except ValueError:
+            continue
+
+
+def _default_pod_template(spec: dict[str, Any]) -> None:
+    """The pod defaults a workload's template gets (SetDefaults_PodSpec, SetDefaults_Container)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    for container in spec.get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        image = str(container.get("image") or "")
+        tag = image.rsplit("/", 1)[-1].partition(":")[2] if "@" not in image else "digest"
+        container.setdefault(
+            "imagePullPolicy", "Always" if tag in ("", "latest") else "IfNotPresent"
+        )
+        container.setdefault("resources", {})
+        container.setdefault("terminationMessagePath", "/dev/termination-log")
+        container.setdefault("terminationMessagePolicy", "File")
 
 
 def default_on_update(
@@ -143,6 +223,8 @@ def default_on_update(
 ) -> None:
     """What the registries' PrepareForUpdate fills in before an update is validated."""
     spec = obj.get("spec")
+    if resource is R.CSI_STORAGE_CAPACITIES:
+        _canonical_quantities(obj, ("capacity", "maximumVolumeSize"))
     if resource is R.PERSISTENT_VOLUME_CLAIMS and isinstance(spec, dict):
         old_spec = (old or {}).get("spec")
         _prepare_data_sources(spec, old_spec if isinstance(old_spec, dict) else {}, gates)
@@ -369,8 +451,63 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
             )
     elif resource is R.PODS and not spec.get("containers"):
         causes.append(required("spec.containers"))
+    elif resource is R.CSI_STORAGE_CAPACITIES:
+        causes.extend(label_selector_causes("nodeTopology", obj.get("nodeTopology")))
+        class_name = obj.get("storageClassName") or ""
+        if len(class_name) > 253 or not _SUBDOMAIN.match(class_name):
+            causes.append(invalid_value("storageClassName", class_name, _SUBDOMAIN_MSG))
+        capacity = obj.get("capacity")
+        if isinstance(capacity, str) and _negative_quantity(capacity):
+            causes.append(invalid_value("capacity", capacity, "must be greater than or equal to 0"))
+    elif resource in (R.DEPLOYMENTS, R.REPLICA_SETS):
+        causes.extend(_workload_causes(spec))
     elif resource is R.CSINODES and not isinstance(spec.get("drivers"), list):
         causes.append(required("spec.drivers"))
+    return causes
+
+
+def _negative_quantity(text: str) -> bool:
+    try:
+        return parse_quantity(text).sign() < 0
+    except ValueError:
+        return False
+
+
+def _workload_causes(spec: dict[str, Any]) -> list[Cause]:
+    """ValidateDeploymentSpec / ValidateReplicaSetSpec: a non-empty selector matching the
+    template's labels, and a template with containers."""
+    causes: list[Cause] = []
+    selector = spec.get("selector")
+    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    assert isinstance(template, dict)
+    labels = (template.get("metadata") or {}).get("labels")
+    if selector is None:
+        causes.append(required("spec.selector"))
+    elif isinstance(selector, dict):
+        causes.extend(label_selector_causes("spec.selector", selector))
+        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+            # Worded so for ReplicaSets too (ValidateReplicaSetSpec shares the text).
+            causes.append(
+                invalid_object(
+                    "spec.selector", selector, "empty selector is invalid for deployment"
+                )
+            )
+    # LabelSelectorAsSelector: no selector matches nothing, an empty one everything.
+    empty = isinstance(selector, dict) and not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    )
+    if not empty and not (isinstance(selector, dict) and selector_matches(selector, labels or {})):
+        causes.append(
+            invalid_object(
+                "spec.template.metadata.labels",
+                labels,
+                "`selector` does not match template `labels`",
+            )
+        )
+    pod_spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
+    assert isinstance(pod_spec, dict)
+    if not pod_spec.get("containers"):
+        causes.append(required("spec.template.spec.containers"))
     return causes
 
 
@@ -419,6 +556,16 @@ def validate_update(resource: Resource, old: dict[str, Any], new: dict[str, Any]
             )
     elif resource is R.VOLUME_ATTACHMENTS and old_spec != new_spec:
         causes.append(invalid_value("spec", "...", "field is immutable"))
+    elif resource is R.CSI_STORAGE_CAPACITIES:
+        # ValidateCSIStorageCapacityUpdate: what the object is about cannot change.
+        if old.get("nodeTopology") != new.get("nodeTopology"):
+            causes.append(
+                invalid_object("nodeTopology", new.get("nodeTopology"), "field is immutable")
+            )
+        if old.get("storageClassName") != new.get("storageClassName"):
+            causes.append(
+                invalid_value("storageClassName", new.get("storageClassName"), "field is immutable")
+            )
     return causes
 
 

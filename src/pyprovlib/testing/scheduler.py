@@ -7,6 +7,9 @@ the node affinity of the PVs its bound claims use, the ``allowedTopologies`` of 
 unbound ``WaitForFirstConsumer`` claims and any node already selected for them), picks one, and
 sets ``volume.kubernetes.io/selected-node`` on those claims so their provisioner can start. A
 pod with an unbound claim of an ``Immediate`` class waits for the PV controller to bind it.
+For a driver whose CSIDriver says ``storageCapacity: true`` a node also needs a
+CSIStorageCapacity object of the claim's class whose ``nodeTopology`` matches it and whose
+``maximumVolumeSize`` (else ``capacity``) holds the claim's request (``hasEnoughCapacity``).
 
 Deliberately left out: binding pods to nodes (nothing would run them), CPU/memory fit, pod
 affinity and spreading, tolerations, and binding ``WaitForFirstConsumer`` claims to existing
@@ -28,7 +31,10 @@ from pyprovlib._logging import get_logger
 from pyprovlib.kube.errors import is_conflict, is_not_found
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube.objects import Obj, annotations_of, labels_of, name_of, namespace_of
+from pyprovlib.kube.quantity import quantity_or_none
 from pyprovlib.kube.resources import (
+    CSI_STORAGE_CAPACITIES,
+    CSIDRIVERS,
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -36,6 +42,7 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
 )
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing._labels import selector_matches
 from pyprovlib.testing._lifecycle import StartStop
 from pyprovlib.testing.binder import ANN_SELECTED_NODE, claim_class
 
@@ -171,6 +178,8 @@ class PodScheduler(StartStop):
         self._volumes = self._informer(PERSISTENT_VOLUMES)
         self._nodes = self._informer(NODES)
         self._classes = self._informer(STORAGE_CLASSES)
+        self._drivers = self._informer(CSIDRIVERS)
+        self._capacities = self._informer(CSI_STORAGE_CAPACITIES)
         self._claim_client = ResourceClient(api_client, PERSISTENT_VOLUME_CLAIMS)
         self._dirty = asyncio.Event()
         self._passes = 0
@@ -267,6 +276,37 @@ class PodScheduler(StartStop):
         for key in [k for k in self._reported if k not in seen]:
             del self._reported[key]
 
+    def _has_enough_capacity(self, claim: Obj, storage_class: Obj, node: Obj) -> bool:
+        """kube-scheduler's ``hasEnoughCapacity``: only for a CSIDriver with
+        ``storageCapacity: true``; then some CSIStorageCapacity of the class, its topology
+        matching the node, must hold the request (``maximumVolumeSize`` when set, it is more
+        precise, else ``capacity``)."""
+        requests = _dict(_dict(_dict(claim.get("spec")).get("resources")).get("requests"))
+        wanted = quantity_or_none(requests.get("storage"))
+        if wanted is None:
+            return True  # no capacity to check for
+        driver = self._drivers.store.get_by_key(str(storage_class.get("provisioner") or ""))
+        if driver is None or _dict(driver.get("spec")).get("storageCapacity") is not True:
+            return True
+        size = wanted.value()
+        for capacity in self._capacities.store.list():
+            if capacity.get("storageClassName") != name_of(storage_class):
+                continue
+            limit = quantity_or_none(
+                capacity.get("maximumVolumeSize")
+                if capacity.get("maximumVolumeSize") is not None
+                else capacity.get("capacity")
+            )
+            topology = capacity.get("nodeTopology")
+            if (
+                limit is not None
+                and limit.value() >= size
+                and isinstance(topology, Mapping)
+                and selector_matches(topology, labels_of(node))
+            ):
+                return True
+        return False
+
     def _is_pending(self, pod: Obj) -> bool:
         spec = _dict(pod.get("spec"))
         if spec.get("nodeName") or _dict(pod.get("metadata")).get("deletionTimestamp"):
@@ -327,6 +367,10 @@ class PodScheduler(StartStop):
                 continue
             topologies = _list(sc.get("allowedTopologies"))
             nodes = [n for n in nodes if _node_in_topologies(n, topologies)]
+            fitting = [n for n in nodes if self._has_enough_capacity(claim, sc, n)]
+            if nodes and not fitting:
+                return f"{len(nodes)} node(s) did not have enough free storage"
+            nodes = fitting
             to_select.append(claim)
         if not nodes:
             return "no node fits the pod's volumes and node selector"

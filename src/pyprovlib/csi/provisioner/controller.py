@@ -37,7 +37,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from grpclib.const import Status
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
@@ -100,6 +100,9 @@ from pyprovlib.provisioner import (
     ProvisioningState,
     ProvisionOptions,
 )
+
+if TYPE_CHECKING:
+    from pyprovlib.controller.capacity import CapacityController
 
 __all__ = ["PROVISIONER_ID_KEY", "CSIProvisioner", "check_error"]
 
@@ -192,6 +195,10 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         self.options = options or CSIProvisionerOptions()
         self.driver_name = connection.driver_name
         self.recorder = recorder
+        self.capacity: CapacityController | None = None
+        """With ``--enable-capacity``: told of every volume created or deleted and of failed
+        attempts, so the CSIStorageCapacity objects of that topology or class are refreshed
+        before the next poll (upstream's ``capacity.NewProvisionWrapper``)."""
         # Upstream's identity: start time in ms, a random number, the driver name.
         self.identity = identity or (
             f"{int(time.time() * 1000)}-{random.randint(0, 9999)}-{self.driver_name}"  # noqa: S311
@@ -248,6 +255,20 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         Reads the claim and its class as JSON (``claim_object``, ``storage_class_object``),
         never as models: nothing on this path converts to or from kubernetes-asyncio models.
         """
+        capacity = self.capacity
+        if capacity is None:
+            return await self._provision(options)
+        class_name = (options.storage_class_object.get("metadata") or {}).get("name", "")
+        try:
+            pv = await self._provision(options)
+        except Exception as err:
+            changed = getattr(err, "state", None) is not ProvisioningState.NO_CHANGE
+            capacity.after_provision(class_name, None, changed=changed)
+            raise
+        capacity.after_provision(class_name, pv)
+        return pv
+
+    async def _provision(self, options: ProvisionOptions) -> Obj:
         claim = options.claim_object
         storage_class = options.storage_class_object
         metadata = claim.get("metadata") or {}
@@ -663,6 +684,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             v1.DeleteVolumeRequest(volume_id=csi["volumeHandle"], secrets=secrets)
         )
         logger.info("volume deleted")
+        if self.capacity is not None:
+            self.capacity.after_delete(pv)
 
     async def _deletion_secret(self, pv: Mapping[str, Any]) -> SecretRef | None:
         annotations = (pv.get("metadata") or {}).get("annotations") or {}

@@ -1,12 +1,14 @@
 """The external-provisioner sidecar, ``python -m pyprovlib.csi.provisioner``: the CSI
 connection, a ProvisionController over a
 :class:`~pyprovlib.csi.provisioner.controller.CSIProvisioner`, and beside it the
-cloning-protection controller and the sweep of stale snapshot-source protection finalizers,
-run by :mod:`pyprovlib.runtime` (upstream's ``cmd/csi-provisioner``)."""
+cloning-protection controller, the sweep of stale snapshot-source protection finalizers and,
+with ``--enable-capacity``, the capacity controller, run by :mod:`pyprovlib.runtime`
+(upstream's ``cmd/csi-provisioner``)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,11 @@ from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._sidecar_cli import build_on_driver
 from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.connection import CSIConnection
+from pyprovlib.csi.provisioner.capacity import (
+    CapacitySetup,
+    build_capacity_controller,
+    resolve_capacity,
+)
 from pyprovlib.csi.provisioner.controller import CSIProvisioner
 from pyprovlib.csi.provisioner.options import (
     build_parser,
@@ -49,7 +56,8 @@ class CSIProvisionerController(SidecarController["ProvisionController"]):
     runtime's Controller.
 
     With ``--exit-on-connection-loss`` a lost connection ends :meth:`run` with an error, so the
-    process exits non-zero and is restarted.
+    process exits non-zero and is restarted. ``capacity`` (``--enable-capacity``) holds the
+    capacity controller's own API client, closed when :meth:`run` returns.
     """
 
     def __init__(
@@ -58,11 +66,21 @@ class CSIProvisionerController(SidecarController["ProvisionController"]):
         connection: CSIConnection,
         informer_factory: SharedInformerFactory,
         provisioner: CSIProvisioner,
+        capacity: CapacitySetup | None = None,
     ) -> None:
         super().__init__(connection, controller)
         self.provisioner = provisioner
         self.informer_factory = informer_factory
+        self.capacity = capacity
         self._log = get_logger(__name__).bind(driver=connection.driver_name)
+
+    async def run(self) -> None:
+        """Run until stopped or the connection is lost (see :class:`SidecarController`)."""
+        try:
+            await super().run()
+        finally:
+            if self.capacity is not None:
+                await self.capacity.close()
 
     def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
         return [tg.create_task(self._run_informers())]
@@ -78,13 +96,17 @@ def build_controller(
     ctx: RuntimeContext,
     connection: CSIConnection,
     informer_factory: SharedInformerFactory | None = None,
+    *,
+    capacity: CapacitySetup | None = None,
 ) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
     """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
     ``connection``; informers come from ``informer_factory`` (a new one when None), which the
     caller starts. Beside its workers (while it leads) run the cloning-protection controller
-    (``--cloning-protection-threads`` workers; for drivers with CLONE_VOLUME) and the sweep of
-    stale snapshot-source protection finalizers. Shared by this sidecar and
-    ``python -m pyprovlib.csi``."""
+    (``--cloning-protection-threads`` workers; for drivers with CLONE_VOLUME), the sweep of
+    stale snapshot-source protection finalizers and, with ``capacity`` (what
+    :func:`resolve_capacity` found for ``--enable-capacity``), the capacity controller, which
+    hears of every volume created or deleted (``provisioner.capacity``). Shared by this
+    sidecar and ``python -m pyprovlib.csi``."""
     if not connection.plugin_capabilities.controller_service or (
         v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
         not in connection.controller_capabilities
@@ -126,22 +148,38 @@ def build_controller(
     if cloning_protection is not None:
         controller.run_beside("cloning-protection", cloning_protection.run)
     controller.run_beside("snapshot-protection-sweep", provisioner.run_snapshot_protection)
+    if getattr(ctx.args, "enable_capacity", False) and capacity is None:
+        raise ValueError("--enable-capacity: resolve the capacity setup first (resolve_capacity)")
+    if capacity is not None:
+        capacity_controller = build_capacity_controller(ctx, connection, factory, capacity)
+        # Upstream runs it inside the leader's run, as the cloning-protection controller.
+        controller.run_beside("capacity", capacity_controller.run)
+        provisioner.capacity = capacity_controller
     return controller, provisioner, factory
 
 
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
-    connection, (controller, provisioner, factory) = await build_on_driver(
-        ctx, build_controller, exit_on_connection_loss=args.exit_on_connection_loss
-    )
+    # Before waiting for the driver: a missing $NAMESPACE or owner fails at once.
+    capacity = await resolve_capacity(ctx)
+    try:
+        connection, (controller, provisioner, factory) = await build_on_driver(
+            ctx,
+            functools.partial(build_controller, capacity=capacity),
+            exit_on_connection_loss=args.exit_on_connection_loss,
+        )
+    except BaseException:
+        if capacity is not None:
+            await capacity.close()
+        raise
     ctx.log.info(
         "CSI provisioner",
         driver=connection.driver_name,
         identity=provisioner.identity,
         csi_address=args.csi_address,
     )
-    return CSIProvisionerController(controller, connection, factory, provisioner)
+    return CSIProvisionerController(controller, connection, factory, provisioner, capacity)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ place, so a flag and an option cannot disagree."""
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -24,7 +25,7 @@ from pyprovlib.runtime import (
     common_parser,
     provision_controller_options,
 )
-from pyprovlib.runtime.flag_values import parse_int, parse_positive_int
+from pyprovlib.runtime.flag_values import parse_int, parse_non_negative_int, parse_positive_int
 
 __all__ = [
     "PROG",
@@ -192,6 +193,7 @@ def build_parser() -> RuntimeArgumentParser:
         "a restart (not in upstream; needs patch on persistentvolumeclaims)",
         group=group,
     )
+    _add_capacity_flags(parser)
     add_bool_flag(
         parser,
         "--exit-on-connection-loss",
@@ -201,6 +203,90 @@ def build_parser() -> RuntimeArgumentParser:
         group=group,
     )
     return parser
+
+
+def _qps(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("must be a number, got NaN")
+    return value
+
+
+def _ownerref_level(text: str) -> int:
+    value = parse_int(text)
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 or more, got {value}")
+    return value
+
+
+def _add_capacity_flags(parser: RuntimeArgumentParser) -> None:
+    """external-provisioner's storage capacity flags, with its defaults."""
+    group = parser.add_argument_group("storage capacity")
+    add_bool_flag(
+        parser,
+        "--enable-capacity",
+        default=False,
+        help="publish CSIStorageCapacity objects with the capacity the driver's GetCapacity "
+        "reports, one per StorageClass of the driver and topology segment, in the namespace "
+        "$NAMESPACE, owned by what runs the pod $POD_NAME (see --capacity-ownerref-level)",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--capacity-threads",
+        default=1,
+        type=parse_positive_int,
+        help="workers writing CSIStorageCapacity objects",
+        metavar="N",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--capacity-poll-interval",
+        default=60.0,
+        help="how often every object is refreshed with a new GetCapacity (volumes created or "
+        "deleted refresh theirs at once)",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--capacity-for-immediate-binding",
+        default=False,
+        help="also publish capacity for classes with volumeBindingMode Immediate (the "
+        "scheduler does not need it)",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--capacity-ownerref-level",
+        default=1,
+        type=_ownerref_level,
+        help="owner of the objects, counted up from the pod $POD_NAME: -1 no owner, 0 the pod, "
+        "1 its StatefulSet or DaemonSet (or ReplicaSet), 2 the Deployment, ...",
+        metavar="LEVEL",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--kube-api-capacity-qps",
+        default=1.0,
+        type=_qps,
+        help="queries per second of the capacity controller's writes (0 disables the limit)",
+        metavar="QPS",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--kube-api-capacity-burst",
+        default=5,
+        type=parse_non_negative_int,
+        help="burst of the capacity controller's writes above --kube-api-capacity-qps",
+        metavar="N",
+        group=group,
+    )
 
 
 def provisioner_options(args: argparse.Namespace) -> CSIProvisionerOptions:

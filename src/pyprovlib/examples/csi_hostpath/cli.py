@@ -149,7 +149,8 @@ def build_parser() -> RuntimeArgumentParser:
         "--capacity",
         default=TIB,
         type=_bytes,
-        help="total bytes the driver offers (a quantity, e.g. 100Gi)",
+        help="total bytes the driver offers (a quantity, e.g. 100Gi); GetCapacity reports what "
+        "the volumes leave of it, at most the free space of --statedir",
         metavar="QUANTITY",
         default_text="1Ti",
         group=driver,

@@ -336,7 +336,16 @@ class HostPathController(ControllerService):
             if unsupported_capability(capability, block=False) is not None:
                 return v1.GetCapacityResponse(available_capacity=0)
         options = self.driver.options
-        available = max(0, options.capacity - self.driver.used())
+        # A real figure: what --capacity leaves after the volumes, and never more than the
+        # file system holding them has free (volumes are directories, not preallocated).
+        try:
+            usage = await asyncio.to_thread(os.statvfs, options.statedir)
+        except OSError as err:
+            raise CSIError(
+                Status.INTERNAL, f"cannot read the free space of {options.statedir}: {err}"
+            ) from None
+        free = usage.f_bavail * usage.f_frsize
+        available = max(0, min(free, options.capacity - self.driver.used()))
         return v1.GetCapacityResponse(
             available_capacity=available,
             maximum_volume_size=min(available, options.max_volume_size),

@@ -1,0 +1,340 @@
+"""Side by side with Go on a real control plane: the Go hostpathplugin (with ``--capacity`` per
+storage kind), the same classes and nodes; first the Go ``csi-provisioner --enable-capacity``,
+then ``python -m pyprovlib.csi.provisioner --enable-capacity``, each publishing into a namespace
+of its own. Both must produce the same CSIStorageCapacity objects (everything but names, uids,
+resourceVersions and timestamps) at each stage: at start, after a class is added, after a node
+is removed, and after the capacity changed (a volume created on one node).
+
+Needs a real kube-apiserver (``PYPROVLIB_KUBE_ASSETS`` or ``PYPROVLIB_E2E_KUBECONFIG``: the Go
+sidecar speaks protobuf, which the in-memory server does not) and the Go binaries (the assets
+directory, or ``../shared/kube``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import pathlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from claim_support import create_claim
+from csi_e2e import HOSTPATH_TOPOLOGY_KEY, find_go_binary, go_hostpath
+
+from pyprovlib import testing
+from pyprovlib.kube.errors import is_not_found
+from pyprovlib.kube.objects import Obj
+from pyprovlib.kube.quantity import parse_quantity
+from pyprovlib.kube.resources import (
+    CSI_STORAGE_CAPACITIES,
+    CSINODES,
+    NAMESPACES,
+    NODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+)
+from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+GI = 1 << 30
+KINDS = {"fast": 100 * GI, "slow": 50 * GI}
+POLL = "2s"
+_VOLATILE = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp", "managedFields")
+
+
+@pytest.fixture
+def go_provisioner(
+    kube_cluster: TestCluster, tmp_path_factory: pytest.TempPathFactory
+) -> pathlib.Path:
+    if not kube_cluster.is_real or kube_cluster.kubeconfig is None:
+        pytest.skip("needs a real kube-apiserver: the Go csi-provisioner speaks protobuf")
+    binary = find_go_binary("csi-provisioner", tmp_path_factory.getbasetemp())
+    if binary is None:
+        pytest.skip("no Go csi-provisioner: set PYPROVLIB_KUBE_ASSETS or put ../shared/kube beside")
+    return binary
+
+
+def normalised(obj: Obj) -> str:
+    """The object without what legitimately differs between two runs (as JSON, sortable)."""
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata") or {}
+    for key in _VOLATILE:
+        meta.pop(key, None)
+    meta.pop("ownerReferences", None)
+    return json.dumps(out, sort_keys=True)
+
+
+@dataclass
+class Scene:
+    """The cluster both provisioners see: the driver, its nodes and classes."""
+
+    cluster: TestCluster
+    driver: str
+    nodes: list[str]
+    classes: dict[str, str] = field(default_factory=dict)  # class name -> kind
+    added_class: str = ""
+
+    @property
+    def api(self) -> Any:
+        return self.cluster.api_client
+
+    async def add_node(self, name: str) -> None:
+        await ResourceClient(self.api, NODES).create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {HOSTPATH_TOPOLOGY_KEY: name}},
+            }
+        )
+        await ResourceClient(self.api, CSINODES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSINode",
+                "metadata": {"name": name},
+                "spec": {
+                    "drivers": [
+                        {
+                            "name": self.driver,
+                            "nodeID": name,
+                            "topologyKeys": [HOSTPATH_TOPOLOGY_KEY],
+                        }
+                    ]
+                },
+            }
+        )
+
+    async def remove_node(self, name: str) -> None:
+        for resource in (CSINODES, NODES):
+            await ResourceClient(self.api, resource).delete(name)
+
+    async def add_class(self, name: str, kind: str, mode: str = "WaitForFirstConsumer") -> None:
+        await ResourceClient(self.api, STORAGE_CLASSES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": self.driver,
+                "volumeBindingMode": mode,
+                "reclaimPolicy": "Delete",
+                "parameters": {"kind": kind},
+            }
+        )
+        self.cluster.track(STORAGE_CLASSES, name)
+        if mode == "WaitForFirstConsumer":
+            self.classes[name] = kind
+
+    async def remove_class(self, name: str) -> None:
+        await ResourceClient(self.api, STORAGE_CLASSES).delete(name)
+        self.classes.pop(name, None)
+
+    def expected(
+        self, nodes: list[str], used: dict[str, int] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """(class, node, capacity) of every object that should exist: what the hostpathplugin
+        reports is its kind's capacity less the volumes of that kind, on every node."""
+        used = used or {}
+        return sorted(
+            (name, node, KINDS[kind] - used.get(kind, 0))
+            for name, kind in self.classes.items()
+            for node in nodes
+        )
+
+
+async def objects(api: Any, namespace: str) -> list[Obj]:
+    listed = await ResourceClient(api, CSI_STORAGE_CAPACITIES).list(namespace)
+    return list(listed.get("items") or [])
+
+
+def summary(items: list[Obj]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            o["storageClassName"],
+            o["nodeTopology"]["matchLabels"][HOSTPATH_TOPOLOGY_KEY],
+            parse_quantity(o["capacity"]).value(),
+        )
+        for o in items
+    )
+
+
+Runner = Callable[[str], contextlib.AbstractAsyncContextManager[Any]]
+
+
+async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, list[str]]:
+    """Start a provisioner publishing into ``namespace``, walk the stages, undo them; returns
+    each stage's objects, normalised."""
+    api = scene.api
+    seen: dict[str, list[str]] = {}
+    nodes = list(scene.nodes)
+
+    async def stage(name: str, want: list[tuple[Any, ...]]) -> None:
+        async def reached() -> list[Obj] | None:
+            items = await objects(api, namespace)
+            return items if summary(items) == want else None
+
+        try:
+            items = await testing.eventually(reached, timeout=60, message=f"stage {name}")
+        except AssertionError:
+            have = summary(await objects(api, namespace))
+            raise AssertionError(f"stage {name}: want {want}, have {have}") from None
+        seen[name] = sorted(normalised(o) for o in items)
+
+    async with runner(namespace):
+        await stage("initial", scene.expected(nodes))
+
+        added = scene.added_class  # the same name in every run: the objects compare equal
+        await scene.add_class(added, "fast")
+        await stage("class added", scene.expected(nodes))
+
+        gone = nodes.pop()
+        await scene.remove_node(gone)
+        await stage("node removed", scene.expected(nodes))
+
+        # A 10Gi volume of kind fast on the first node: every fast object says 90Gi (the
+        # volume's node at once, the others by the poll).
+        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
+        claim = await create_claim(
+            scene.cluster,
+            fast,
+            size="10Gi",
+            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
+        )
+        claim_name = claim["metadata"]["name"]
+        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        await stage("capacity changed", scene.expected(nodes, {"fast": 10 * GI}))
+
+        # Back to the start for the next run: the volume deleted (by this provisioner), the
+        # class gone, the node back.
+        await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(
+            claim_name, scene.cluster.namespace
+        )
+
+        async def volume_gone() -> bool:
+            try:
+                await ResourceClient(api, PERSISTENT_VOLUMES).get(bound["spec"]["volumeName"])
+            except Exception as err:
+                if is_not_found(err):
+                    return True
+                raise
+            return False
+
+        await testing.eventually(volume_gone, timeout=60, message="the volume deleted")
+        await scene.remove_class(added)
+    await scene.add_node(gone)
+    return seen
+
+
+@contextlib.asynccontextmanager
+async def go_sidecar(
+    binary: pathlib.Path, kubeconfig: pathlib.Path, socket: pathlib.Path, namespace: str
+) -> AsyncIterator[None]:
+    log = (socket.parent / "go-csi-provisioner.log").open("wb")
+    process = await asyncio.create_subprocess_exec(
+        str(binary),
+        f"--kubeconfig={kubeconfig}",
+        f"--csi-address={socket}",
+        "--enable-capacity",
+        "--capacity-ownerref-level=-1",
+        f"--capacity-poll-interval={POLL}",
+        "--retry-interval-start=100ms",
+        "--v=3",
+        stdout=log,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "NAMESPACE": namespace},
+    )
+    try:
+        yield
+        assert process.returncode is None, "the Go csi-provisioner exited"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(15):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        log.close()
+
+
+@contextlib.asynccontextmanager
+async def pyprovlib_sidecar(
+    kubeconfig: pathlib.Path, socket: pathlib.Path, namespace: str
+) -> AsyncIterator[testing.ChildProcess]:
+    async with testing.child_process(
+        "-m",
+        "pyprovlib.csi.provisioner",
+        f"--kubeconfig={kubeconfig}",
+        f"--csi-address=unix://{socket}",
+        "--enable-capacity",
+        "--capacity-ownerref-level=-1",
+        f"--capacity-poll-interval={POLL}",
+        "--retry-interval-start=100ms",
+        "--log-format=json",
+        env=testing.child_env(NAMESPACE=namespace),
+        terminate_timeout=15,
+    ) as process:
+        yield process
+        assert process.proc.returncode is None, f"pyprovlib exited:\n{process.tail()}"
+
+
+async def test_go_and_pyprovlib_publish_the_same_capacity(
+    kube_cluster: TestCluster,
+    sock_dir: pathlib.Path,
+    go_provisioner: pathlib.Path,
+    hostpathplugin_binary: pathlib.Path,
+) -> None:
+    kubeconfig = kube_cluster.kubeconfig
+    assert kubeconfig is not None
+    api = kube_cluster.api_client
+    driver = f"{kube_cluster.unique_name('cap')}.hostpath.csi"
+    nodes = [kube_cluster.unique_name(f"cap-n{i}") for i in (1, 2, 3)]
+    scene = Scene(kube_cluster, driver, nodes, added_class=kube_cluster.unique_name("fast2"))
+    namespaces = {}
+    for who in ("go", "py"):
+        namespaces[who] = f"{kube_cluster.namespace}-{who}"
+        await ResourceClient(api, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[who]}}
+        )
+        kube_cluster.track(NAMESPACES, namespaces[who])
+    for name in nodes:
+        kube_cluster.track(NODES, name)
+        kube_cluster.track(CSINODES, name)
+        await scene.add_node(name)
+    await scene.add_class(kube_cluster.unique_name("fast"), "fast")
+    await scene.add_class(kube_cluster.unique_name("slow"), "slow")
+    # Immediate binding: no object from either (the scheduler does not read them).
+    await scene.add_class(kube_cluster.unique_name("now"), "fast", mode="Immediate")
+
+    capacity_flags = [f"--capacity={kind}={size // GI}Gi" for kind, size in KINDS.items()]
+    async with go_hostpath(
+        hostpathplugin_binary, sock_dir, driver, nodes[0], extra_args=tuple(capacity_flags)
+    ) as hostpath:
+        socket = hostpath.socket
+        go = await run_stages(
+            scene,
+            lambda ns: go_sidecar(go_provisioner, kubeconfig, socket, ns),
+            namespaces["go"],
+        )
+        py = await run_stages(
+            scene, lambda ns: pyprovlib_sidecar(kubeconfig, socket, ns), namespaces["py"]
+        )
+    assert list(go) == list(py) == ["initial", "class added", "node removed", "capacity changed"]
+    for stage in go:
+        assert py[stage] == go[stage], f"stage {stage!r} differs:\n go {go[stage]}\n py {py[stage]}"
+    # What was compared: upstream's labels, generated names, the class, the node's segment,
+    # capacity and maximumVolumeSize as the Go sidecar writes them.
+    example = json.loads(go["initial"][0])
+    assert example["metadata"]["labels"] == {
+        "csi.storage.k8s.io/drivername": driver,
+        "csi.storage.k8s.io/managed-by": "external-provisioner",
+    }
+    assert example["metadata"]["generateName"] == "csisc-"
+    assert set(example) >= {"capacity", "maximumVolumeSize", "nodeTopology", "storageClassName"}
