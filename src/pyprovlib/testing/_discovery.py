@@ -331,6 +331,10 @@ _BUILTIN_COLUMNS: dict[Resource, list[Obj]] = {
         *_strings("Provisioner", "ReclaimPolicy", "VolumeBindingMode", "AllowVolumeExpansion"),
         _AGE,
     ],
+    R.VOLUME_ATTRIBUTES_CLASSES: [
+        _col("DriverName", "Name of the CSI driver This field is immutable."),
+        _AGE,
+    ],
     R.NAMESPACES: [_col("Status"), _AGE],
     R.NODES: [_col("Status"), _col("Roles"), _AGE, _col("Version")],
     R.PODS: [
@@ -456,6 +460,8 @@ def _cells(resource: Resource, obj: Obj, now: datetime) -> list[Any]:
             bool(obj.get("allowVolumeExpansion", False)),
             age,
         ]
+    if resource is R.VOLUME_ATTRIBUTES_CLASSES:
+        return [name, obj.get("driverName", ""), age]
     if resource is R.NAMESPACES:
         return [name, status.get("phase", ""), age]
     if resource is R.NODES:
