@@ -109,7 +109,13 @@ class ModifyScenario(Scenario):
         return name
 
     async def claim_with_class(
-        self, vac: str | None, *, driver: str | None = None, handle: str | None = None
+        self,
+        vac: str | None,
+        *,
+        driver: str | None = None,
+        handle: str | None = None,
+        annotations: Mapping[str, str] | None = None,
+        csi_extra: Mapping[str, Any] | None = None,
     ) -> tuple[str, str, str]:
         """A statically provisioned CSI volume of class ``vac`` pre-bound to a claim of the same
         class, both Bound (the PV controller copies the class into the claim's status).
@@ -123,14 +129,18 @@ class ModifyScenario(Scenario):
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": pv},
+                "metadata": {"name": pv, "annotations": dict(annotations or {})},
                 "spec": {
                     "capacity": {"storage": "1Gi"},
                     "accessModes": ["ReadWriteOnce"],
                     "persistentVolumeReclaimPolicy": "Retain",
                     "storageClassName": storage_class,
                     "claimRef": {"namespace": self.namespace, "name": claim},
-                    "csi": {"driver": driver or self.driver, "volumeHandle": handle},
+                    "csi": {
+                        "driver": driver or self.driver,
+                        "volumeHandle": handle,
+                        **(csi_extra or {}),
+                    },
                     **spec_extra,
                 },
             }

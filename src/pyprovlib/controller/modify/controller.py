@@ -474,7 +474,9 @@ class ModifyController(ControllerLifecycle, Generic[ModifierT]):
                 code=GrpcCode.DEADLINE_EXCEEDED,
             ) from None
 
-    async def _record_failure(self, key: str, pvc: Obj, vac: Obj, err: BaseException, logger: Any) -> None:
+    async def _record_failure(
+        self, key: str, pvc: Obj, vac: Obj, err: BaseException, logger: Any
+    ) -> None:
         """Record a failed call: with a gRPC code, the claim's status (InProgress, or
         Infeasible for invalid parameters) and whether the driver may still be working;
         always a ``VolumeModifyFailed`` event."""
