@@ -1,7 +1,8 @@
 """Command line of the hostpath CSI driver: the Go hostpathplugin's flags where they overlap
 (``--endpoint``, ``--nodeid``, ``--drivername``, ``--statedir``, ``--enable-attach``,
-``--maxvolumespernode``), plus ``--capacity``, ``--max-volume-size``, ``--log-format`` and
-``--log-level``. Runs until SIGTERM or SIGINT.
+``--maxvolumespernode``, ``--enable-controller-modify-volume``,
+``--accepted-mutable-parameter-names``), plus ``--capacity``, ``--max-volume-size``,
+``--log-format`` and ``--log-level``. Runs until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pyprovlib.csi.server import CSIServer, unix_socket_path
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
 from pyprovlib.examples.csi_hostpath.driver import (
+    DEFAULT_MUTABLE_PARAMETERS,
     TIB,
     Driver,
     DriverOptions,
@@ -51,6 +53,10 @@ def _bytes(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive size")
     return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +100,25 @@ def build_parser() -> argparse.ArgumentParser:
         type=_bytes,
         default=TIB,
         help="largest volume (a quantity; default 1Ti)",
+    )
+    parser.add_argument(
+        "--enable-controller-modify-volume",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        help="serve ControllerModifyVolume (MODIFY_VOLUME): VolumeAttributesClasses "
+        "(default: true; the Go driver's default is false)",
+    )
+    parser.add_argument(
+        "--accepted-mutable-parameter-names",
+        type=_names,
+        default=DEFAULT_MUTABLE_PARAMETERS,
+        metavar="NAMES",
+        help="comma-separated mutable parameters (VolumeAttributesClass keys) the driver "
+        "accepts; any other is refused as invalid (a claim asking for it shows Infeasible). "
+        f"Empty: every key, as the Go driver without the flag (default: "
+        f"{','.join(DEFAULT_MUTABLE_PARAMETERS)})",
     )
     parser.add_argument(
         "--mount",
@@ -159,6 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         capacity=args.capacity,
         max_volume_size=args.max_volume_size,
         mount=args.mount,
+        enable_controller_modify_volume=args.enable_controller_modify_volume,
+        accepted_mutable_parameter_names=args.accepted_mutable_parameter_names,
     )
     try:
         asyncio.run(serve(options, args.endpoint))
