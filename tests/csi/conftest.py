@@ -38,6 +38,7 @@ def hostpathplugin_binary(tmp_path_factory: pytest.TempPathFactory) -> pathlib.P
     binary = find_hostpathplugin(tmp_path_factory.mktemp("hostpathplugin"))
     if binary is None:
         pytest.skip(
-            "no Go hostpathplugin: set PYPROVLIB_KUBE_ASSETS or put ../shared/kube beside the repo"
+            "no Go hostpathplugin: put it (kubernetes-csi/csi-driver-host-path) in the assets "
+            "directory PYPROVLIB_KUBE_ASSETS names (docs/testing.md, 'The assets directory')"
         )
     return binary

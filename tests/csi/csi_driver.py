@@ -65,6 +65,9 @@ class DriverState:
     drop_content_source: bool = False
     """Answer CreateVolume without the volume's content source (a driver that ignored it)."""
     created: asyncio.Event = field(default_factory=asyncio.Event)
+    next_volume: int = 0
+    """The number of the last volume created (``vol-N``): kept here, with the volumes, so a
+    driver served again on this state (a restart) never reuses an ID."""
     _next_snapshot: int = 0
 
     def fail(self, method: str, fault: Fault) -> None:
@@ -124,7 +127,6 @@ class TestController(ControllerService):
         super().__init__(caps)
         self.state = state
         self.topology = topology
-        self._next = 0
 
     async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
         self.state.calls.append(("CreateVolume", message))
@@ -159,9 +161,9 @@ class TestController(ControllerService):
                     raise CSIError(Status.NOT_FOUND, "source snapshot not found")
                 if required and required < snap.size:
                     raise CSIError(Status.OUT_OF_RANGE, "volume smaller than the snapshot")
-            self._next += 1
+            self.state.next_volume += 1
             existing = Volume(
-                volume_id=f"vol-{self._next}",
+                volume_id=f"vol-{self.state.next_volume}",
                 name=message.name,
                 capacity=capacity,
                 parameters=dict(message.parameters),

@@ -29,6 +29,7 @@ from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
+from pyprovlib.csi.provisioner.clone_controller import CloningProtectionController
 from pyprovlib.kube.errors import is_not_found
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.objects import Obj
@@ -47,7 +48,7 @@ from pyprovlib.testing.cluster import TestCluster
 
 HOSTPATHPLUGIN = "hostpathplugin"
 ASSETS_ENV = ("PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS")
-# The compressed binary CI keeps beside the repository (see ../shared/kube/README.md).
+# Without an assets directory naming it: the compressed copy CI keeps beside the checkout.
 SHARED_XZ = (
     pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "kube" / "hostpathplugin.xz"
 )
@@ -56,8 +57,8 @@ HOSTPATH_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 
 def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
     """The Go hostpathplugin: from the assets directory of ``$PYPROVLIB_KUBE_ASSETS`` (or
-    ``$KUBEBUILDER_ASSETS``), else unpacked from ``../shared/kube/hostpathplugin.xz`` into
-    ``unpack_dir``; None when neither exists."""
+    ``$KUBEBUILDER_ASSETS``), else unpacked from CI's compressed copy beside the checkout
+    into ``unpack_dir``; None when neither exists."""
     for name in ASSETS_ENV:
         directory = os.environ.get(name)
         if directory and os.access(pathlib.Path(directory) / HOSTPATHPLUGIN, os.X_OK):
@@ -91,18 +92,29 @@ class GoHostpath:
     def volumes(self) -> dict[str, dict[str, Any]]:
         """The driver's volumes by id, from the state file it writes after every change."""
         path = self.state_dir / "state.json"
-        if not path.exists():
-            return {}
-        state = json.loads(path.read_text())
-        return {v["VolID"]: v for v in state.get("Volumes") or []}
+        for _attempt in range(1000):
+            if not path.exists():
+                return {}
+            try:
+                state = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                # Read while the driver rewrites it in place (truncate, then write): again.
+                continue
+            return {v["VolID"]: v for v in state.get("Volumes") or []}
+        raise AssertionError(f"{path} never held complete JSON")
 
 
 @contextlib.asynccontextmanager
 async def go_hostpath(
-    binary: pathlib.Path, sock_dir: pathlib.Path, name: str, node_id: str
+    binary: pathlib.Path,
+    sock_dir: pathlib.Path,
+    name: str,
+    node_id: str,
+    extra_args: tuple[str, ...] = (),
 ) -> AsyncIterator[GoHostpath]:
     """Run hostpathplugin on ``sock_dir/csi.sock`` (absolute: the Go side refuses relative
-    endpoints) with attach and expansion on; stopped (SIGTERM, then SIGKILL) on exit."""
+    endpoints) with attach and expansion on, and ``extra_args``; stopped (SIGTERM, then
+    SIGKILL) on exit."""
     if not sock_dir.is_absolute():
         raise ValueError(f"hostpathplugin needs an absolute socket directory, not {sock_dir}")
     base = sock_dir
@@ -118,6 +130,7 @@ async def go_hostpath(
         f"--statedir={state_dir}",
         "--enable-attach=true",
         "--v=3",
+        *extra_args,
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
     )
@@ -148,6 +161,7 @@ class Env:
     connection: CSIConnection
     provisioner: CSIProvisioner
     controller: ProvisionController
+    cloning_protection: CloningProtectionController | None = None
 
     @property
     def name(self) -> str:
@@ -166,6 +180,8 @@ async def csi_env(
     snapshots: bool = True,
     modify: bool = False,
     go: GoHostpath | None = None,
+    state: DriverState | None = None,
+    cloning_protection: bool = True,
     **controller_options: Any,
 ) -> AsyncIterator[Env]:
     """Driver, connection, provisioner and a running controller. ``shared_informers``: the
@@ -174,8 +190,13 @@ async def csi_env(
     CREATE_DELETE_SNAPSHOT; ``modify``: MODIFY_VOLUME. The driver gets a name of its own
     (``env.name``): on a shared cluster a fixed name would make this test's provisioner act on
     other tests' PVs. ``go``: talk to that running Go hostpathplugin instead of starting the
-    Python driver (``env.driver`` is then an unused state)."""
-    state = DriverState(name=go.name if go else f"{cluster.unique_name('test')}.csi.pyprovlib.io")
+    Python driver (``env.driver`` is then an unused state). ``state``: the Python driver's
+    state (its volumes), to serve it again after an earlier ``csi_env`` (a restart).
+    ``cloning_protection``: run the cloning-protection controller beside the
+    ProvisionController, as the sidecar does."""
+    state = state or DriverState(
+        name=go.name if go else f"{cluster.unique_name('test')}.csi.pyprovlib.io"
+    )
     served = (
         contextlib.nullcontext()
         if go is not None
@@ -210,10 +231,21 @@ async def csi_env(
                 informer_factory=factory,
             )
             provisioner.recorder = controller.recorder
+            cloner = (
+                provisioner.cloning_protection_controller(
+                    controller.informer_factory,
+                    rate_limiter=ItemExponentialFailureRateLimiter(0.01, 0.2),
+                    registry=CollectorRegistry(),
+                )
+                if cloning_protection
+                else None
+            )
+            if cloner is not None:
+                controller.run_beside("cloning-protection", cloner.run)
             informers = asyncio.create_task(_run_informers(factory))
             try:
                 async with testing.running(controller):
-                    yield Env(cluster, state, connection, provisioner, controller)
+                    yield Env(cluster, state, connection, provisioner, controller, cloner)
             finally:
                 informers.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

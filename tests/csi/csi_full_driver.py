@@ -33,8 +33,8 @@ class FullIdentity(TestIdentity):
 
 
 class FullController(TestController):
-    """Create/delete (from the test driver), publish/unpublish, expand and modify (the mutable
-    parameters of each volume, by volume id, in :attr:`mutable`)."""
+    """Create/delete (from the test driver), publish/unpublish (read-only too), expand and
+    modify (the mutable parameters of each volume, by volume id, in :attr:`mutable`)."""
 
     __test__ = False
 
@@ -44,6 +44,7 @@ class FullController(TestController):
             {
                 Caps.CREATE_DELETE_VOLUME,
                 Caps.PUBLISH_UNPUBLISH_VOLUME,
+                Caps.PUBLISH_READONLY,
                 Caps.EXPAND_VOLUME,
                 Caps.MODIFY_VOLUME,
             }

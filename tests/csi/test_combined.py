@@ -29,6 +29,7 @@ from process_support import (
 
 from pyprovlib import testing
 from pyprovlib.csi import attacher, provisioner, resizer
+from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
 from pyprovlib.kube import resources
 from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
@@ -373,6 +374,71 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
         assert any(line.get("event") == "CSI controllers in one process" for line in process.lines)
 
 
+@pytest.mark.parametrize("flag", [True, False], ids=["flag", "no-flag"])
+async def test_read_only_many_is_published_read_only_with_controller_publish_readonly(
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path, flag: bool
+) -> None:
+    # external-provisioner's --controller-publish-readonly marks the PV of a ReadOnlyMany
+    # claim read-only; the attacher then publishes it read-only: one process, both halves.
+    async with serve_full_driver(sock_dir) as (state, _, _):
+        args = [
+            f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+            "--controllers=provisioner,attacher",
+        ]
+        if flag:
+            args.append("--controller-publish-readonly")
+        async with combined(kubeconfig, *args) as process, own_client(server) as api:
+            claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+            attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+            await ResourceClient(api, CSINODES).create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "CSINode",
+                    "metadata": {"name": "node-1"},
+                    "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+                }
+            )
+            await create_class(api)
+            await claims.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "shared", "namespace": "default"},
+                    "spec": {
+                        "accessModes": ["ReadOnlyMany"],
+                        "storageClassName": "csi",
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            )
+            claim = await wait_claim_bound(claims, "shared", process)
+            pv_name = spec(claim)["volumeName"]
+            pv = await ResourceClient(api, PERSISTENT_VOLUMES).get(pv_name)
+            assert spec(pv)["csi"].get("readOnly", False) is flag
+            await attachments.create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "VolumeAttachment",
+                    "metadata": {"name": "va-shared"},
+                    "spec": {
+                        "attacher": DRIVER_NAME,
+                        "nodeName": "node-1",
+                        "source": {"persistentVolumeName": pv_name},
+                    },
+                }
+            )
+
+            async def attached() -> Obj | None:
+                va = await attachments.get("va-shared")
+                return va if status(va).get("attached") else None
+
+            await until(attached, "volume attached", process)
+            (publish,) = state.requests("ControllerPublishVolume")
+            assert publish.readonly is flag  # type: ignore[attr-defined]
+            mode = publish.volume_capability.access_mode.mode  # type: ignore[attr-defined]
+            assert mode == v1.VolumeCapabilityAccessModeMode.MULTI_NODE_READER_ONLY
+
+
 async def test_a_driver_without_expansion_is_refused_with_the_way_out(
     server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
@@ -498,3 +564,40 @@ async def test_two_replicas_share_one_lease_and_the_standby_is_ready(
 async def _holds(process: Process, identity: str) -> bool:
     """Whether ``process`` logged ``identity`` as its own (the elector logs its id)."""
     return any(line.get("id") == identity for line in process.lines)
+
+
+async def test_each_controller_writes_with_its_sidecars_api_budget(
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    """--kube-api-qps and --kube-api-burst apply to each controller, as to each of the three
+    Go sidecars: one process keeps three budgets, each controller its own client and limiter
+    (one budget shared by all three made pods on a real node wait about twice as long for
+    their volumes as with the Go sidecars, bench/node_pod_start.py). The shared informers and
+    the Lease keep the process's client."""
+    from pyprovlib._logging import get_logger
+    from pyprovlib.csi.combined import build
+    from pyprovlib.kube.config import new_client
+    from pyprovlib.runtime import RuntimeContext
+
+    async with serve_full_driver(sock_dir):
+        argv = [
+            f"--kubeconfig={kubeconfig}",
+            f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+            "--kube-api-qps=7",
+            "--kube-api-burst=9",
+        ]
+        options, args = parse_common(build_parser(), argv)
+        async with await new_client(options.client_settings()) as api:
+            ctx = RuntimeContext(options=options, args=args, api_client=api, log=get_logger("t"))
+            combined = await build(ctx)
+            clients = [combined.controllers[name].client for name in CONTROLLERS]
+            try:
+                assert combined.client is api
+                assert len({id(client) for client in (api, *clients)}) == 4
+                limiters = [client.limiter for client in clients]
+                assert len({id(limiter) for limiter in limiters}) == 3
+                assert {(limiter.qps, limiter.burst) for limiter in limiters} == {(7.0, 9)}
+            finally:
+                combined.connection.close()
+                for client in clients:
+                    await client.close()

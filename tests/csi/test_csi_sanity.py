@@ -2,8 +2,9 @@
 ``pyprovlib.examples.csi_hostpath``, once with logging left unconfigured (a library user's
 default) and once at debug: no test may fail in either.
 
-csi-sanity is found in ``$PYPROVLIB_KUBE_ASSETS`` or ``$KUBEBUILDER_ASSETS``, else unpacked from
-``../shared/kube/csi-sanity.xz`` beside the repository; without it the test is skipped.
+csi-sanity is found in the assets directory (``$PYPROVLIB_KUBE_ASSETS`` or
+``$KUBEBUILDER_ASSETS``, docs/testing.md "The assets directory"), else unpacked from the
+compressed copy CI keeps beside the checkout; without either the test is skipped, saying so.
 Regression (issue 21): unconfigured, every answer holding a Timestamp (CreateSnapshot,
 ListSnapshots) was lost to a failing debug log line and csi-sanity saw 10 failures.
 """
@@ -41,7 +42,10 @@ def csi_sanity(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
         if directory and os.access(os.path.join(directory, "csi-sanity"), os.X_OK):
             return pathlib.Path(directory) / "csi-sanity"
     if not SHARED_XZ.is_file():
-        pytest.skip(f"csi-sanity not found ($PYPROVLIB_KUBE_ASSETS, {SHARED_XZ})")
+        pytest.skip(
+            "no csi-sanity: put it (kubernetes-csi/csi-test) in the assets directory "
+            "PYPROVLIB_KUBE_ASSETS names (docs/testing.md, 'The assets directory')"
+        )
     binary = tmp_path_factory.mktemp("csi-sanity") / "csi-sanity"
     with lzma.open(SHARED_XZ) as packed, open(binary, "wb") as unpacked:
         shutil.copyfileobj(packed, unpacked)

@@ -341,3 +341,32 @@ async def test_stale_cloning_protection_is_swept(
             await claims.patch(
                 claim["metadata"]["name"], {"metadata": {"finalizers": []}}, namespace=ns
             )
+
+
+@pytest.mark.parametrize(
+    ("flag", "modes", "read_only"),
+    [
+        (True, ["ReadOnlyMany"], True),
+        (False, ["ReadOnlyMany"], False),
+        (True, ["ReadWriteOnce"], False),
+        (True, ["ReadWriteMany"], False),
+        # Upstream: only a request with one capability, MULTI_NODE_READER_ONLY.
+        (True, ["ReadOnlyMany", "ReadWriteMany"], False),
+    ],
+)
+async def test_controller_publish_readonly_marks_read_only_many_volumes(
+    kube_cluster: TestCluster,
+    sock_dir: pathlib.Path,
+    flag: bool,
+    modes: list[str],
+    read_only: bool,
+) -> None:
+    options = CSIProvisionerOptions(controller_publish_readonly=flag)
+    async with csi_env(kube_cluster, sock_dir, options=options) as env:
+        class_name = await create_class(env)
+        claim = await create_claim(env, class_name, accessModes=modes)
+        bound = await wait_bound(env, claim["metadata"]["name"])
+        pv = await get_volume(env, bound["spec"]["volumeName"])
+        assert pv is not None
+        assert pv["spec"]["csi"].get("readOnly", False) is read_only
+        assert pv["spec"]["accessModes"] == modes

@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from grpclib.const import Status
 
+from pyprovlib.controller.provision import FINALIZER_PROVISIONING
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError
 from pyprovlib.csi.provisioner import (
+    CLONE_FINALIZER,
     PROVISIONER_SECRET,
     TopologyError,
     check_error,
@@ -18,6 +20,11 @@ from pyprovlib.csi.provisioner import (
     resolve_template,
     secret_reference,
     volume_capabilities,
+)
+from pyprovlib.csi.provisioner.data_source import (
+    clone_holds_source,
+    clone_source_key,
+    requested_before_deletion,
 )
 from pyprovlib.kube.objects import Obj
 from pyprovlib.provisioner import ProvisioningState
@@ -213,3 +220,87 @@ def test_topology_immediate() -> None:
     )
     assert allowed is not None
     assert segs(allowed.requisite) == [{"r": "1", KEY: "z9"}, {"r": "2", KEY: "z9"}]
+
+
+# -- which clones hold their source claim ------------------------------------------------------
+
+
+def _claim(name: str, **fields: Any) -> Obj:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "ns",
+        "creationTimestamp": "2025-01-01T10:00:00Z",
+    }
+    metadata.update(fields.pop("metadata", {}))
+    return {"metadata": metadata, "spec": fields.pop("spec", {}), "status": fields}
+
+
+SOURCE = _claim("source", metadata={"finalizers": [CLONE_FINALIZER]}, phase="Bound")
+CLONE_SPEC = {"dataSource": {"kind": "PersistentVolumeClaim", "name": "source"}}
+
+
+@pytest.mark.parametrize(
+    ("clone", "holds"),
+    [
+        (_claim("c", spec=CLONE_SPEC, phase="Pending"), True),
+        (_claim("c", spec=CLONE_SPEC), True),  # no status yet
+        (_claim("c", spec={"dataSourceRef": CLONE_SPEC["dataSource"]}, phase="Pending"), True),
+        (_claim("c", spec=CLONE_SPEC, phase="Bound"), False),
+        (_claim("c", spec=CLONE_SPEC, phase="Lost"), False),
+        (
+            _claim("c", spec={"dataSource": {"kind": "PersistentVolumeClaim", "name": "other"}}),
+            False,
+        ),
+        (_claim("c", spec={"dataSource": {**CLONE_SPEC["dataSource"], "apiGroup": "x.io"}}), False),
+        (_claim("c", spec={"dataSource": {"kind": "VolumeSnapshot", "name": "source"}}), False),
+        (_claim("c", spec={}), False),
+        # Being deleted: held only while its volume may still be being created.
+        (
+            _claim("c", spec=CLONE_SPEC, metadata={"deletionTimestamp": "2025-01-01T11:00:00Z"}),
+            False,
+        ),
+        (
+            _claim(
+                "c",
+                spec=CLONE_SPEC,
+                metadata={
+                    "deletionTimestamp": "2025-01-01T11:00:00Z",
+                    "finalizers": [FINALIZER_PROVISIONING],
+                },
+            ),
+            True,
+        ),
+    ],
+)
+def test_which_clones_hold_their_source(clone: Obj, holds: bool) -> None:
+    assert clone_holds_source(clone, SOURCE) is holds
+
+
+def test_the_source_key_of_a_clone() -> None:
+    assert clone_source_key(_claim("c", spec=CLONE_SPEC)) == "ns/source"
+    ref = {**CLONE_SPEC["dataSource"], "namespace": "elsewhere"}
+    assert clone_source_key(_claim("c", spec={"dataSourceRef": ref})) == "elsewhere/source"
+    assert clone_source_key(_claim("c", spec={})) is None
+    snapshot = {"kind": "VolumeSnapshot", "apiGroup": "snapshot.storage.k8s.io", "name": "s"}
+    assert clone_source_key(_claim("c", spec={"dataSource": snapshot})) is None
+
+
+@pytest.mark.parametrize(
+    ("created", "holds"),
+    [
+        ("2025-01-01T11:59:59Z", True),
+        ("2025-01-01T12:00:00Z", True),  # the same second: it may have come first
+        ("2025-01-01T12:00:01Z", False),  # created after the deletion was requested
+    ],
+)
+def test_a_source_being_deleted_is_held_only_by_clones_that_existed_before(
+    created: str, holds: bool
+) -> None:
+    source = _claim(
+        "source",
+        metadata={"finalizers": [CLONE_FINALIZER], "deletionTimestamp": "2025-01-01T12:00:00Z"},
+        phase="Bound",
+    )
+    clone = _claim("c", spec=CLONE_SPEC, metadata={"creationTimestamp": created})
+    assert clone_holds_source(clone, source) is holds
+    assert requested_before_deletion(clone, source) is holds

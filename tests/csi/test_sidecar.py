@@ -1,5 +1,6 @@
 """``python -m pyprovlib.csi.provisioner`` as a real process against the in-memory API server and
-the Python CSI driver: flags, start-up waits, provisioning, connection loss, signals."""
+the Python CSI driver: flags, start-up waits, provisioning, connection loss, signals, and the
+cloning-protection controller it (and ``python -m pyprovlib.csi``) runs beside its workers."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 import pytest
-from csi_driver import DriverState, serve_driver
-from process_support import DEADLINE, create_claim, create_class, entry_point, wait_claim_bound
+from csi_driver import DriverState, Fault, serve_driver
+from process_support import (
+    DEADLINE,
+    create_claim,
+    create_class,
+    entry_point,
+    until,
+    wait_claim_bound,
+)
 
 from pyprovlib import testing
-from pyprovlib.csi.provisioner import build_parser
+from pyprovlib.csi.provisioner import CLONE_FINALIZER, build_parser
 from pyprovlib.kube.objects import Obj
 from pyprovlib.testing.server import ApiServer
 
@@ -140,3 +148,66 @@ async def test_version(flag: str) -> None:
     out, _ = await asyncio.wait_for(proc.communicate(), DEADLINE)
     assert proc.returncode == 0
     assert b"pyprovlib.csi.provisioner" in out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("pyprovlib.csi.provisioner",), ("pyprovlib.csi", "--controllers=provisioner")],
+    ids=["sidecar", "one-process"],
+)
+async def test_the_entry_points_run_the_cloning_protection_controller(
+    server: ApiServer, kubeconfig: pathlib.Path, sock_dir: pathlib.Path, command: tuple[str, ...]
+) -> None:
+    state = DriverState()
+    gate = asyncio.Event()
+    module, *extra = command
+    async with (
+        serve_driver(sock_dir, state=state),
+        entry_point(
+            module,
+            kubeconfig,
+            f"--csi-address=unix://{sock_dir / 'csi.sock'}",
+            "--cloning-protection-threads=2",
+            "--v=5",
+            *extra,
+        ) as process,
+        server.api_client() as api,
+    ):
+        await create_class(api)
+        claims = await create_claim(api, "source")
+        await wait_claim_bound(claims, "source", process)
+        state.fail("CreateVolume", Fault(gate=gate, times=10**6))
+        await claims.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "clone", "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "csi",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "dataSource": {"kind": "PersistentVolumeClaim", "name": "source"},
+                },
+            }
+        )
+
+        async def protected() -> bool:
+            source = await claims.get("source", "default")
+            return CLONE_FINALIZER in (source["metadata"].get("finalizers") or [])
+
+        await until(protected, "cloning-protection finalizer on the source", process)
+        await claims.delete("source", "default")
+        gate.set()
+        await wait_claim_bound(claims, "clone", process)
+
+        async def source_gone() -> bool:
+            names = [c["metadata"]["name"] for c in (await claims.list("default"))["items"]]
+            return "source" not in names
+
+        await until(source_gone, "the source deleted once its clone was done", process)
+    started = [
+        line
+        for line in process.lines
+        if line.get("event") == "started cloning-protection controller"
+    ]
+    assert [line.get("threads") for line in started] == [2]

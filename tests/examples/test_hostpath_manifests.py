@@ -1,12 +1,16 @@
 """The manifests in examples/hostpath/: they parse, use only flags the entry point has, grant
-exactly the RBAC the provisioner needs, and the StorageClass and claim they ship provision
-through the real controller against the in-memory API server."""
+exactly the RBAC the provisioner needs, each mode's kustomization (node/, helper-pod/ over
+base/) renders that mode alone, and the StorageClass and claim they ship provision through the
+real controller against the in-memory API server."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from example_support import running, wait_claim_bound
 from kubernetes_asyncio.client import (
     CoreV1Api,
@@ -94,3 +98,33 @@ async def test_shipped_class_and_claim_provision(tmp_path: Path) -> None:
         async with running(client, sc["provisioner"], NodeHostPathProvisioner(client, "n1")):
             pvc = await wait_claim_bound(core, claim["metadata"]["name"])
             assert (tmp_path / pvc.spec.volume_name).is_dir()
+
+
+@pytest.mark.kubectl
+@pytest.mark.parametrize(
+    ("mode", "workload", "extra"),
+    [("node", "DaemonSet", set()), ("helper-pod", "Deployment", {"Role", "RoleBinding"})],
+)
+def test_apply_k_of_a_mode_directory_applies_that_mode_alone(
+    mode: str, workload: str, extra: set[str]
+) -> None:
+    """``kubectl apply -k examples/hostpath/<mode>`` (rendered here by ``kubectl kustomize``,
+    what ``apply -k`` sends): the shared namespace, RBAC and class, and one mode's workload."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    if not kubectl.is_file():
+        pytest.skip(f"no kubectl beside {sys.executable}: pip install -e '.[test]'")
+    rendered = subprocess.run(
+        [str(kubectl), "kustomize", str(HOSTPATH.root / mode)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    shared = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "StorageClass"}
+    assert sorted(d["kind"] for d in docs) == sorted(shared | {workload} | extra)
+    (container,) = next(d for d in docs if d["kind"] == workload)["spec"]["template"]["spec"][
+        "containers"
+    ]
+    args = parse_container_args(container, "pyprovlib.examples.hostpath", build_parser())
+    assert args.mode == mode

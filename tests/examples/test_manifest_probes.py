@@ -20,7 +20,7 @@ LIVENESS = {"/healthz/leader-election", "/healthz"}
 
 def workloads() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted(ROOT.glob("examples/*/*.yaml")):
+    for path in sorted(ROOT.glob("examples/*/**/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") in ("Deployment", "DaemonSet", "StatefulSet"):
                 out.append((f"{path.relative_to(ROOT)}:{doc['metadata']['name']}", doc))
@@ -33,15 +33,20 @@ WORKLOADS = workloads()
 # CSI drivers serve gRPC, not the runtime's HTTP endpoints: upstream probes them through a
 # livenessprobe sidecar calling Probe, not with httpGet.
 CSI_DRIVERS = {"pyprovlib.examples.csi_hostpath"}
+# Programs of one's own on pyprovlib.runtime: the tutorial's.
+OWN_PROGRAMS = [["my-provisioner"]]
 
 
 def pyprovlib_containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         c
         for c in doc["spec"]["template"]["spec"]["containers"]
-        if c.get("command", [])[:2] == ["python", "-m"]
-        and c["command"][2].startswith("pyprovlib")
-        and c["command"][2] not in CSI_DRIVERS
+        if (
+            c.get("command", [])[:2] == ["python", "-m"]
+            and c["command"][2].startswith("pyprovlib")
+            and c["command"][2] not in CSI_DRIVERS
+        )
+        or c.get("command") in OWN_PROGRAMS
     ]
 
 
@@ -64,7 +69,7 @@ def resolve(value: int | str, replicas: int, *, round_up: bool) -> int:
 
 def test_every_example_has_a_workload() -> None:
     dirs = {name.split("/")[1] for name, _ in WORKLOADS}
-    assert {"hostpath", "nfs", "rbd"} <= dirs
+    assert {"hostpath", "nfs", "rbd", "tutorial"} <= dirs
     assert all(pyprovlib_containers(doc) for _, doc in WORKLOADS)
 
 

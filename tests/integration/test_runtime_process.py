@@ -141,7 +141,12 @@ async def test_controller_failure_exits_1_with_the_error(kubeconfig: Path) -> No
 
 async def test_env_configures_the_process(kubeconfig: Path) -> None:
     env_args = ["--fail"]
-    os_env = {"PYPROVLIB_KUBECONFIG": str(kubeconfig), "PYPROVLIB_LOG_LEVEL": "error"}
+    # The program's own prefix, from its name (runtime-prog): pyprovlib's is not read.
+    os_env = {
+        "RUNTIME_PROG_KUBECONFIG": str(kubeconfig),
+        "RUNTIME_PROG_LOG_LEVEL": "error",
+        "PYPROVLIB_LOG_LEVEL": "debug",
+    }
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(PROG),
@@ -171,7 +176,8 @@ async def test_help_lists_common_and_own_flags() -> None:
     text = out.decode()
     for flag in ("--kubeconfig", "--leader-election", "--http-endpoint", "--finish-after"):
         assert flag in text
-    assert "PYPROVLIB_FINISH_AFTER" in text
+    assert "RUNTIME_PROG_FINISH_AFTER" in text  # the program's own prefix
+    assert "PYPROVLIB_" not in text
 
 
 MY_DRIVER = """

@@ -107,7 +107,7 @@ async def test_expected_errors_keep_their_form(
     assert event["message"].endswith(": pool full")
     assert "ProvisioningError" not in event["message"]
     failed = [r for r in records(logs) if r["event"] == "provisioning failed"]
-    assert [r["level"] for r in failed] == ["info"]
+    assert [r["level"] for r in failed] == ["warning"]  # issue 30: it was info
     assert failed[0]["error"] == "pool full"
     assert not any("exception" in r for r in records(logs))
 

@@ -1,6 +1,9 @@
-"""pyprovlib.testing.wait_idle: the deterministic point for negative assertions."""
+"""pyprovlib.testing.wait_idle: the deterministic point for negative assertions; and what runs
+beside a ProvisionController's workers (``run_beside``)."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from test_provision_e2e import (
@@ -12,7 +15,7 @@ from test_provision_e2e import (
 )
 
 from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.testing import running
+from pyprovlib.testing import eventually, running
 from pyprovlib.testing.cluster import TestCluster
 from pyprovlib.testing.support import wait_idle
 
@@ -41,3 +44,34 @@ async def test_wait_idle_returns_once_the_write_is_seen_and_handled(
         with pytest.raises(AssertionError, match="caches to show PersistentVolumeClaim"):
             await wait_idle(controller, future, timeout=0.2)
     assert not controller.idle()  # stopped: never idle
+
+
+async def test_work_run_beside_starts_once_synced_and_stops_with_the_workers(
+    kube_cluster: TestCluster,
+) -> None:
+    name = provisioner_name(kube_cluster)
+    controller = ProvisionController(
+        kube_cluster.api_client, name, MemoryProvisioner({}), fast_options()
+    )
+    started, cancelled = asyncio.Event(), asyncio.Event()
+    ready_when_started: list[bool] = []
+
+    async def companion() -> None:
+        ready_when_started.append(controller.ready())
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    controller.run_beside("companion", companion)
+    with pytest.raises(ValueError, match="already runs beside"):
+        controller.run_beside("companion", companion)
+    async with running(controller):
+        await eventually(started.is_set, message="the companion started")
+        assert ready_when_started == [True]  # caches synced first
+        assert not cancelled.is_set()
+    assert cancelled.is_set()
+    with pytest.raises(RuntimeError, match="register it before running"):
+        controller.run_beside("late", companion)

@@ -31,8 +31,8 @@ from pyprovlib.testing.node import KubeletNode
 
 GO_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 MAX_VOLUMES_PER_NODE = 24
-"""The node plugins' attach limit (NodeGetInfo): the e2e suite's volume-limit tests need one,
-and it is above what one stack's tests use at once."""
+"""The node plugins' attach limit (NodeGetInfo) in the conformance runs: the e2e suite's
+volume-limit tests need one, and it is above what one stack's tests use at once."""
 EXAMPLE_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 
 
@@ -75,9 +75,12 @@ def _assets(node: KubeletNode, binary: str) -> str:
     return str(node.plane.assets / binary)
 
 
-def plugin_argv(node: KubeletNode, stack: Stack, state_dir: Path) -> list[str]:
+def plugin_argv(
+    node: KubeletNode, stack: Stack, state_dir: Path, *, max_volumes: int = 0
+) -> list[str]:
     """The node plugin's command line: serving the kubelet's socket for the stack's driver,
-    with attach required (ControllerPublish/Unpublish), keeping its state in ``state_dir``."""
+    with attach required (ControllerPublish/Unpublish), keeping its state in ``state_dir``,
+    reporting ``max_volumes`` as its attach limit (0: none)."""
     endpoint = f"unix://{node.csi_socket(stack.driver)}"
     if stack.plugin == "go":
         return [
@@ -87,7 +90,7 @@ def plugin_argv(node: KubeletNode, stack: Stack, state_dir: Path) -> list[str]:
             f"--drivername={stack.driver}",
             f"--statedir={state_dir}",
             "--enable-attach=true",
-            f"--maxvolumespernode={MAX_VOLUMES_PER_NODE}",
+            f"--maxvolumespernode={max_volumes}",
             "--v=3",
         ]
     return [
@@ -99,7 +102,7 @@ def plugin_argv(node: KubeletNode, stack: Stack, state_dir: Path) -> list[str]:
         f"--drivername={stack.driver}",
         f"--statedir={state_dir}",
         "--enable-attach=true",
-        f"--maxvolumespernode={MAX_VOLUMES_PER_NODE}",
+        f"--maxvolumespernode={max_volumes}",
         "--mount=bind",
         "--log-format=console",
     ]
@@ -161,12 +164,17 @@ async def ensure_object(http: HttpTransport, path: str, body: dict[str, Any]) ->
             raise
 
 
-async def start_stack(node: KubeletNode, stack: Stack, *, snapshotter: bool = True) -> None:
-    """Register the stack's node plugin, create its CSIDriver, start its controllers."""
+async def start_stack(
+    node: KubeletNode, stack: Stack, *, snapshotter: bool = True, max_volumes: int = 0
+) -> None:
+    """Register the stack's node plugin (``max_volumes``: its attach limit), create its
+    CSIDriver, start its controllers."""
     assert node.directory is not None
     state_dir = node.directory / "csi-state" / stack.driver
     state_dir.mkdir(parents=True, exist_ok=True)
-    await node.register_csi_plugin(stack.driver, plugin_argv(node, stack, state_dir))
+    await node.register_csi_plugin(
+        stack.driver, plugin_argv(node, stack, state_dir, max_volumes=max_volumes)
+    )
     async with node.plane.api_client() as api:
         await ensure_object(
             HttpTransport(api), "/apis/storage.k8s.io/v1/csidrivers", csidriver(stack)

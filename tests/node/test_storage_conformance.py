@@ -49,7 +49,7 @@ def test_pyprovlib_passes_what_the_go_sidecars_pass(real_node: RealNode, tmp_pat
 
     async def run_all() -> list[SuiteResult]:
         for stack in chosen:
-            await stacks.start_stack(node, stack)
+            await stacks.start_stack(node, stack, max_volumes=stacks.MAX_VOLUMES_PER_NODE)
         try:
             return list(
                 await asyncio.gather(

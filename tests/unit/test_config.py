@@ -186,6 +186,22 @@ async def test_errors_never_contain_credentials(tmp_path: Path) -> None:
     assert secret not in str(info.value)
 
 
+@pytest.mark.parametrize("text", ["my-host-name\n", "- alpha-item\n- beta-item\n", "42424242\n"])
+async def test_a_file_that_is_not_a_kubeconfig_is_said_so(tmp_path: Path, text: str) -> None:
+    """Regression (issue 30): ``--kubeconfig /etc/hostname`` said ``TypeError``."""
+    not_a_kubeconfig = tmp_path / "hostname"
+    not_a_kubeconfig.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        await load_configuration(
+            ClientSettings(kubeconfig=str(not_a_kubeconfig)), environ={}, service_account_dir=NO_SA
+        )
+    assert f"--kubeconfig {not_a_kubeconfig}: not a kubeconfig (expected a YAML mapping" in str(
+        info.value
+    )
+    assert "Error" not in str(info.value)
+    assert text.rsplit(maxsplit=1)[-1] not in str(info.value)  # the content is not echoed
+
+
 def test_limiter_is_shared_per_settings() -> None:
     a = ClientSettings(kubeconfig="/a", qps=7, burst=3)
     assert shared_limiter(a) is shared_limiter(ClientSettings(kubeconfig="/a", qps=7, burst=3))

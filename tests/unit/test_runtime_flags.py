@@ -14,6 +14,7 @@ from pyprovlib._version import __version__
 from pyprovlib.kube.config import ClientSettings
 from pyprovlib.kube.leaderelection import LeaderElectionConfig
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     CommonOptions,
     HttpAddress,
     RuntimeArgumentParser,
@@ -22,6 +23,7 @@ from pyprovlib.runtime import (
     add_flag,
     common_parser,
     env_name,
+    env_prefix_for,
     format_duration,
     parse_bool,
     parse_common,
@@ -49,7 +51,8 @@ COMMON_FLAGS = [
 
 
 def parser_with(env: dict[str, str] | None = None, **defaults: object) -> RuntimeArgumentParser:
-    parser = common_parser("test-prog", "A test.", defaults=defaults or None)
+    # pyprovlib's own prefix, as its entry points use it; a program's own prefix is tested below.
+    parser = common_parser("test-prog", "A test.", env_prefix=ENV_PREFIX, defaults=defaults or None)
     parser.environ = env or {}
     return parser
 
@@ -209,7 +212,7 @@ def test_defaults_match_the_sidecars() -> None:
 
 def test_env_names_follow_the_prefix_rule() -> None:
     assert env_name("--kube-api-qps") == "PYPROVLIB_KUBE_API_QPS"
-    parser = common_parser("p", "d")
+    parser = common_parser("p", "d", env_prefix=ENV_PREFIX)
     bindings = parser.env_bindings
     for flag in COMMON_FLAGS:
         dest = flag.lstrip("-").replace("-", "_")
@@ -279,7 +282,9 @@ def test_empty_env_value_counts_as_unset() -> None:
 
 def test_real_process_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYPROVLIB_WORKER_THREADS", "7")
-    parser = common_parser("p", "d")  # environ None: os.environ at parse time
+    parser = common_parser(
+        "p", "d", env_prefix=ENV_PREFIX
+    )  # environ None: os.environ at parse time
     options, _ = parse_common(parser, [])
     assert options.worker_threads == 7
 
@@ -468,11 +473,66 @@ def test_help_lists_every_flag_with_default_and_env(
     assert "--version" in out
 
 
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_without_a_program_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         parse(["--version"])
     assert exc.value.code == 0
-    assert capsys.readouterr().out.strip() == f"test-prog {__version__}"
+    assert capsys.readouterr().out.strip() == f"test-prog (pyprovlib {__version__})"
+
+
+# --- a program of one's own: its name, version and environment prefix ----------------------
+
+
+def test_a_program_of_its_own_has_its_name_version_and_environment(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = common_parser("my-provisioner", "Mine.", version="2.3.0")
+    add_flag(parser, "--root", default="/var/lib/mine", help="where volumes go")
+    parser.environ = {"MY_PROVISIONER_ROOT": "/srv", "PYPROVLIB_WORKER_THREADS": "9"}
+    options, ns = parse_common(parser, [])
+    assert ns.root == "/srv"
+    assert options.worker_threads == 4  # pyprovlib's own variables are not the program's
+    parser.environ = {"MY_PROVISIONER_WORKER_THREADS": "9"}
+    assert parse_common(parser, [])[0].worker_threads == 9
+
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == f"my-provisioner 2.3.0 (pyprovlib {__version__})"
+
+    monkeypatch.setenv("COLUMNS", "500")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    out = capsys.readouterr().out
+    # The program's own flags have a section of their own, titled with its name, after the
+    # common ones.
+    own = out.split("\nmy-provisioner:\n", 1)[1]
+    assert "--root" in own
+    assert "env: MY_PROVISIONER_ROOT" in own
+    assert "--kubeconfig" not in own
+    assert "env: MY_PROVISIONER_KUBECONFIG" in out
+    assert "PYPROVLIB_" not in out
+
+
+@pytest.mark.parametrize(
+    ("prog", "prefix"),
+    [
+        ("my-provisioner", "MY_PROVISIONER_"),
+        ("my_provisioner.py", "MY_PROVISIONER_"),
+        ("/usr/local/bin/nas-csi", "NAS_CSI_"),
+        ("python -m acme.storage", "ACME_STORAGE_"),
+    ],
+)
+def test_the_environment_prefix_comes_from_the_program_name(prog: str, prefix: str) -> None:
+    assert env_prefix_for(prog) == prefix
+    assert common_parser(prog, "x").env_prefix == prefix
+
+
+def test_an_explicit_environment_prefix_wins_and_is_checked() -> None:
+    assert common_parser("my-provisioner", "x", env_prefix="ACME_").env_prefix == "ACME_"
+    with pytest.raises(ValueError, match="env_prefix"):
+        common_parser("my-provisioner", "x", env_prefix="1-BAD")
+    with pytest.raises(ValueError, match="environment prefix"):
+        env_prefix_for("...")
 
 
 # --- conversions to the other modules' settings --------------------------------------------

@@ -90,9 +90,6 @@ def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) ->
         ["--enable-capacity"],
         ["--enable-capacity=true"],
         ["--node-deployment=true"],
-        ["--feature-gates=Topology=true"],
-        ["--feature-gates", "Topology=true"],
-        ["-feature-gates=Topology=true"],
         ["--logtostderr"],
     ],
 )
@@ -108,6 +105,47 @@ def test_unsupported_upstream_flags_are_rejected_by_name_in_one_line(
     assert err.startswith("test-prog: error: --" + name + " is an upstream flag")
     assert "not support" in err
     assert "usage:" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--feature-gates=Topology=true"],
+        ["--feature-gates", "Topology=true"],
+        ["-feature-gates=Topology=true"],
+        ["--feature-gates=Topology=True,"],
+    ],
+)
+def test_the_topology_gate_upstream_manifests_pass_is_accepted(argv: list[str]) -> None:
+    options, _ = parse_common(parser(), ["--v=5", *argv, "--worker-threads=3"])
+    assert (options.log_level, options.worker_threads) == ("debug", 3)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--feature-gates=Topology=true,Foo=true"],
+            "--feature-gates names 'Foo', a feature gate pyprovlib does not have "
+            "(Topology=true is accepted, as always on); remove it",
+        ),
+        (
+            ["--feature-gates", "Topology=false"],
+            "--feature-gates=Topology=false cannot be honoured: topology is always on in pyprovlib",
+        ),
+        (["--feature-gates=Topology=maybe"], "'Topology=maybe' is not Topology=true|false"),
+    ],
+)
+def test_other_feature_gates_are_refused_naming_the_gate_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(parser(), argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("test-prog: error: ")
+    assert message in err
 
 
 def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
@@ -143,6 +181,101 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].endswith(
-        ": error: --feature-gates is an upstream flag pyprovlib does not "
-        "support: feature gates of the Go sidecars: pyprovlib has none; remove it"
+        ": error: --feature-gates names 'Foo', a feature gate pyprovlib does not have "
+        "(Topology=true is accepted, as always on); remove it"
     )
+
+
+# Every upstream flag still refused, each for its reason (see UNSUPPORTED_UPSTREAM_FLAGS).
+# Issue 28 takes a feature's flags off as the feature lands; what stays for good is pprof,
+# feature gates, klog's output flags and the flags removed upstream.
+STILL_REFUSED = frozenset(
+    {
+        # CSIStorageCapacity
+        "--enable-capacity",
+        "--capacity-threads",
+        "--capacity-poll-interval",
+        "--capacity-for-immediate-binding",
+        "--capacity-ownerref-level",
+        "--kube-api-capacity-qps",
+        "--kube-api-capacity-burst",
+        # distributed provisioning
+        "--node-deployment",
+        "--node-deployment-immediate-binding",
+        "--node-deployment-base-delay",
+        "--node-deployment-max-delay",
+        # no counterpart, or removed upstream
+        "--enable-pprof",
+        "--feature-gates",
+        "--master",
+        "--connection-timeout",
+        "--provisioner",
+        "--leader-election-type",
+        "--enable-leader-election",
+        "--max-grpc-log-length",
+        # klog / component-base logging
+        "--logtostderr",
+        "--alsologtostderr",
+        "--log-dir",
+        "--log-file",
+        "--log-file-max-size",
+        "--log-flush-frequency",
+        "--stderrthreshold",
+        "--vmodule",
+        "--skip-headers",
+        "--skip-log-headers",
+        "--add-dir-header",
+        "--one-output",
+        "--log-backtrace-at",
+        "--log_backtrace_at",
+        "--logging-format",
+        "--log-json-split-stream",
+        "--log-json-info-buffer-size",
+    }
+)
+
+
+def test_the_upstream_flags_still_refused_are_these() -> None:
+    assert set(UNSUPPORTED_UPSTREAM_FLAGS) == STILL_REFUSED
+
+
+def test_cloning_protection_and_publish_readonly_flags_are_the_provisioners() -> None:
+    from pyprovlib.csi import combined
+    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.provisioner.options import provisioner_options
+
+    _, ns = parse_common(build_parser(), [])
+    assert ns.cloning_protection_threads == 1  # upstream's default
+    assert provisioner_options(ns).controller_publish_readonly is False
+    argv = ["--cloning-protection-threads=4", "--controller-publish-readonly"]
+    _, ns = parse_common(build_parser(), argv)
+    assert ns.cloning_protection_threads == 4
+    assert provisioner_options(ns).controller_publish_readonly is True
+    # python -m pyprovlib.csi hands them to its provisioner.
+    _, ns = parse_common(combined.build_parser(), argv)
+    assert ns.sidecar_args["provisioner"].cloning_protection_threads == 4
+    assert ns.sidecar_args["provisioner"].controller_publish_readonly is True
+
+
+def test_no_cloning_protection_worker_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pyprovlib.csi.provisioner import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_common(build_parser(), ["--cloning-protection-threads=0"])
+    assert exit_info.value.code == 2
+    assert "--cloning-protection-threads" in capsys.readouterr().err
+
+
+def test_extra_modify_metadata_is_the_resizers() -> None:
+    from pyprovlib.csi import combined
+    from pyprovlib.csi.resizer import parser
+
+    _, ns = parse_common(parser(), [])
+    assert ns.extra_modify_metadata is False  # upstream's default
+    _, ns = parse_common(parser(), ["--extra-modify-metadata"])
+    assert ns.extra_modify_metadata is True
+    # python -m pyprovlib.csi hands it to its resizer (and so to the modify controller).
+    _, ns = parse_common(combined.build_parser(), ["--extra-modify-metadata=true"])
+    assert ns.sidecar_args["resizer"].extra_modify_metadata is True

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyprovlib.csi._sidecar_controller import open_driver
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     RuntimeArgumentParser,
     RuntimeContext,
     add_duration_flag,
@@ -53,6 +54,7 @@ def sidecar_parser(
     parser = common_parser(
         prog,
         description,
+        env_prefix=ENV_PREFIX,
         defaults={
             "worker_threads": worker_threads,
             "leader_election_lease_duration": defaults.lease_duration,

@@ -38,8 +38,11 @@ from pyprovlib.csi.connection import (
 )
 from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
+from pyprovlib.kube.config import new_client
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
+from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     CommonOptions,
     Controller,
     RuntimeArgumentParser,
@@ -162,6 +165,7 @@ class CombinedArgumentParser(RuntimeArgumentParser):
         super().__init__(
             prog=PROG,
             usage=USAGE,
+            env_prefix=ENV_PREFIX,
             description="Runs the CSI provisioner, attacher and resizer controllers in one "
             "process, over one CSI connection, one set of informers and one leader-election "
             "Lease (instead of the three sidecars external-provisioner, external-attacher and "
@@ -238,10 +242,11 @@ class CSIControllers(ControllerGroup):
     the runtime's Controller.
 
     While leading (or always, without leader election) it starts the shared informers, runs
-    ``background`` tasks beside the controllers (the provisioner's data-source protection
-    sweep) and runs the controllers as a :class:`~pyprovlib.runtime.CompositeController`. A lost
-    connection (with ``exit_on_connection_loss``) or Lease ends :meth:`run` with an error, so
-    the process exits and is restarted, as each sidecar would.
+    ``background`` tasks beside the controllers (none from :func:`build`: the provisioner's
+    cloning-protection controller and sweep run beside its own workers) and runs the
+    controllers as a :class:`~pyprovlib.runtime.CompositeController`. A lost connection
+    (with ``exit_on_connection_loss``) or Lease ends :meth:`run` with an error, so the process
+    exits and is restarted, as each sidecar would.
 
     Readiness: a standby (leader election on, another replica seen holding the Lease) is ready
     — it runs and can take over; the leader is ready once every controller's caches synced.
@@ -257,6 +262,7 @@ class CSIControllers(ControllerGroup):
         *,
         lease: str,
         background: Sequence[Callable[[], Awaitable[None]]] = (),
+        clients: Sequence[ApiClient] = (),
     ) -> None:
         super().__init__(
             client,
@@ -269,6 +275,9 @@ class CSIControllers(ControllerGroup):
             background=background,
         )
         self.connection = connection
+        # The controllers' own API clients (one API budget each, as each sidecar has):
+        # closed when run() ends.
+        self._clients = tuple(clients)
 
     async def run(self) -> None:
         """Run until stopped, the connection is lost, or the Lease is lost."""
@@ -292,6 +301,8 @@ class CSIControllers(ControllerGroup):
                 failure = failure or group.exceptions[0]
             finally:
                 self.connection.close()
+                for client in self._clients:
+                    await client.close()
             if failure is not None:
                 raise failure
         self._log.info("CSI controllers stopped")
@@ -328,6 +339,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         connection_options,
         metrics=metrics,
     )
+    clients: list[ApiClient] = []
     try:
         # One factory: one resync period for every handler, the shortest asked for.
         resyncs = {
@@ -340,14 +352,20 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             ctx.api_client, resync_period=resync, transform=strip_managed_fields
         )
         controllers: dict[str, Controller] = {}
-        background: list[Callable[[], Awaitable[None]]] = []
         for name in enabled:
             view = _view(ctx, sidecar_args[name])
+            # Each controller writes with the API budget its sidecar has (--kube-api-qps and
+            # --kube-api-burst apply to each of the three Go sidecars): a client and a limiter
+            # of its own. The shared informers and the Lease keep the runtime's client.
+            settings = view.options.client_settings()
+            client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
+            clients.append(client)
+            view = dataclasses.replace(view, api_client=client)
             try:
                 if name == "provisioner":
-                    controller, provisioner, _ = build_controller(view, connection, factory)
-                    controllers[name] = controller
-                    background.append(provisioner.run_clone_protection)
+                    # With its cloning-protection controller and snapshot-protection sweep
+                    # beside it, under this process's Lease.
+                    controllers[name], _, _ = build_controller(view, connection, factory)
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
@@ -364,10 +382,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             controllers,
             GroupOptions(resync_period=resync, **ctx.options.leader_election_fields()),
             lease=lease_name(connection.driver_name),
-            background=background,
+            clients=clients,
         )
     except BaseException:
         connection.close()
+        for opened in clients:
+            await opened.close()
         raise
     ctx.log.info(
         "CSI controllers in one process",

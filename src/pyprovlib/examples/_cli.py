@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.provisioner import Provisioner
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     CommonOptions,
     ControllerFactory,
     RuntimeArgumentParser,
@@ -79,7 +80,9 @@ def provisioner_parser(
     """The runtime's common flags (``--leader-election`` defaulting to ``leader_election``),
     then the group ``title`` with ``--provisioner-name`` (default ``default_name``). Returns
     the parser and the group, for the example's own flags."""
-    parser = common_parser(prog, description, defaults={"leader_election": leader_election})
+    parser = common_parser(
+        prog, description, env_prefix=ENV_PREFIX, defaults={"leader_election": leader_election}
+    )
     group = parser.add_argument_group(title)
     add_provisioner_name_flag(parser, group, default_name)
     return parser, group

@@ -137,10 +137,22 @@ def _describe(err: BaseException) -> str:
         return err.strerror or type(err).__name__
     if isinstance(err, ConfigException):
         return str(err)
+    if isinstance(err, TypeError | KeyError):
+        # kubernetes-asyncio indexes the parsed YAML as a kubeconfig: a file that is YAML but
+        # no kubeconfig (a word, a list, a mapping of something else) fails so.
+        return "not a kubeconfig (expected a YAML mapping with clusters, contexts and users)"
     return type(err).__name__
 
 
+def _any_exists(paths: str) -> bool:
+    return any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p)
+
+
 async def _load_kubeconfig(paths: str, context: str | None) -> Configuration:
+    # Checked first: kubernetes-asyncio's merger would log a warning of its own ("Config not
+    # found") beside the error this raises.
+    if not _any_exists(paths):
+        raise FileNotFoundError(2, "file not found")
     merger = KubeConfigMerger(paths)
     if not merger.paths:
         raise FileNotFoundError(2, "file not found")

@@ -13,11 +13,14 @@ factory handed to :func:`run`::
         return MyController(ctx.api_client, workers=ctx.options.worker_threads)
 
     if __name__ == "__main__":
-        parser = common_parser("my-provisioner", "Provisions volumes on my storage.")
+        parser = common_parser(
+            "my-provisioner", "Provisions volumes on my storage.", version="1.0.0"
+        )
         sys.exit(run(make_controller, parser=parser))
 
 Run it with e.g. ``--kubeconfig ~/.kube/config --http-endpoint :8080 --leader-election``;
-``--help`` lists every flag with its default and environment variable.
+``--help`` lists every flag with its default and environment variable (``MY_PROVISIONER_*``:
+the prefix comes from the program's name unless ``env_prefix=`` says otherwise).
 """
 
 from pyprovlib.runtime.app import (
@@ -48,11 +51,13 @@ from pyprovlib.runtime.flags import (
     add_flag,
     common_parser,
     env_name,
+    env_prefix_for,
     format_duration,
     parse_bool,
     parse_common,
     parse_duration,
     parse_http_address,
+    version_text,
 )
 from pyprovlib.runtime.http import Check, HttpServer, controller_checks
 from pyprovlib.runtime.logging import (
@@ -95,6 +100,7 @@ __all__ = [
     "configure_logging",
     "controller_checks",
     "env_name",
+    "env_prefix_for",
     "format_duration",
     "get_logger",
     "is_secret_key",
@@ -110,4 +116,5 @@ __all__ = [
     "run_async",
     "scrub_text",
     "unbind",
+    "version_text",
 ]

@@ -285,7 +285,14 @@ async def run_async(controller_factory: ControllerFactory, **options: Unpack[Run
 
     configure_logging(common.log_format, common.log_level, stream=options.get("log_stream"))
     log: structlog.stdlib.BoundLogger = get_logger("pyprovlib.runtime")
-    log.info("starting", program=parser.prog, version=__version__, options=asdict(common))
+    program_version = getattr(parser, "version", None)
+    log.info(
+        "starting",
+        program=parser.prog,
+        **({"version": program_version} if program_version else {}),
+        pyprovlib=__version__,
+        options=asdict(common),
+    )
 
     loop = asyncio.get_running_loop()
     signals = _Signals()

@@ -4,9 +4,11 @@ checked form (:class:`CommonOptions`).
 The flag names, defaults and value syntax follow the Kubernetes CSI sidecars
 (external-provisioner, external-attacher): ``--leader-election=true``, Go durations such as
 ``15s`` or ``1m30s``, ``--http-endpoint=:8080``. Every flag can also be set from an
-environment variable (``PYPROVLIB_<FLAG_NAME>``, plus a few conventional names such as
-``POD_NAMESPACE``); a flag on the command line wins over the environment, which wins over
-the default. klog's ``-v N`` / ``--v=N`` is accepted (see :data:`KLOG_DEBUG_VERBOSITY`).
+environment variable (the program's prefix and the flag's name: ``MY_PROVISIONER_LOG_LEVEL``
+for ``my-provisioner``, ``PYPROVLIB_LOG_LEVEL`` for pyprovlib's entry points; plus a few
+conventional names such as ``POD_NAMESPACE``); a flag on the command line wins over the
+environment, which wins over the default. klog's ``-v N`` / ``--v=N`` is accepted (see
+:data:`KLOG_DEBUG_VERBOSITY`).
 
 The value syntax lives in :mod:`pyprovlib.runtime.flag_values`, the environment-aware parser
 in :mod:`pyprovlib.runtime.flag_parser`; their names are re-exported here. A controller's
@@ -32,6 +34,8 @@ from pyprovlib.runtime.flag_parser import (
     add_flag,
     add_version_flag,
     env_name,
+    env_prefix_for,
+    version_text,
 )
 from pyprovlib.runtime.flag_values import (
     HttpAddress,
@@ -59,11 +63,13 @@ __all__ = [
     "add_flag",
     "common_parser",
     "env_name",
+    "env_prefix_for",
     "format_duration",
     "parse_bool",
     "parse_common",
     "parse_duration",
     "parse_http_address",
+    "version_text",
 ]
 
 LOG_FORMATS = ("auto", "json", "console")
@@ -140,13 +146,20 @@ def common_parser(
     prog: str,
     description: str,
     *,
+    version: str | None = None,
+    env_prefix: str | None = None,
     defaults: Mapping[str, object] | None = None,
 ) -> RuntimeArgumentParser:
     """The flags every pyprovlib entry point shares, ready for the entry point to extend.
 
-    ``defaults`` overrides the built-in defaults by destination name (``worker_threads``,
-    ``leader_election_retry_period``, ...); durations may be given as seconds or Go duration
-    strings. The overrides show in ``--help``. Read the result with :func:`parse_common`.
+    ``prog`` is the program's name (usage lines, ``--version``, the logger, the help section
+    of flags added without a group); ``version`` its own version, which ``--version`` prints
+    beside pyprovlib's; ``env_prefix`` the start of every flag's environment variable,
+    by default made from ``prog`` (``my-provisioner`` → ``MY_PROVISIONER_KUBECONFIG``,
+    :func:`env_prefix_for`). ``defaults`` overrides the built-in defaults by destination name
+    (``worker_threads``, ``leader_election_retry_period``, ...); durations may be given as
+    seconds or Go duration strings. The overrides show in ``--help``. Read the result with
+    :func:`parse_common`.
     """
     values = _common_defaults()
     for key, value in (defaults or {}).items():
@@ -154,7 +167,9 @@ def common_parser(
             raise ValueError(f"unknown default {key!r}; known: {', '.join(sorted(values))}")
         values[key] = _seconds(key, value) if key in _DURATION_DESTS else value
 
-    parser = RuntimeArgumentParser(prog=prog, description=description)
+    parser = RuntimeArgumentParser(
+        prog=prog, description=description, env_prefix=env_prefix, version=version
+    )
     add_version_flag(parser)
 
     kube = parser.add_argument_group("Kubernetes API")

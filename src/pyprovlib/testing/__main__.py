@@ -11,12 +11,18 @@ scheduler selecting nodes for ``WaitForFirstConsumer`` claims, and Ready nodes t
 process — as in a real cluster, where it is not the API server's process that binds; with
 ``--scheduler`` the pod scheduler too. ``--scheduler-only`` runs only the pod scheduler
 (kube-scheduler's part).
+
+The same command is installed as ``pyprovlib-apiserver``; each names itself as it was called.
+A port already in use, a kubeconfig that cannot be written or read end in one line naming the
+flag and the fix (exit status 1), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -24,20 +30,60 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib.errors import PyprovlibError
+from pyprovlib.runtime.flag_parser import add_version_flag
 from pyprovlib.testing.scheduler import PodScheduler
 from pyprovlib.testing.server import ApiServer
 
 __all__ = ["main", "run"]
 
+MODULE_PROG = "python -m pyprovlib.testing"
+"""The program's name when run with ``python -m``."""
 
-def _parser() -> argparse.ArgumentParser:
+
+class CommandError(PyprovlibError):
+    """A problem the user can fix, said in one line (``prog: error: ...``); exit ``status``:
+    1, or 2 for a usage error (flags that do not go together)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: a number, 0 to 65535") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port {port}: 0 to 65535 (0: a free one)")
+    return port
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid count {value}: must not be negative")
+    return value
+
+
+def _parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m pyprovlib.testing",
+        prog=prog,
         description="Serve pyprovlib's in-memory Kubernetes API server over HTTP.",
         allow_abbrev=False,
     )
+    add_version_flag(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=0,
+        help="port to listen on (default 0: a free one, which the kubeconfig names)",
+    )
     p.add_argument(
         "--kubeconfig",
         help="write a kubeconfig naming the server to this file once the server is ready "
@@ -69,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--nodes",
-        type=int,
+        type=_count,
         default=0,
         help="register this many Ready nodes, pyprovlib-node-1..N (default 0)",
     )
@@ -100,13 +146,17 @@ async def _run_controllers(
     scheduler: bool,
 ) -> None:
     """Run the PV binder and/or the pod scheduler against the server ``kubeconfig`` names."""
-    from kubernetes_asyncio.client import ApiClient, Configuration
-    from kubernetes_asyncio.config import load_kube_config
+    from kubernetes_asyncio.client import ApiClient
 
+    from pyprovlib.kube.config import ClientSettings, ConfigError, load_configuration
     from pyprovlib.testing.binder import PVBinder
 
-    configuration = Configuration()
-    await load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    try:
+        configuration, _ = await load_configuration(ClientSettings(kubeconfig=kubeconfig))
+    except ConfigError as err:
+        raise CommandError(
+            f"{'; '.join(err.tried)}; name the kubeconfig the API server wrote"
+        ) from None
     async with ApiClient(configuration) as api:
         pv_binder = PVBinder(api, resync_period=resync_period) if binder else None
         pod_scheduler = PodScheduler(api) if scheduler else None
@@ -162,13 +212,58 @@ def _publish_kubeconfig(server: ApiServer, target: str) -> Path:
     # script waiting for the file (`until [ -s kubeconfig ]`) never reads half of it.
     path = Path(target)
     partial = path.with_name(f".{path.name}.partial")
-    server.write_kubeconfig(partial)
-    partial.replace(path)
+    try:
+        server.write_kubeconfig(partial)
+        partial.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise CommandError(
+            f"cannot write --kubeconfig {target}: {_reason(err)}; name a file in a directory "
+            "this process can write to"
+        ) from None
     return path
 
 
-async def run(args: argparse.Namespace) -> int:
-    """Serve (or bind) until SIGTERM/SIGINT; returns the exit status."""
+def _reason(err: OSError) -> str:
+    # asyncio's bind errors carry the address in strerror too: the errno's text is enough.
+    return os.strerror(err.errno).lower() if err.errno else str(err)
+
+
+async def _start_server(args: argparse.Namespace, stack: contextlib.AsyncExitStack) -> ApiServer:
+    try:
+        server: ApiServer = await stack.enter_async_context(
+            ApiServer(
+                host=args.host,
+                port=args.port,
+                binder=args.binder,
+                watch_window=args.watch_window,
+                binder_resync_period=args.binder_resync_period,
+            )
+        )
+    except OSError as err:
+        where = f"{args.host}:{args.port}"
+        reason = _reason(err)
+        if args.port:
+            fix = "pick another --port, or leave it out to get a free one"
+        else:
+            fix = "check --host names an address of this machine"
+        raise CommandError(f"cannot listen on {where}: {reason}; {fix}") from None
+    return server
+
+
+async def run(args: argparse.Namespace, prog: str = MODULE_PROG) -> int:
+    """Serve (or bind) until SIGTERM/SIGINT; returns the exit status. A problem the user can
+    fix (a busy port, a kubeconfig that cannot be written or read) is one line on stderr,
+    naming ``prog``, and status 1."""
+    try:
+        return await _run(args)
+    except CommandError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return err.status
+
+
+async def _run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -177,8 +272,7 @@ async def run(args: argparse.Namespace) -> int:
         if args.binder_only or args.scheduler_only:
             if not args.kubeconfig:
                 flag = "--binder-only" if args.binder_only else "--scheduler-only"
-                print(f"{flag} needs --kubeconfig naming the API server", file=sys.stderr)
-                return 2
+                raise CommandError(f"{flag} needs --kubeconfig naming the API server", status=2)
             await _run_controllers(
                 args.kubeconfig,
                 args.binder_resync_period,
@@ -187,27 +281,20 @@ async def run(args: argparse.Namespace) -> int:
                 scheduler=args.scheduler_only or args.scheduler,
             )
             return 0
-        async with (
-            ApiServer(
-                host=args.host,
-                port=args.port,
-                binder=args.binder,
-                watch_window=args.watch_window,
-                binder_resync_period=args.binder_resync_period,
-            ) as server,
-            server.api_client() as api,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            server = await _start_server(args, stack)
+            api = await stack.enter_async_context(server.api_client())
             if args.nodes:
                 await _register_nodes(api, args.nodes)
             scheduler = PodScheduler(api) if args.scheduler else None
             if scheduler is not None:
                 await scheduler.start()
-            where = f"pyprovlib apiserver listening on {server.url}"
-            if args.kubeconfig:
-                path = _publish_kubeconfig(server, args.kubeconfig)
-                where += f" (kubeconfig {path})"
-            print(where, flush=True)  # the one line callers wait for
             try:
+                where = f"pyprovlib apiserver listening on {server.url}"
+                if args.kubeconfig:
+                    path = _publish_kubeconfig(server, args.kubeconfig)
+                    where += f" (kubeconfig {path})"
+                print(where, flush=True)  # the one line callers wait for
                 await stop.wait()
             finally:
                 if scheduler is not None:
@@ -218,11 +305,17 @@ async def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point (``pyprovlib-apiserver``)."""
-    args = _parser().parse_args(argv)
-    return asyncio.run(run(args))
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Console entry point (``pyprovlib-apiserver``); ``prog`` defaults to the name the program
+    was called by."""
+    if prog is None:
+        prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else MODULE_PROG
+    args = _parser(prog).parse_args(argv)
+    try:
+        return asyncio.run(run(args, prog))
+    except KeyboardInterrupt:  # before the signal handlers were installed
+        return 130
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog=MODULE_PROG))

@@ -6,9 +6,10 @@ Three images, under the names Kubernetes' e2e suite v1.36 asks for:
 
 - busybox: Debian's static ``busybox`` with a symlink per applet, ``/etc/passwd`` and
   ``/etc/group`` (root, nobody), a world-writable ``/tmp``; and, where the host has them, GNU
-  ``dd`` and ``dash`` as ``/bin/sh`` with the two glibc files they load: Debian's busybox 1.35
+  ``dd`` and ``bash`` as ``/bin/sh`` with the glibc files they load: Debian's busybox 1.35
   ``dd`` lacks ``oflag=nocache``, which the e2e suite's block-volume tests use, and its shell
-  runs its own applets before any binary on ``PATH``, so the shell must be another one;
+  runs its own applets before any binary on ``PATH``, so the shell must be another one, which
+  also takes the suite's ``let`` and ``echo -n`` (dash does not);
 - pause: the same files, running ``sleep`` as the pod sandbox's process (containerd stops a
   sandbox with SIGKILL, so it needs no signal handling of its own);
 - agnhost: the e2e suite's test binary at ``/agnhost`` on top of the busybox files.
@@ -60,19 +61,20 @@ class ImageSpec:
     user: str = ""
 
 
-# GNU dd, dash as the shell (busybox's shell would run its own dd applet) and what they load
+# GNU dd, bash as the shell (busybox's shell would run its own dd applet) and what they load
 # (Debian's paths); used when all are there.
-_GNU_DD = {
+_GLIBC_TOOLS = {
     "bin/dd": Path("/bin/dd"),
-    "bin/sh": Path("/bin/dash"),
+    "bin/sh": Path("/bin/bash"),
+    "lib/x86_64-linux-gnu/libtinfo.so.6": Path("/lib/x86_64-linux-gnu/libtinfo.so.6"),
     "lib/x86_64-linux-gnu/libc.so.6": Path("/lib/x86_64-linux-gnu/libc.so.6"),
     "lib64/ld-linux-x86-64.so.2": Path("/lib64/ld-linux-x86-64.so.2"),
 }
 
 
-def _gnu_dd() -> dict[str, Path]:
-    if all(path.exists() for path in _GNU_DD.values()):
-        return dict(_GNU_DD)
+def _glibc_tools() -> dict[str, Path]:
+    if all(path.exists() for path in _GLIBC_TOOLS.values()):
+        return dict(_GLIBC_TOOLS)
     return {}
 
 
@@ -80,10 +82,10 @@ def node_images(
     busybox: Path, agnhost: Path | None, extras: dict[str, Path] | None = None
 ) -> list[ImageSpec]:
     """The images a test node needs, from a static ``busybox`` binary and (optionally) the
-    ``agnhost`` binary. ``extras`` (default: GNU ``dd`` and ``dash`` as ``sh`` where the host
+    ``agnhost`` binary. ``extras`` (default: GNU ``dd`` and ``bash`` as ``sh`` where the host
     has them) go into the busybox and agnhost images and win over busybox's applets of the
     same name."""
-    tools = {"bin/busybox": busybox, **(_gnu_dd() if extras is None else extras)}
+    tools = {"bin/busybox": busybox, **(_glibc_tools() if extras is None else extras)}
     images = [
         ImageSpec(
             names=(PAUSE_IMAGE,),

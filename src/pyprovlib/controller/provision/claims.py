@@ -493,7 +493,7 @@ class ClaimSync(ProtectedClaimSync):
                 state=state.name,
             )
         else:
-            logger.info("provisioning failed", state=state.name, error=describe(err))
+            logger.warning("provisioning failed", state=state.name, error=describe(err))
         if state is ProvisioningState.RESCHEDULE:
             if ANN_SELECTED_NODE in annotations_of(claim):
                 # The selected node cannot host the volume: let the scheduler pick again.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
-from typing import Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -174,6 +175,7 @@ class ProvisionController(ControllerLifecycle):
         expectations = VolumeExpectations()
         self._claims = ClaimSync(context, self.claim_queue, expectations, self.volume_store)
         self._volumes = VolumeSync(context, self.volume_queue, expectations)
+        self._beside: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -185,6 +187,18 @@ class ProvisionController(ControllerLifecycle):
             ItemExponentialFailureRateLimiter(15.0, max_delay),
             BucketRateLimiter(10.0, 100, clock=self._clock),
         )
+
+    def run_beside(self, name: str, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``work()`` beside the control loops: started once the caches synced (with leader
+        election, once this instance leads), cancelled when the workers stopped. For
+        controllers that share this one's informers and Lease, as upstream's csi-provisioner
+        runs its cloning-protection controller inside the leader's ``run``. ``name`` names the
+        task. Register before :meth:`run`; an error of ``work`` ends :meth:`run` with it."""
+        if self._has_run:
+            raise RuntimeError(f"run_beside({name!r}) after run(): register it before running")
+        if name in self._beside:
+            raise ValueError(f"{name!r} already runs beside this controller")
+        self._beside[name] = work
 
     @property
     def slow_set(self) -> SlowSet:
@@ -274,6 +288,9 @@ class ProvisionController(ControllerLifecycle):
                             tg, count, self.volume_queue, waking(self._volumes.process), drain=False
                         ),
                     ]
+                    beside = [
+                        tg.create_task(work(), name=name) for name, work in self._beside.items()
+                    ]
                     self._log.info("started provisioner controller", component=self.component)
                     await self._stop_requested.wait()
                     self._synced = False
@@ -281,6 +298,8 @@ class ProvisionController(ControllerLifecycle):
                     self.volume_queue.shut_down()
                     # Workers finish the item in hand and take no other.
                     await asyncio.gather(*workers)
+                    for task in beside:
+                        task.cancel()
             informers.cancel()
 
     # -- event handlers: they only enqueue -----------------------------------------------------

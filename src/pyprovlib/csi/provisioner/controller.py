@@ -15,9 +15,15 @@ Differences from upstream, each on purpose:
   such a claim and finds it gone, finishes the CreateVolume and deletes the volume.
 - A volume the driver created smaller than requested is deleted and the attempt FINISHED once
   the delete succeeded (upstream reports IN_BACKGROUND either way).
-- Cloning protection is held while a clone is provisioned by this process and released when
-  no clone of that source is in flight any more, without a separate controller. The same goes
-  for the snapshot-source protection of a VolumeSnapshot a volume is restored from.
+- A clone of a source claim being deleted is finished when the clone existed before the
+  deletion was requested and the source still carries the cloning-protection finalizer (a
+  retry after a timed-out CreateVolume, or after a restart); upstream refuses it, so the
+  clone and its source wait for each other until one is deleted by hand. The finalizer is
+  taken off by the
+  :class:`~pyprovlib.csi.provisioner.clone_controller.CloningProtectionController`
+  (:meth:`CSIProvisioner.cloning_protection_controller`).
+- The snapshot-source protection of a VolumeSnapshot a volume is restored from is released
+  when no restore from it is in flight in this process any more.
 - A data source of any other kind than PersistentVolumeClaim and VolumeSnapshot is left to a
   volume populator, as upstream does: a Normal ``Provisioning`` event, then IgnoredError.
 - A cross-namespace data source (``dataSourceRef.namespace``, the alpha
@@ -34,18 +40,20 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from grpclib.const import Status
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
+from prometheus_client import CollectorRegistry
 
 from pyprovlib._logging import get_logger
 from pyprovlib.controller.provision.decisions import storage_request_bytes
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
 from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
+from pyprovlib.csi.provisioner.clone_controller import CloningProtectionController
 from pyprovlib.csi.provisioner.data_source import (
     DataSources,
     SourceGuard,
@@ -90,6 +98,7 @@ from pyprovlib.kube.resources import (
     VOLUME_ATTRIBUTES_CLASSES,
 )
 from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube.workqueue import RateLimiter
 from pyprovlib.provisioner import (
     BlockProvisioner,
     IgnoredError,
@@ -109,6 +118,15 @@ PROVISIONER_ID_KEY: Final = "storage.kubernetes.io/csiProvisionerIdentity"
 """Volume attribute recording which provisioner instance created the volume."""
 
 ControllerCap = v1.ControllerServiceCapabilityRpcType
+
+
+def _read_only_many(request: v1.CreateVolumeRequest) -> bool:
+    """The claim's only access mode is ReadOnlyMany (upstream: the request has exactly one
+    volume capability, MULTI_NODE_READER_ONLY)."""
+    caps = request.volume_capabilities
+    if len(caps) != 1 or caps[0].access_mode is None:
+        return False
+    return caps[0].access_mode.mode == v1.VolumeCapabilityAccessModeMode.MULTI_NODE_READER_ONLY
 
 
 def check_error(err: BaseException, may_reschedule: bool) -> ProvisioningState:
@@ -567,6 +585,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
                 csi["fsType"] = fs_type
         for field, ref in prepared.pv_secrets:
             csi[field] = ref.as_dict()
+        if self.options.controller_publish_readonly and _read_only_many(prepared.request):
+            # The attacher passes it on as ControllerPublishVolume's readonly.
+            csi["readOnly"] = True
         annotations: dict[str, str] = {}
         provisioner_secret = prepared.provisioner_secret
         if provisioner_secret is not None:
@@ -597,6 +618,32 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
 
     # -- data source protection -----------------------------------------------------------
 
+    def cloning_protection_controller(
+        self,
+        informer_factory: SharedInformerFactory,
+        *,
+        threads: int = 1,
+        rate_limiter: RateLimiter | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> CloningProtectionController | None:
+        """The controller that takes the cloning-protection finalizer off source claims once
+        no clone of them is in flight, over the claim informer of ``informer_factory`` (the
+        ProvisionController's); None when the driver cannot clone (no CLONE_VOLUME), as
+        upstream. Run it beside the ProvisionController
+        (:meth:`~pyprovlib.controller.provision.ProvisionController.run_beside`); while it
+        runs, a clone done here hands its source to it instead of removing the finalizer at
+        once, so the finalizer stays while another clone of the source is still pending."""
+        if not self.supports_clone:
+            return None
+        return CloningProtectionController(
+            self._data_sources.clone_guard,
+            informer_factory,
+            threads=threads,
+            rate_limiter=rate_limiter,
+            clock=self.connection.clock,
+            registry=registry,
+        )
+
     async def sweep_clone_protection(self) -> int:
         """Remove the cloning-protection finalizer from claims that no clone needs any more
         (upstream's CloningProtectionController): a finalizer left by a process that stopped
@@ -616,9 +663,23 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
 
     async def run_clone_protection(self, interval: float = 60.0) -> None:
         """Sweep stale cloning-protection and snapshot-source protection finalizers every
-        ``interval`` seconds until cancelled (run it next to the controller)."""
+        ``interval`` seconds until cancelled (run it next to the controller), for a program
+        that does not run the :meth:`cloning_protection_controller`."""
+        await self._run_sweeps(
+            (self.sweep_clone_protection, self.sweep_snapshot_protection), interval
+        )
+
+    async def run_snapshot_protection(self, interval: float = 60.0) -> None:
+        """Sweep stale snapshot-source protection finalizers every ``interval`` seconds until
+        cancelled (the sidecars run it beside the ProvisionController, with the
+        :meth:`cloning_protection_controller`)."""
+        await self._run_sweeps((self.sweep_snapshot_protection,), interval)
+
+    async def _run_sweeps(
+        self, sweeps: tuple[Callable[[], Awaitable[int]], ...], interval: float
+    ) -> None:
         while True:
-            for sweep in (self.sweep_clone_protection, self.sweep_snapshot_protection):
+            for sweep in sweeps:
                 try:
                     await sweep()
                 except ApiException as err:

@@ -1,19 +1,23 @@
 """Volumes created from a data source (upstream's clone and snapshot-restore paths): which
 sources a claim may name and what the driver must support for them, the VolumeContentSource
 sent with CreateVolume, and the finalizers protecting a source claim (cloning protection) or
-VolumeSnapshot (snapshot-source protection) while a volume is created from it, with the sweep
-that removes stale ones (upstream's CloningProtectionController and
-SnapshotFinalizerController)."""
+VolumeSnapshot (snapshot-source protection) while a volume is created from it: added here
+before CreateVolume; removed by the
+:class:`~pyprovlib.csi.provisioner.clone_controller.CloningProtectionController` (clone
+sources, upstream's ``clone_controller.go``) or once the restore is done, with sweeps that
+remove stale ones (upstream's SnapshotFinalizerController)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
@@ -40,6 +44,10 @@ __all__ = [
     "SourceGuard",
     "SourceRef",
     "claim_data_source",
+    "clone_holds_source",
+    "clone_source_key",
+    "clones_in_flight",
+    "requested_before_deletion",
 ]
 
 ControllerCap = v1.ControllerServiceCapabilityRpcType
@@ -126,9 +134,68 @@ def pending_sources(claims: Iterable[Mapping[str, Any]], kind: str) -> set[tuple
     return sources
 
 
-def pending_clone_sources(claims: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """(namespace, name) of the claims that a not yet Bound claim wants to clone."""
-    return pending_sources(claims, "PersistentVolumeClaim")
+def clone_source_key(claim: Mapping[str, Any]) -> str | None:
+    """``namespace/name`` of the claim that ``claim`` is a clone of (its data source is a
+    PersistentVolumeClaim of the core group), None when it is no clone."""
+    source = claim_data_source(claim)
+    if source is None or source.kind != "PersistentVolumeClaim" or source.api_group:
+        return None
+    return f"{source.namespace}/{source.name}"
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An RFC 3339 time of the API (``2024-05-01T10:00:00Z``), None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def requested_before_deletion(claim: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` existed when the deletion of ``source`` was requested: no deletion
+    requested, or the claim was created no later than it (the API's times have whole seconds:
+    a claim created in the same second counts as earlier). A clone that existed then is one the
+    cloning-protection finalizer protects; one created after it is refused."""
+    deleted = _timestamp((source.get("metadata") or {}).get("deletionTimestamp"))
+    if deleted is None:
+        return True
+    created = _timestamp((claim.get("metadata") or {}).get("creationTimestamp"))
+    return created is None or created <= deleted
+
+
+def clone_holds_source(claim: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` is a clone of the claim ``source`` still in flight, so ``source`` must
+    keep its cloning-protection finalizer (upstream: the clone is Pending). In flight: ``claim``
+    names ``source`` as its data source and is Pending (not Bound, nor Lost); if it is being
+    deleted, only while it still carries the provisioning-protection finalizer (its volume may
+    still be being created: the provisioner finishes and deletes it before letting the claim
+    go); and if ``source`` is being deleted, only when ``claim`` existed when that deletion was
+    requested (a newer clone is refused, so it must not hold the source forever)."""
+    source_meta = source.get("metadata") or {}
+    if clone_source_key(claim) != f"{source_meta.get('namespace')}/{source_meta.get('name')}":
+        return False
+    if (claim.get("status") or {}).get("phase") not in (None, "", "Pending"):
+        return False
+    metadata = claim.get("metadata") or {}
+    if metadata.get("deletionTimestamp") and FINALIZER_PROVISIONING not in (
+        metadata.get("finalizers") or []
+    ):
+        return False
+    return requested_before_deletion(claim, source)
+
+
+async def clones_in_flight(claims: ResourceClient, source: Mapping[str, Any]) -> list[str]:
+    """Names of the clones of the claim ``source`` in flight (:func:`clone_holds_source`) as
+    the API server lists them now (``claims`` is a client of PersistentVolumeClaims): a cache
+    may not show a clone created a moment ago, so this is asked before the cloning-protection
+    finalizer is removed."""
+    namespace = (source.get("metadata") or {}).get("namespace", "")
+    fresh = (await claims.list(namespace)).get("items") or []
+    return [
+        (c.get("metadata") or {}).get("name", "") for c in fresh if clone_holds_source(c, source)
+    ]
 
 
 async def _read(
@@ -144,8 +211,11 @@ async def _read(
 
 class SourceGuard:
     """A finalizer held on data sources (clone source claims, VolumeSnapshots) while volumes
-    are being created from them: added before the first CreateVolume from a source, removed
-    when no CreateVolume from it is in flight in this process any more."""
+    are being created from them: added before the first CreateVolume from a source; when no
+    CreateVolume from it is in flight in this process any more, removed, or — while
+    :attr:`on_released` is set (a
+    :class:`~pyprovlib.csi.provisioner.clone_controller.CloningProtectionController` runs) —
+    handed to that callback, which decides."""
 
     def __init__(self, rest: ResourceClient, finalizer: str, what: str, logger: Any) -> None:
         self.rest = rest
@@ -153,6 +223,9 @@ class SourceGuard:
         self.what = what
         self.holders: dict[tuple[str, str], set[str]] = {}
         self.lock = asyncio.Lock()
+        self.on_released: Callable[[tuple[str, str]], None] | None = None
+        """Called with a source no CreateVolume of this process uses any more, instead of
+        removing its finalizer (which stays while other claims still need the source)."""
         self._log = logger
 
     async def acquire(self, source: tuple[str, str], uid: str) -> None:
@@ -184,7 +257,21 @@ class SourceGuard:
             if holders:
                 return
             del self.holders[source]
+            if self.on_released is not None:
+                self.on_released(source)
+                return
             await self._remove_finalizer(source, "cannot remove a data source protection finalizer")
+
+    async def remove_unheld(self, source: tuple[str, str]) -> bool:
+        """Remove the finalizer from ``source`` unless a CreateVolume of this process holds it
+        (checked under the lock :meth:`acquire` holds while adding it, so a clone starting
+        meanwhile keeps it). Returns whether it was removed (or already absent); API errors
+        are raised."""
+        async with self.lock:
+            if source in self.holders:
+                return False
+            await self.set_finalizer(source, present=False)
+            return True
 
     async def _remove_finalizer(self, source: tuple[str, str], failure: str) -> bool:
         """Remove the finalizer from ``source``; when the API server refuses, log ``failure``
@@ -382,8 +469,20 @@ class DataSources:
         )
         source_meta = source.get("metadata") or {}
         source_spec = source.get("spec") or {}
-        if source_meta.get("deletionTimestamp"):
-            raise PreparationError(f"clone source claim {namespace}/{name} is being deleted")
+        if source_meta.get("deletionTimestamp") and not (
+            CLONE_FINALIZER in (source_meta.get("finalizers") or [])
+            and requested_before_deletion(claim, source)
+        ):
+            # With our finalizer on it, a clone that existed when the deletion was requested
+            # is one the finalizer protects: finish it (after a restart, a timed-out
+            # CreateVolume). Upstream refuses every clone of a source being deleted, so such
+            # a clone and its source wait for each other until one is deleted by hand.
+            claim_meta = claim.get("metadata") or {}
+            raise PreparationError(
+                f"clone source claim {namespace}/{name} is being deleted: clone claim "
+                f"{claim_meta.get('namespace')}/{claim_meta.get('name')} was created after its "
+                "deletion was requested; clone another claim, or delete this clone"
+            )
         if (source.get("status") or {}).get("phase") != "Bound":
             raise PreparationError(f"clone source claim {namespace}/{name} is not bound")
         claim_class = (claim.get("spec") or {}).get("storageClassName")
@@ -566,14 +665,21 @@ class DataSources:
         <pyprovlib.csi.provisioner.controller.CSIProvisioner.sweep_clone_protection>`
         (documented there)."""
         claims = await self._claim_cache.list()
-        pending = pending_clone_sources(claims)
+        sources: dict[tuple[str, str], Obj] = {}
+        clones: dict[str, list[Obj]] = {}
+        for claim in claims:
+            metadata = claim.get("metadata") or {}
+            sources[(metadata.get("namespace", ""), metadata.get("name", ""))] = claim
+            key = clone_source_key(claim)
+            if key is not None:
+                clones.setdefault(key, []).append(claim)
 
         async def still_needed(key: tuple[str, str]) -> bool:
-            if key in pending:
-                return True
-            # The cache may not show a clone created a moment ago: confirm with the server.
-            fresh = (await self._claims.list(key[0])).get("items") or []
-            return key in pending_clone_sources(fresh)
+            source = sources[key]
+            cached = clones.get(f"{key[0]}/{key[1]}", [])
+            return any(clone_holds_source(c, source) for c in cached) or bool(
+                await clones_in_flight(self._claims, source)
+            )
 
         return await self.clone_guard.sweep(claims, still_needed)
 

@@ -1,8 +1,8 @@
 """The external-provisioner sidecar, ``python -m pyprovlib.csi.provisioner``: the CSI
 connection, a ProvisionController over a
-:class:`~pyprovlib.csi.provisioner.controller.CSIProvisioner` and the sweep of stale
-data-source protection finalizers, run by :mod:`pyprovlib.runtime` (upstream's
-``cmd/csi-provisioner``)."""
+:class:`~pyprovlib.csi.provisioner.controller.CSIProvisioner`, and beside it the
+cloning-protection controller and the sweep of stale snapshot-source protection finalizers,
+run by :mod:`pyprovlib.runtime` (upstream's ``cmd/csi-provisioner``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from pyprovlib.csi.provisioner.options import (
 )
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
+from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.runtime import RuntimeContext, run
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ class DriverUnsupportedError(PyprovlibError, RuntimeError):
 
 
 class CSIProvisionerController(SidecarController["ProvisionController"]):
-    """Runs a ProvisionController, the informers it shares with the provisioner, the sweep of
-    stale cloning- and snapshot-source protection finalizers, and watches the CSI connection;
-    the runtime's Controller.
+    """Runs a ProvisionController (with, beside its workers, the cloning-protection controller
+    and the sweep of stale snapshot-source protection finalizers: see :func:`build_controller`)
+    and the informers it shares with the provisioner, and watches the CSI connection; the
+    runtime's Controller.
 
     With ``--exit-on-connection-loss`` a lost connection ends :meth:`run` with an error, so the
     process exits non-zero and is restarted.
@@ -63,10 +65,7 @@ class CSIProvisionerController(SidecarController["ProvisionController"]):
         self._log = get_logger(__name__).bind(driver=connection.driver_name)
 
     def _start_background(self, tg: asyncio.TaskGroup) -> list[asyncio.Task[None]]:
-        return [
-            tg.create_task(self._run_informers()),
-            tg.create_task(self.provisioner.run_clone_protection()),
-        ]
+        return [tg.create_task(self._run_informers())]
 
     async def _run_informers(self) -> None:
         # The factory is shared by the controller and the provisioner, so it is ours to run.
@@ -82,7 +81,10 @@ def build_controller(
 ) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
     """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
     ``connection``; informers come from ``informer_factory`` (a new one when None), which the
-    caller starts. Shared by this sidecar and ``python -m pyprovlib.csi``."""
+    caller starts. Beside its workers (while it leads) run the cloning-protection controller
+    (``--cloning-protection-threads`` workers; for drivers with CLONE_VOLUME) and the sweep of
+    stale snapshot-source protection finalizers. Shared by this sidecar and
+    ``python -m pyprovlib.csi``."""
     if not connection.plugin_capabilities.controller_service or (
         v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
         not in connection.controller_capabilities
@@ -113,6 +115,17 @@ def build_controller(
         informer_factory=factory,
     )
     provisioner.recorder = controller.recorder
+    cloning_protection = provisioner.cloning_protection_controller(
+        factory,
+        threads=ctx.args.cloning_protection_threads,
+        rate_limiter=ItemExponentialFailureRateLimiter(
+            ctx.args.retry_interval_start, ctx.args.retry_interval_max
+        ),
+        registry=ctx.registry,
+    )
+    if cloning_protection is not None:
+        controller.run_beside("cloning-protection", cloning_protection.run)
+    controller.run_beside("snapshot-protection-sweep", provisioner.run_snapshot_protection)
     return controller, provisioner, factory
 
 

@@ -15,6 +15,7 @@ from pyprovlib.kube.workqueue import (
     default_controller_rate_limiter,
 )
 from pyprovlib.runtime import (
+    ENV_PREFIX,
     RuntimeArgumentParser,
     RuntimeContext,
     add_bool_flag,
@@ -23,7 +24,7 @@ from pyprovlib.runtime import (
     common_parser,
     provision_controller_options,
 )
-from pyprovlib.runtime.flag_values import parse_int
+from pyprovlib.runtime.flag_values import parse_int, parse_positive_int
 
 __all__ = [
     "PROG",
@@ -57,6 +58,10 @@ class CSIProvisionerOptions:
     clean_up_deleted_claims: bool = True
     """Delete volumes whose claim was deleted while they were created in the background
     (instead of saving a PV for a claim that no longer exists)."""
+    controller_publish_readonly: bool = False
+    """``--controller-publish-readonly``: mark the PV of a claim whose only access mode is
+    ReadOnlyMany read-only (``spec.csi.readOnly``), so the attacher publishes it read-only
+    (ControllerPublishVolume's ``readonly``, for drivers with PUBLISH_READONLY)."""
     prevent_volume_mode_conversion: bool = True
     """``--prevent-volume-mode-conversion``: refuse to restore a snapshot into a claim whose
     volumeMode differs from the snapshot's source volume unless the VolumeSnapshotContent is
@@ -71,6 +76,7 @@ def build_parser() -> RuntimeArgumentParser:
         PROG,
         "Provisions PersistentVolumes through a CSI driver's CreateVolume/DeleteVolume "
         "(the Python counterpart of kubernetes-csi/external-provisioner).",
+        env_prefix=ENV_PREFIX,
         defaults={"worker_threads": 100, "leader_election_retry_period": 5.0},
     )
     group = parser.add_argument_group("CSI provisioner")
@@ -161,6 +167,24 @@ def build_parser() -> RuntimeArgumentParser:
     )
     add_bool_flag(
         parser,
+        "--controller-publish-readonly",
+        default=False,
+        help="mark the PV of a claim whose only access mode is ReadOnlyMany read-only "
+        "(spec.csi.readOnly), so ControllerPublishVolume publishes it read-only",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--cloning-protection-threads",
+        default=1,
+        type=parse_positive_int,
+        help="workers removing the cloning-protection finalizer from source claims once no "
+        "clone of them is in flight",
+        metavar="N",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
         "--provisioning-finalizer",
         default=True,
         help="hold claims with the pyprovlib.io/provisioning-protection finalizer while their "
@@ -189,6 +213,7 @@ def provisioner_options(args: argparse.Namespace) -> CSIProvisionerOptions:
         strict_topology=args.strict_topology,
         immediate_topology=args.immediate_topology,
         prevent_volume_mode_conversion=args.prevent_volume_mode_conversion,
+        controller_publish_readonly=args.controller_publish_readonly,
     )
 
 
