@@ -590,12 +590,13 @@ async def test_each_controller_writes_with_its_sidecars_api_budget(
         async with await new_client(options.client_settings()) as api:
             ctx = RuntimeContext(options=options, args=args, api_client=api, log=get_logger("t"))
             combined = await build(ctx)
-            clients = [combined.controllers[name].client for name in CONTROLLERS]
+            # The resizer's modify controller too, with a budget of its own.
+            clients = [combined.controllers[name].client for name in (*CONTROLLERS, "modify")]
             try:
                 assert combined.client is api
-                assert len({id(client) for client in (api, *clients)}) == 4
+                assert len({id(client) for client in (api, *clients)}) == 5
                 limiters = [client.limiter for client in clients]
-                assert len({id(limiter) for limiter in limiters}) == 3
+                assert len({id(limiter) for limiter in limiters}) == 4
                 assert {(limiter.qps, limiter.burst) for limiter in limiters} == {(7.0, 9)}
             finally:
                 combined.connection.close()

@@ -357,10 +357,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             # Each controller writes with the API budget its sidecar has (--kube-api-qps and
             # --kube-api-burst apply to each of the three Go sidecars): a client and a limiter
             # of its own. The shared informers and the Lease keep the runtime's client.
-            settings = view.options.client_settings()
-            client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
-            clients.append(client)
-            view = dataclasses.replace(view, api_client=client)
+            view = dataclasses.replace(view, api_client=await _own_client(view, clients))
             try:
                 if name == "provisioner":
                     # With its cloning-protection controller and snapshot-protection sweep
@@ -369,8 +366,14 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
-                    # The resize and modify controllers, as the resizer sidecar has them.
-                    controllers.update(resizer.build_controllers(view, connection, factory))
+                    # The resize and modify controllers, as the resizer sidecar has them; the
+                    # modify controller with a client and budget of its own too.
+                    modify_view = dataclasses.replace(
+                        view, api_client=await _own_client(view, clients)
+                    )
+                    controllers.update(
+                        resizer.build_controllers(view, connection, factory, modify_ctx=modify_view)
+                    )
             except (DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
                 others = ",".join(n for n in enabled if n != name)
                 hint = f"--controllers={others}" if others else "another driver"
@@ -397,6 +400,15 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         resync=format_duration(resync),
     )
     return combined
+
+
+async def _own_client(view: RuntimeContext, clients: list[ApiClient]) -> ApiClient:
+    """A client with a limiter of its own at ``view``'s --kube-api-qps/--kube-api-burst,
+    added to ``clients`` (closed with the process's controllers)."""
+    settings = view.options.client_settings()
+    client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
+    clients.append(client)
+    return client
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -99,18 +99,21 @@ def build_controllers(
     ctx: RuntimeContext,
     connection: CSIConnection,
     informer_factory: SharedInformerFactory | None = None,
+    *,
+    modify_ctx: RuntimeContext | None = None,
 ) -> dict[str, Controller]:
     """The sidecar's controllers by name (``resizer``, ``modify``), as upstream's ``main``
     chooses them; raises :class:`~pyprovlib.csi.resizer.DriverCannotExpandError` for a driver
     that can neither expand nor modify volumes. Shared by this sidecar and
-    ``python -m pyprovlib.csi``."""
+    ``python -m pyprovlib.csi``, which builds the modify controller on ``modify_ctx`` (its own
+    API client) when given."""
     controllers: dict[str, Controller] = {}
     cannot_expand: DriverCannotExpandError | None = None
     try:
         controllers["resizer"] = build_controller(ctx, connection, informer_factory)
     except DriverCannotExpandError as err:
         cannot_expand = err
-    modify = build_modify_controller(ctx, connection, informer_factory)
+    modify = build_modify_controller(modify_ctx or ctx, connection, informer_factory)
     if cannot_expand is not None:
         if not modify.modifier.modify_supported:
             raise DriverCannotExpandError(
