@@ -46,6 +46,7 @@ CONDITION_MODIFYING_VOLUME: Final = "ModifyingVolume"
 CONDITION_MODIFY_VOLUME_ERROR: Final = "ModifyVolumeError"
 """Claim condition with the driver's last error: its gRPC code as reason, its message."""
 MODIFY_CONDITIONS: Final = frozenset({CONDITION_MODIFYING_VOLUME, CONDITION_MODIFY_VOLUME_ERROR})
+"""The claim conditions of a modification: ``ModifyingVolume`` and ``ModifyVolumeError``."""
 
 REASON_VOLUME_MODIFY: Final = "VolumeModify"
 """Normal event: the resizer starts modifying the volume."""
