@@ -119,11 +119,13 @@ class TestController(ControllerService):
     def __init__(
         self, state: DriverState, *, topology: bool, snapshots: bool = True, modify: bool = False
     ) -> None:
-        caps = [Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME]
+        caps = [
+            Caps.CREATE_DELETE_VOLUME,
+            Caps.CLONE_VOLUME,
+            *([Caps.MODIFY_VOLUME] if modify else []),
+        ]
         if snapshots:
             caps.append(Caps.CREATE_DELETE_SNAPSHOT)
-        if modify:
-            caps.append(Caps.MODIFY_VOLUME)
         super().__init__(caps)
         self.state = state
         self.topology = topology

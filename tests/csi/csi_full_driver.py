@@ -43,10 +43,10 @@ class FullController(TestController):
         self.capabilities = frozenset(
             {
                 Caps.CREATE_DELETE_VOLUME,
+                Caps.MODIFY_VOLUME,
                 Caps.PUBLISH_UNPUBLISH_VOLUME,
                 Caps.PUBLISH_READONLY,
                 Caps.EXPAND_VOLUME,
-                Caps.MODIFY_VOLUME,
             }
         )
         self.published: dict[str, set[str]] = {}
