@@ -9,12 +9,15 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import pytest
 from csi_e2e import create_claim, create_class, csi_env, get_volume, wait_bound, wait_event
 
 from pyprovlib.csi.provisioner import ANN_MODIFY_SECRET_NAME, ANN_MODIFY_SECRET_NAMESPACE
 from pyprovlib.kube.resources import VOLUME_ATTRIBUTES_CLASSES
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
 
 
 async def create_vac(

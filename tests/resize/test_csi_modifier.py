@@ -42,6 +42,8 @@ from pyprovlib.csi.resizer import (
 from pyprovlib.modifier import NotModifiable
 from pyprovlib.testing.cluster import TestCluster
 
+pytestmark = pytest.mark.e2e
+
 SECRET_VALUE = "s3cr3t-modify-key"
 
 

@@ -30,6 +30,8 @@ from pyprovlib.controller.modify import (
 from pyprovlib.modifier import ModifyError, NotModifiable
 from pyprovlib.testing.cluster import TestCluster
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def s(kube_cluster: TestCluster) -> ModifyScenario:
