@@ -130,8 +130,14 @@ class TestIdentity(IdentityService):
 class TestController(ControllerService):
     __test__ = False  # a driver service, not a pytest test class
 
-    def __init__(self, state: DriverState, *, topology: bool, snapshots: bool = True) -> None:
-        caps = [Caps.CREATE_DELETE_VOLUME, Caps.CLONE_VOLUME]
+    def __init__(
+        self, state: DriverState, *, topology: bool, snapshots: bool = True, modify: bool = False
+    ) -> None:
+        caps = [
+            Caps.CREATE_DELETE_VOLUME,
+            Caps.CLONE_VOLUME,
+            *([Caps.MODIFY_VOLUME] if modify else []),
+        ]
         if snapshots:
             caps.append(Caps.CREATE_DELETE_SNAPSHOT)
         if state.capacity is not None:
@@ -243,6 +249,13 @@ class TestController(ControllerService):
                 del self.state.volumes[name]
         return v1.DeleteVolumeResponse()
 
+    async def controller_modify_volume(
+        self, message: v1.ControllerModifyVolumeRequest
+    ) -> v1.ControllerModifyVolumeResponse:
+        self.state.calls.append(("ControllerModifyVolume", message))
+        await self.state.apply_fault("ControllerModifyVolume")
+        return v1.ControllerModifyVolumeResponse()
+
 
 def socket_dir(tmp_path: pathlib.Path) -> tuple[pathlib.Path, bool]:
     """A directory for the socket: tmp_path unless its path is too long for AF_UNIX."""
@@ -258,12 +271,13 @@ async def serve_driver(
     topology: bool = False,
     state: DriverState | None = None,
     snapshots: bool = True,
+    modify: bool = False,
 ) -> AsyncIterator[tuple[DriverState, CSIServer]]:
     state = state or DriverState()
     server = CSIServer(
         [
             TestIdentity(state, topology=topology),
-            TestController(state, topology=topology, snapshots=snapshots),
+            TestController(state, topology=topology, snapshots=snapshots, modify=modify),
         ],
         f"unix://{directory / 'csi.sock'}",
     )

@@ -187,6 +187,7 @@ async def csi_env(
     options: CSIProvisionerOptions | None = None,
     shared_informers: bool = False,
     snapshots: bool = True,
+    modify: bool = False,
     go: GoHostpath | None = None,
     state: DriverState | None = None,
     cloning_protection: bool = True,
@@ -195,19 +196,22 @@ async def csi_env(
     """Driver, connection, provisioner and a running controller. ``shared_informers``: the
     provisioner reads classes, attachments, nodes from the controller's informer caches (the
     sidecar's set-up) instead of the API server. ``snapshots``: the driver declares
-    CREATE_DELETE_SNAPSHOT. The driver gets a name of its own (``env.name``): on a shared
-    cluster a fixed name would make this test's provisioner act on other tests' PVs. ``go``: talk
-    to that running Go hostpathplugin instead of starting the Python driver (``env.driver`` is
-    then an unused state). ``state``: the Python driver's state (its volumes), to serve it
-    again after an earlier ``csi_env`` (a restart). ``cloning_protection``: run the
-    cloning-protection controller beside the ProvisionController, as the sidecar does."""
+    CREATE_DELETE_SNAPSHOT; ``modify``: MODIFY_VOLUME. The driver gets a name of its own
+    (``env.name``): on a shared cluster a fixed name would make this test's provisioner act on
+    other tests' PVs. ``go``: talk to that running Go hostpathplugin instead of starting the
+    Python driver (``env.driver`` is then an unused state). ``state``: the Python driver's
+    state (its volumes), to serve it again after an earlier ``csi_env`` (a restart).
+    ``cloning_protection``: run the cloning-protection controller beside the
+    ProvisionController, as the sidecar does."""
     state = state or DriverState(
         name=go.name if go else f"{cluster.unique_name('test')}.csi.pyprovlib.io"
     )
     served = (
         contextlib.nullcontext()
         if go is not None
-        else serve_driver(sock_dir, topology=topology, state=state, snapshots=snapshots)
+        else serve_driver(
+            sock_dir, topology=topology, state=state, snapshots=snapshots, modify=modify
+        )
     )
     async with served:
         connection = await CSIConnection.open(

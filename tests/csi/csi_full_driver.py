@@ -1,6 +1,7 @@
 """The in-memory CSI test driver of ``csi_driver`` with what the attacher and the resizer need
-too: ControllerPublishVolume / ControllerUnpublishVolume and ControllerExpandVolume, for the
-tests of ``python -m pyprovlib.csi`` (the three controllers in one process) and its bench.
+too: ControllerPublishVolume / ControllerUnpublishVolume, ControllerExpandVolume and
+ControllerModifyVolume, for the tests of ``python -m pyprovlib.csi`` (the controllers in one
+process) and its bench.
 
 Every call is recorded in ``state.calls`` (method, request), Identity calls included, so a test
 can count how often the sidecars connected (GetPluginInfo is asked once per connection).
@@ -32,7 +33,8 @@ class FullIdentity(TestIdentity):
 
 
 class FullController(TestController):
-    """Create/delete (from the test driver), publish/unpublish (read-only too) and expand."""
+    """Create/delete (from the test driver), publish/unpublish (read-only too), expand and
+    modify (the mutable parameters of each volume, by volume id, in :attr:`mutable`)."""
 
     __test__ = False
 
@@ -41,6 +43,7 @@ class FullController(TestController):
         self.capabilities = frozenset(
             {
                 Caps.CREATE_DELETE_VOLUME,
+                Caps.MODIFY_VOLUME,
                 Caps.PUBLISH_UNPUBLISH_VOLUME,
                 Caps.PUBLISH_READONLY,
                 Caps.EXPAND_VOLUME,
@@ -48,6 +51,7 @@ class FullController(TestController):
             }
         )
         self.published: dict[str, set[str]] = {}
+        self.mutable: dict[str, dict[str, str]] = {}
 
     def _volume(self, volume_id: str) -> str:
         for name, volume in self.state.volumes.items():
@@ -85,6 +89,23 @@ class FullController(TestController):
         return v1.ControllerExpandVolumeResponse(
             capacity_bytes=volume.capacity, node_expansion_required=False
         )
+
+    async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
+        response = await super().create_volume(message)
+        if response.volume is not None and message.mutable_parameters:
+            self.mutable.setdefault(response.volume.volume_id, {}).update(
+                message.mutable_parameters
+            )
+        return response
+
+    async def controller_modify_volume(
+        self, message: v1.ControllerModifyVolumeRequest
+    ) -> v1.ControllerModifyVolumeResponse:
+        self.state.calls.append(("ControllerModifyVolume", message))
+        await self.state.apply_fault("ControllerModifyVolume")
+        self._volume(message.volume_id)
+        self.mutable.setdefault(message.volume_id, {}).update(message.mutable_parameters)
+        return v1.ControllerModifyVolumeResponse()
 
 
 @contextlib.asynccontextmanager

@@ -89,9 +89,9 @@ async def create_class(api: ApiClient, **fields: Any) -> None:
     )
 
 
-async def create_claim(api: ApiClient, name: str) -> ResourceClient:
-    """A 1Gi ReadWriteOnce claim ``name`` of class ``csi`` in ``default``; returns the claims'
-    client."""
+async def create_claim(api: ApiClient, name: str, **spec: Any) -> ResourceClient:
+    """A 1Gi ReadWriteOnce claim ``name`` of class ``csi`` in ``default`` (``spec`` adds spec
+    fields); returns the claims' client."""
     claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
     await claims.create(
         {
@@ -102,6 +102,7 @@ async def create_claim(api: ApiClient, name: str) -> ResourceClient:
                 "accessModes": ["ReadWriteOnce"],
                 "storageClassName": "csi",
                 "resources": {"requests": {"storage": "1Gi"}},
+                **spec,
             },
         }
     )

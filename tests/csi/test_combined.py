@@ -1,7 +1,8 @@
-"""``python -m pyprovlib.csi``: the provisioner, attacher and resizer in one process, as a real
-process against the in-memory API server and the Python CSI test driver — provision, attach,
-expand, detach and delete through it, over one CSI connection, one set of informers and one
-Lease; and its flags, which are the three sidecars' own."""
+"""``python -m pyprovlib.csi``: the provisioner, attacher and resizer (with its modify
+controller) in one process, as a real process against the in-memory API server and the Python
+CSI test driver — provision (with a VolumeAttributesClass), attach, expand, modify, detach and
+delete through it, over one CSI connection, one set of informers and one Lease; and its flags,
+which are the three sidecars' own."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from pyprovlib.kube.resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     VOLUME_ATTACHMENTS,
+    VOLUME_ATTRIBUTES_CLASSES,
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.runtime import parse_common
@@ -227,9 +229,21 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
             }
         )
         await create_class(api, allowVolumeExpansion=True)
-        await create_claim(api, "data")
+        classes = ResourceClient(api, VOLUME_ATTRIBUTES_CLASSES)
+        for name, parameters in (("gold", {"iops": "3000"}), ("platinum", {"iops": "9000"})):
+            await classes.create(
+                {
+                    "apiVersion": "storage.k8s.io/v1",
+                    "kind": "VolumeAttributesClass",
+                    "metadata": {"name": name},
+                    "driverName": DRIVER_NAME,
+                    "parameters": parameters,
+                }
+            )
+        await create_claim(api, "data", volumeAttributesClassName="gold")
         seen["bound"] = claim = await wait_claim_bound(claims, "data", process)
         pv_name = spec(claim)["volumeName"]
+        seen["bound_pv"] = await volumes.get(pv_name)
 
         await attachments.create(
             {
@@ -262,6 +276,18 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
 
         seen["expanded"] = await until(expanded, "claim expanded", process)
         seen["expanded_pv"] = await volumes.get(pv_name)
+
+        await claims.patch(
+            "data", {"spec": {"volumeAttributesClassName": "platinum"}}, namespace="default"
+        )
+
+        async def modified() -> Obj | None:
+            claim = await claims.get("data", "default")
+            done = status(claim).get("currentVolumeAttributesClassName") == "platinum"
+            return claim if done and "modifyVolumeStatus" not in status(claim) else None
+
+        seen["modified"] = await until(modified, "claim modified", process)
+        seen["modified_pv"] = await volumes.get(pv_name)
 
         await attachments.delete("va-data")
 
@@ -304,10 +330,18 @@ async def test_one_process_provisions_attaches_expands_and_deletes(
                 "CreateVolume",
                 "ControllerPublishVolume",
                 "ControllerExpandVolume",
+                "ControllerModifyVolume",
                 "ControllerUnpublishVolume",
                 "DeleteVolume",
             ):
                 assert calls.count(method) == 1, (method, calls)
+            (create,) = state.requests("CreateVolume")
+            assert create.mutable_parameters == {"iops": "3000"}
+            (modify,) = state.requests("ControllerModifyVolume")
+            assert modify.mutable_parameters == {"iops": "9000"}
+            assert spec(seen["bound_pv"])["volumeAttributesClassName"] == "gold"
+            assert status(seen["bound"])["currentVolumeAttributesClassName"] == "gold"
+            assert spec(seen["modified_pv"])["volumeAttributesClassName"] == "platinum"
             assert not state.volumes
             handle = spec(seen["expanded_pv"])["csi"]["volumeHandle"]
             assert driver.published == {handle: set()}  # published to node-1-id, then not
@@ -553,12 +587,13 @@ async def test_each_controller_writes_with_its_sidecars_api_budget(
         async with await new_client(options.client_settings()) as api:
             ctx = RuntimeContext(options=options, args=args, api_client=api, log=get_logger("t"))
             combined = await build(ctx)
-            clients = [combined.controllers[name].client for name in CONTROLLERS]
+            # The resizer's modify controller too, with a budget of its own.
+            clients = [combined.controllers[name].client for name in (*CONTROLLERS, "modify")]
             try:
                 assert combined.client is api
-                assert len({id(client) for client in (api, *clients)}) == 4
+                assert len({id(client) for client in (api, *clients)}) == 5
                 limiters = [client.limiter for client in clients]
-                assert len({id(limiter) for limiter in limiters}) == 3
+                assert len({id(limiter) for limiter in limiters}) == 4
                 assert {(limiter.qps, limiter.burst) for limiter in limiters} == {(7.0, 9)}
             finally:
                 combined.connection.close()

@@ -3,7 +3,8 @@
 It keeps volume sizes in memory, expands them on ControllerExpandVolume (rounding up to
 ``granularity`` bytes, never shrinking), records every request, says whether the node must
 still expand (``node_expansion_required``), and takes injected faults: a gRPC status for the
-next calls, or a delay after which the call still completes.
+next calls, or a delay after which the call still completes. With MODIFY_VOLUME it keeps each
+volume's mutable parameters, refusing keys outside ``mutable_keys`` as INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, Identit
 
 Caps = v1.ControllerServiceCapabilityRpcType
 EXPAND_CAPS = (Caps.EXPAND_VOLUME,)
+MODIFY_CAPS = (Caps.EXPAND_VOLUME, Caps.MODIFY_VOLUME)
 
 
 @dataclass
@@ -32,6 +34,9 @@ class ResizeDriverState:
     node_expansion_required: bool = False
     granularity: int = 1
     max_size: int | None = None
+    mutable: dict[str, dict[str, str]] = field(default_factory=dict)
+    modify_requests: list[v1.ControllerModifyVolumeRequest] = field(default_factory=list)
+    mutable_keys: frozenset[str] = frozenset({"iops", "throughput"})
 
     def fail(self, fault: Fault) -> None:
         self.faults.append(fault)
@@ -69,6 +74,19 @@ class ResizeControllerService(ControllerService):
         return v1.ControllerExpandVolumeResponse(
             capacity_bytes=size, node_expansion_required=self.state.node_expansion_required
         )
+
+    async def controller_modify_volume(
+        self, message: v1.ControllerModifyVolumeRequest
+    ) -> v1.ControllerModifyVolumeResponse:
+        self.state.modify_requests.append(message)
+        await self.state.apply_fault()
+        if message.volume_id not in self.state.sizes:
+            raise CSIError(Status.NOT_FOUND, f"volume {message.volume_id} not found")
+        unknown = sorted(set(message.mutable_parameters) - self.state.mutable_keys)
+        if unknown:
+            raise CSIError(Status.INVALID_ARGUMENT, f"invalid parameters: {unknown}")
+        self.state.mutable.setdefault(message.volume_id, {}).update(message.mutable_parameters)
+        return v1.ControllerModifyVolumeResponse()
 
 
 class ResizeDriver:

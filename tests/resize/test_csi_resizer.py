@@ -281,8 +281,9 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
             return
         sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
         assert isinstance(sidecar, ResizerSidecar)
-        assert isinstance(sidecar.controller.resizer, expected)
-        assert sidecar.controller.name == s.driver
+        assert sidecar.resize_controller is not None
+        assert isinstance(sidecar.resize_controller.resizer, expected)
+        assert sidecar.resize_controller.name == s.driver
         sc = await s.storage_class()
         claim, pv, _ = await s.volume(sc)
         async with running(sidecar):

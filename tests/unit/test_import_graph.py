@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, int]] = [
     ("pyprovlib.provisioner", 2),
     ("pyprovlib.attacher", 2),
     ("pyprovlib.resizer", 2),
+    ("pyprovlib.modifier", 2),
     ("pyprovlib.controller", 3),
     ("pyprovlib.runtime", 4),
     ("pyprovlib.csi", 5),

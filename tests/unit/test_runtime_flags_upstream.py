@@ -232,8 +232,6 @@ STILL_REFUSED = frozenset(
         "--node-deployment-immediate-binding",
         "--node-deployment-base-delay",
         "--node-deployment-max-delay",
-        # VolumeAttributesClass
-        "--extra-modify-metadata",
         # no counterpart, or removed upstream
         "--enable-pprof",
         "--feature-gates",
@@ -296,3 +294,16 @@ def test_no_cloning_protection_worker_is_a_usage_error(
         parse_common(build_parser(), ["--cloning-protection-threads=0"])
     assert exit_info.value.code == 2
     assert "--cloning-protection-threads" in capsys.readouterr().err
+
+
+def test_extra_modify_metadata_is_the_resizers() -> None:
+    from pyprovlib.csi import combined
+    from pyprovlib.csi.resizer import parser
+
+    _, ns = parse_common(parser(), [])
+    assert ns.extra_modify_metadata is False  # upstream's default
+    _, ns = parse_common(parser(), ["--extra-modify-metadata"])
+    assert ns.extra_modify_metadata is True
+    # python -m pyprovlib.csi hands it to its resizer (and so to the modify controller).
+    _, ns = parse_common(combined.build_parser(), ["--extra-modify-metadata=true"])
+    assert ns.sidecar_args["resizer"].extra_modify_metadata is True

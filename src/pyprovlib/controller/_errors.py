@@ -34,7 +34,23 @@ from pyprovlib.provisioner import IgnoredError, ProvisioningError
 from pyprovlib.redaction import scrub_text
 from pyprovlib.resizer import ResizeError
 
-__all__ = ["describe_error", "describe_user_error", "is_user_bug", "log_user_bug"]
+__all__ = [
+    "DelayRetryError",
+    "describe_error",
+    "describe_user_error",
+    "is_user_bug",
+    "log_user_bug",
+]
+
+
+class DelayRetryError(PyprovlibError):
+    """A sync that must be retried after ``delay`` seconds, not with the usual backoff
+    (upstream's ``DelayRetryError``, for infeasible expansions and modifications)."""
+
+    def __init__(self, message: str, delay: float) -> None:
+        super().__init__(message)
+        self.delay = delay
+
 
 _EXPECTED: tuple[type[BaseException], ...] = (
     ProvisioningError,

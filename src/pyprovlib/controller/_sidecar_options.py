@@ -1,5 +1,5 @@
-"""What the options of the controllers behind the CSI sidecars share (attach and resize, as
-external-attacher and external-resizer do): csi-lib-utils' leader election
+"""What the options of the controllers behind the CSI sidecars share (attach, resize and modify,
+as external-attacher and external-resizer do): csi-lib-utils' leader election
 (:class:`SidecarControllerOptions`), the checks of the timing fields both have, and the work
 queue their retry intervals shape."""
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.modify.options import ModifyControllerOptions
     from pyprovlib.controller.resize_options import ResizeControllerOptions
     from pyprovlib.kube.clock import Clock
     from pyprovlib.kube.workqueue import RateLimitingQueue
@@ -56,7 +57,7 @@ class SidecarControllerOptions:
 
 
 def check_sidecar_options(
-    options: AttachControllerOptions | ResizeControllerOptions,
+    options: AttachControllerOptions | ResizeControllerOptions | ModifyControllerOptions,
     workers_field: str,
     error: type[InvalidOptionsError],
 ) -> None:
@@ -80,7 +81,9 @@ def check_sidecar_options(
 
 
 def retry_queue(
-    name: str, options: AttachControllerOptions | ResizeControllerOptions, clock: Clock
+    name: str,
+    options: AttachControllerOptions | ResizeControllerOptions | ModifyControllerOptions,
+    clock: Clock,
 ) -> RateLimitingQueue[str]:
     """The work queue ``name`` of a sidecar's controller: a failed key is retried after
     ``options.retry_interval_start``, doubling per failure up to ``retry_interval_max``

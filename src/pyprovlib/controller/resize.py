@@ -40,7 +40,12 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
 from pyprovlib.controller import resize_claims
-from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
+from pyprovlib.controller._errors import (
+    DelayRetryError,
+    describe_error,
+    is_user_bug,
+    log_user_bug,
+)
 from pyprovlib.controller._lifecycle import (
     EVENT_FLUSH_TIMEOUT,
     ControllerLifecycle,
@@ -70,7 +75,6 @@ from pyprovlib.controller.resize_claims import (
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.controller.resize_options import lease_name as default_lease_name
 from pyprovlib.controller.resize_status import ResizeStatusWriter
-from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException, api_error_text
@@ -105,15 +109,6 @@ __all__ = [
 __all__ += resize_claims.__all__
 
 log = get_logger(__name__)
-
-
-class DelayRetryError(PyprovlibError):
-    """A sync that must be retried after ``delay`` seconds, not with the usual backoff
-    (upstream's ``DelayRetryError``, for infeasible expansions)."""
-
-    def __init__(self, message: str, delay: float) -> None:
-        super().__init__(message)
-        self.delay = delay
 
 
 # -- pure helpers --------------------------------------------------------------------------------

@@ -19,17 +19,16 @@ import sys
 import textwrap
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller._lifecycle import ControllerLifecycle
 from pyprovlib.controller.attach_options import sanitize_driver_name
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.csi import attacher, resizer
+from pyprovlib.csi._controller_group import ControllerGroup, GroupOptions
 from pyprovlib.csi._sidecar_controller import check_csi_address
 from pyprovlib.csi.connection import (
     ConnectionOptions,
@@ -46,7 +45,6 @@ from pyprovlib.kube.ratelimit import TokenBucket
 from pyprovlib.runtime import (
     ENV_PREFIX,
     CommonOptions,
-    CompositeController,
     Controller,
     RuntimeArgumentParser,
     RuntimeContext,
@@ -239,19 +237,7 @@ def build_parser() -> CombinedArgumentParser:
     return CombinedArgumentParser()
 
 
-@dataclass(frozen=True)
-class CombinedOptions:
-    """What the one Lease and the shared informers need (the lifecycle's options)."""
-
-    resync_period: float
-    leader_election: bool = False
-    leader_election_namespace: str | None = None
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-
-
-class CSIControllers(ControllerLifecycle):
+class CSIControllers(ControllerGroup):
     """The enabled controllers, each built without leader election, run together under one
     Lease (when ``options.leader_election``) over one connection and one informer factory;
     the runtime's Controller.
@@ -273,7 +259,7 @@ class CSIControllers(ControllerLifecycle):
         connection: CSIConnection,
         informer_factory: SharedInformerFactory,
         controllers: Mapping[str, Controller],
-        options: CombinedOptions,
+        options: GroupOptions,
         *,
         lease: str,
         background: Sequence[Callable[[], Awaitable[None]]] = (),
@@ -281,28 +267,18 @@ class CSIControllers(ControllerLifecycle):
     ) -> None:
         super().__init__(
             client,
+            informer_factory,
+            controllers,
             options,
             role="CSI controllers",
-            lease_name=lease,
+            lease=lease,
             log=log.bind(driver=connection.driver_name),
-            informer_factory=informer_factory,
+            background=background,
         )
         self.connection = connection
         # The controllers' own API clients (one API budget each, as each sidecar has):
         # closed when run() ends.
         self._clients = tuple(clients)
-        self.controllers: dict[str, Controller] = dict(controllers)
-        self.lease = lease
-        self._composite = CompositeController(*self.controllers.values())
-        self._background = tuple(background)
-
-    def idle(self, *, count_delayed: bool = False) -> bool:
-        """Every enabled controller is idle (see :meth:`ControllerLifecycle.idle`)."""
-        return all(
-            controller.idle(count_delayed=count_delayed)
-            for controller in self.controllers.values()
-            if isinstance(controller, ControllerLifecycle)
-        )
 
     async def run(self) -> None:
         """Run until stopped, the connection is lost, or the Lease is lost."""
@@ -332,58 +308,9 @@ class CSIControllers(ControllerLifecycle):
                 raise failure
         self._log.info("CSI controllers stopped")
 
-    async def _run_controller(self) -> None:
-        """Informers, background tasks and the controllers, until they return (upstream: each
-        sidecar's ``run`` while leading)."""
-        async with asyncio.TaskGroup() as tg:
-            informers = tg.create_task(self._run_shared_informers(), name="informers")
-            extra = [
-                tg.create_task(_call(work), name="csi-background") for work in self._background
-            ]
-            try:
-                self._synced = True
-                await self._composite.run()
-            finally:
-                self._synced = False
-                for task in (informers, *extra):
-                    task.cancel()
-
-    async def _run_shared_informers(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            self.informer_factory.start(tg)
-            await asyncio.Event().wait()  # until cancelled with the controllers
-
-    def stop(self) -> None:
-        """Stop every controller gracefully (operations in flight finish), then release the
-        Lease."""
-        super().stop()
-        self._composite.stop()
-
     def healthy(self) -> bool:
         """False when a controller failed, the Lease was lost or the connection is lost."""
-        return super().healthy() and self._composite.healthy() and not self.connection.lost
-
-    def ready(self) -> bool:
-        """A standby is ready; the leader (or a process without leader election) once every
-        controller's caches synced."""
-        if self._stop_requested.is_set() or self._failed:
-            return False
-        elector = self._elector
-        if self._lifecycle_options.leader_election and (elector is None or not elector.is_leader()):
-            # A standby: contending, and another replica is seen holding the Lease.
-            return elector is not None and elector.leader not in (None, elector.identity)
-        return self._synced and self._composite.ready()
-
-    def is_leader(self) -> bool:
-        """True while this process holds the Lease (always, without leader election, once
-        running)."""
-        if not self._lifecycle_options.leader_election:
-            return self._synced
-        return self._elector is not None and self._elector.is_leader()
-
-
-async def _call(work: Callable[[], Awaitable[None]]) -> None:
-    await work()
+        return super().healthy() and not self.connection.lost
 
 
 def _view(ctx: RuntimeContext, args: argparse.Namespace) -> RuntimeContext:
@@ -444,10 +371,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             # Each controller writes with the API budget its sidecar has (--kube-api-qps and
             # --kube-api-burst apply to each of the three Go sidecars): a client and a limiter
             # of its own. The shared informers and the Lease keep the runtime's client.
-            settings = view.options.client_settings()
-            client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
-            clients.append(client)
-            view = dataclasses.replace(view, api_client=client)
+            view = dataclasses.replace(view, api_client=await _own_client(view, clients))
             try:
                 if name == "provisioner":
                     # With its cloning-protection controller, snapshot-protection sweep and
@@ -459,7 +383,14 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:
-                    controllers[name] = resizer.build_controller(view, connection, factory)
+                    # The resize and modify controllers, as the resizer sidecar has them; the
+                    # modify controller with a client and budget of its own too.
+                    modify_view = dataclasses.replace(
+                        view, api_client=await _own_client(view, clients)
+                    )
+                    controllers.update(
+                        resizer.build_controllers(view, connection, factory, modify_ctx=modify_view)
+                    )
             except (DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
                 others = ",".join(n for n in enabled if n != name)
                 hint = f"--controllers={others}" if others else "another driver"
@@ -469,7 +400,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             connection,
             factory,
             controllers,
-            CombinedOptions(resync_period=resync, **ctx.options.leader_election_fields()),
+            GroupOptions(resync_period=resync, **ctx.options.leader_election_fields()),
             lease=lease_name(connection.driver_name),
             clients=clients,
         )
@@ -486,6 +417,15 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         resync=format_duration(resync),
     )
     return combined
+
+
+async def _own_client(view: RuntimeContext, clients: list[ApiClient]) -> ApiClient:
+    """A client with a limiter of its own at ``view``'s --kube-api-qps/--kube-api-burst,
+    added to ``clients`` (closed with the process's controllers)."""
+    settings = view.options.client_settings()
+    client = await new_client(settings, limiter=TokenBucket(settings.qps, settings.burst))
+    clients.append(client)
+    return client
 
 
 def main(argv: Sequence[str] | None = None) -> int:

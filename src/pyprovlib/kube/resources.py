@@ -27,6 +27,7 @@ __all__ = [
     "SECRETS",
     "STORAGE_CLASSES",
     "VOLUME_ATTACHMENTS",
+    "VOLUME_ATTRIBUTES_CLASSES",
     "VOLUME_SNAPSHOTS",
     "VOLUME_SNAPSHOT_CLASSES",
     "VOLUME_SNAPSHOT_CONTENTS",
@@ -127,6 +128,18 @@ STORAGE_CLASSES = Resource(
     "storage.k8s.io", "v1", "StorageClass", "storageclasses", False, ("sc",), (), "storageclass"
 )
 """storage.k8s.io/v1 StorageClasses (cluster-scoped)."""
+VOLUME_ATTRIBUTES_CLASSES = Resource(
+    "storage.k8s.io",
+    "v1",
+    "VolumeAttributesClass",
+    "volumeattributesclasses",
+    False,
+    ("vac",),
+    (),
+    "volumeattributesclass",
+)
+"""storage.k8s.io/v1 VolumeAttributesClasses: a CSI driver's mutable volume parameters, named by
+a claim's ``spec.volumeAttributesClassName`` (cluster-scoped; immutable but for metadata)."""
 VOLUME_ATTACHMENTS = Resource(
     "storage.k8s.io",
     "v1",
@@ -217,6 +230,7 @@ RESOURCES: tuple[Resource, ...] = (
     CONFIGMAPS,
     EVENTS,
     STORAGE_CLASSES,
+    VOLUME_ATTRIBUTES_CLASSES,
     VOLUME_ATTACHMENTS,
     CSINODES,
     CSIDRIVERS,

@@ -65,7 +65,6 @@ UNSUPPORTED_UPSTREAM_FLAGS: Mapping[str, str] = {
     "--enable-leader-election": "removed upstream; use --leader-election",
     # external-attacher / external-resizer
     "--max-grpc-log-length": "gRPC payloads are never logged",
-    "--extra-modify-metadata": "VolumeAttributesClass (ControllerModifyVolume) is not implemented",
     # klog / component-base logging
     "--logtostderr": _KLOG_FLAGS,
     "--alsologtostderr": _KLOG_FLAGS,

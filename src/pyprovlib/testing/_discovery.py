@@ -332,6 +332,10 @@ _BUILTIN_COLUMNS: dict[Resource, list[Obj]] = {
         *_strings("Provisioner", "ReclaimPolicy", "VolumeBindingMode", "AllowVolumeExpansion"),
         _AGE,
     ],
+    R.VOLUME_ATTRIBUTES_CLASSES: [
+        _col("DriverName", "Name of the CSI driver This field is immutable."),
+        _AGE,
+    ],
     R.NAMESPACES: [_col("Status"), _AGE],
     R.NODES: [_col("Status"), _col("Roles"), _AGE, _col("Version")],
     R.PODS: [
@@ -603,6 +607,7 @@ _CELLS: dict[Resource, Callable[[Obj, str], list[Any]]] = {
     R.PERSISTENT_VOLUMES: _volume_cells,
     R.PERSISTENT_VOLUME_CLAIMS: _claim_cells,
     R.STORAGE_CLASSES: _class_cells,
+    R.VOLUME_ATTRIBUTES_CLASSES: lambda o, age: [_name(o), o.get("driverName", ""), age],
     R.NAMESPACES: lambda o, age: [_name(o), (o.get("status") or {}).get("phase", ""), age],
     R.NODES: _node_cells,
     R.PODS: _pod_cells,

@@ -82,6 +82,7 @@ _RETURN_DELETED = frozenset(
         R.PERSISTENT_VOLUME_CLAIMS,
         R.PERSISTENT_VOLUMES,
         R.STORAGE_CLASSES,
+        R.VOLUME_ATTRIBUTES_CLASSES,
         R.VOLUME_ATTACHMENTS,
         R.CSINODES,
         R.CSIDRIVERS,
@@ -168,6 +169,11 @@ class Registry:
         for key in _OMIT_EMPTY_TOP:
             if key in out and not out[key] and out[key] is not False:
                 del out[key]
+        status = out.get("status")
+        if not resource.custom and isinstance(status, dict) and status.get("conditions") == []:
+            # Every built-in status's conditions are omitempty: a strategic merge patch that
+            # deletes the last one leaves none, not an empty list.
+            out["status"] = {k: v for k, v in status.items() if k != "conditions"}
         return out
 
     def _require(self, resource: Resource, namespace: str | None, name: str) -> Obj:

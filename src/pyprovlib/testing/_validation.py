@@ -26,6 +26,14 @@ from pyprovlib.testing._causes import (
 from pyprovlib.testing._crd_validation import crd_immutable_causes, crd_schema_causes
 from pyprovlib.testing._labels import label_selector_causes, selector_matches
 from pyprovlib.testing._typecheck import PV_SOURCES, type_check
+from pyprovlib.testing._vac_validation import (
+    pv_vac_causes,
+    pv_vac_update_causes,
+    pvc_vac_causes,
+    pvc_vac_update_causes,
+    vac_causes,
+    vac_update_causes,
+)
 
 __all__ = [
     "Cause",
@@ -386,6 +394,7 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
         if mode not in (None, "Filesystem", "Block"):
             causes.append(unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))
         causes.extend(_data_source_causes(spec))
+        causes.extend(pvc_vac_causes(spec))
     elif resource.custom:
         causes.extend(crd_schema_causes(resource, obj, status=False))
     elif resource is R.PERSISTENT_VOLUMES:
@@ -411,6 +420,7 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
                     "spec.persistentVolumeReclaimPolicy", policy, ["Delete", "Recycle", "Retain"]
                 )
             )
+        causes.extend(pv_vac_causes(spec))
     elif resource is R.STORAGE_CLASSES:
         if not obj.get("provisioner"):
             causes.append(required("provisioner"))
@@ -422,6 +432,8 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
             causes.append(
                 unsupported("volumeBindingMode", mode, ["Immediate", "WaitForFirstConsumer"])
             )
+    elif resource is R.VOLUME_ATTRIBUTES_CLASSES:
+        causes.extend(vac_causes(obj))
     elif resource is R.VOLUME_ATTACHMENTS:
         if not spec.get("attacher"):
             causes.append(required("spec.attacher"))
@@ -534,7 +546,9 @@ def validate_update(resource: Resource, old: dict[str, Any], new: dict[str, Any]
                     "volumeAttributesClassName for bound claims",
                 )
             )
+        causes += pvc_vac_update_causes(old, new)
     elif resource is R.PERSISTENT_VOLUMES:
+        causes += pv_vac_update_causes(old_spec, new_spec)
         for s in PV_SOURCES:
             if old_spec.get(s) != new_spec.get(s):
                 causes.append(
@@ -566,6 +580,8 @@ def validate_update(resource: Resource, old: dict[str, Any], new: dict[str, Any]
             causes.append(
                 invalid_value("storageClassName", new.get("storageClassName"), "field is immutable")
             )
+    elif resource is R.VOLUME_ATTRIBUTES_CLASSES:
+        causes += vac_update_causes(old, new)
     return causes
 
 
@@ -573,10 +589,13 @@ def _pvc_comparable(
     spec: dict[str, Any], old: dict[str, Any], other: dict[str, Any]
 ) -> dict[str, Any]:
     """The part of a claim's spec that may not change on update."""
-    out = {k: v for k, v in spec.items() if k not in ("volumeAttributesClassName", "resources")}
+    bound = (old.get("status") or {}).get("phase") == "Bound"
+    # a bound claim may be resized and given another VolumeAttributesClass
+    out = {k: v for k, v in spec.items() if k != "resources"}
+    if bound or out.get("volumeAttributesClassName") is None:
+        out.pop("volumeAttributesClassName", None)
     resources = dict(spec.get("resources") or {})
-    if (old.get("status") or {}).get("phase") == "Bound":
-        # a bound claim may be resized
+    if bound:
         resources.pop("requests", None)
     out["resources"] = resources
     if not other.get("volumeName") or not spec.get("volumeName"):

@@ -29,6 +29,11 @@ Differences from upstream, each on purpose:
 - A cross-namespace data source (``dataSourceRef.namespace``, the alpha
   CrossNamespaceVolumeDataSource feature with ReferenceGrants) is refused with a final error,
   as upstream does while that feature gate is off (its default).
+
+A claim naming a VolumeAttributesClass is provisioned with the class's parameters as the
+CreateVolume request's ``mutable_parameters`` and a PV of that class, as upstream: the driver
+must have MODIFY_VOLUME and the class must be for this driver (else a final error); a class that
+cannot be read yet (not found) is retried.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ from pyprovlib.csi.provisioner.request import (
 from pyprovlib.csi.provisioner.secrets import (
     ANN_DELETION_SECRET_NAME,
     ANN_DELETION_SECRET_NAMESPACE,
+    ANN_MODIFY_SECRET_NAME,
+    ANN_MODIFY_SECRET_NAMESPACE,
+    CONTROLLER_MODIFY_SECRET,
     PROVISIONER_SECRET,
     PV_SECRETS,
     SecretRef,
@@ -87,6 +95,7 @@ from pyprovlib.kube.resources import (
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
+    VOLUME_ATTRIBUTES_CLASSES,
 )
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.kube.workqueue import RateLimiter
@@ -162,6 +171,8 @@ class _Prepared:
     pv_secrets: list[tuple[str, SecretRef]]
     data_source: SourceRef | None
     protected: tuple[SourceGuard, tuple[str, str]] | None
+    attributes_class: str = ""
+    modify_secret: SecretRef | None = None
 
 
 class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
@@ -205,6 +216,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         )
         self._secrets = ResourceClient(client, SECRETS)
         self._claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
+        # Read live, as upstream: only claims naming a class need one.
+        self._attribute_classes = ResourceClient(client, VOLUME_ATTRIBUTES_CLASSES)
         self._classes = CachedReader(client, STORAGE_CLASSES, informer_factory)
         self._attachments = CachedReader(client, VOLUME_ATTACHMENTS, informer_factory)
         # Topology needs Nodes and CSINodes: watch them only for drivers that have it.
@@ -442,6 +455,17 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         data_source = claim_data_source(claim)
         if data_source is not None:
             self._data_sources.check(claim, data_source, self.recorder)
+        attributes_class = str(spec.get("volumeAttributesClassName") or "")
+        if (
+            attributes_class
+            and ControllerCap.MODIFY_VOLUME not in self.connection.controller_capabilities
+        ):
+            raise ProvisioningError(
+                "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME "
+                f"capability is not reported (claim {metadata.get('name')!r} names class "
+                f'"{attributes_class}"; remove it, or use a driver that modifies volumes)',
+                ProvisioningState.FINISHED,
+            )
         class_name = (storage_class.get("metadata") or {}).get("name", "")
         parameters: dict[str, str] = dict(storage_class.get("parameters") or {})
         try:
@@ -490,6 +514,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
                 ref = secret_reference(params, parameters, options.pv_name, claim)
                 if ref is not None:
                     pv_secrets.append((field, ref))
+            modify_secret = secret_reference(
+                CONTROLLER_MODIFY_SECRET, parameters, options.pv_name, claim
+            )
         except ValueError as err:
             raise PreparationError(f"StorageClass {class_name!r}: {err}") from None
         secrets = await read_secret(self._secrets, provisioner_secret) if provisioner_secret else {}
@@ -501,6 +528,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             parameters=create_parameters,
             secrets=secrets,
         )
+        if attributes_class:
+            request.mutable_parameters = await self._mutable_parameters(claim, attributes_class)
 
         protected: tuple[SourceGuard, tuple[str, str]] | None = None
         if data_source is not None:
@@ -522,7 +551,34 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             )
         if protected is not None:
             await protected[0].acquire(protected[1], metadata.get("uid", ""))
-        return _Prepared(request, provisioner_secret, pv_secrets, data_source, protected)
+        return _Prepared(
+            request,
+            provisioner_secret,
+            pv_secrets,
+            data_source,
+            protected,
+            attributes_class=attributes_class,
+            modify_secret=modify_secret,
+        )
+
+    async def _mutable_parameters(self, claim: Mapping[str, Any], name: str) -> dict[str, str]:
+        """The parameters of the claim's VolumeAttributesClass ``name``, which must be for
+        this driver."""
+        try:
+            attributes_class = await self._attribute_classes.get(name)
+        except ApiException as err:
+            raise PreparationError(
+                f'cannot read VolumeAttributesClass "{name}" of claim '
+                f"{(claim.get('metadata') or {}).get('name')!r}: {err.status} {err.reason}"
+            ) from None
+        driver = attributes_class.get("driverName")
+        if driver != self.driver_name:
+            raise ProvisioningError(
+                f"VAC {name} referenced in PVC is for driver {driver} which does not match "
+                f"driver name {self.driver_name}",
+                ProvisioningState.FINISHED,
+            )
+        return {str(k): str(v) for k, v in (attributes_class.get("parameters") or {}).items()}
 
     def _build_volume(
         self,
@@ -558,6 +614,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         if provisioner_secret is not None:
             annotations[ANN_DELETION_SECRET_NAME] = provisioner_secret.name
             annotations[ANN_DELETION_SECRET_NAMESPACE] = provisioner_secret.namespace
+        if prepared.modify_secret is not None:
+            annotations[ANN_MODIFY_SECRET_NAME] = prepared.modify_secret.name
+            annotations[ANN_MODIFY_SECRET_NAMESPACE] = prepared.modify_secret.namespace
         pv: Obj = {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
@@ -571,6 +630,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         }
         if storage_class.get("mountOptions"):
             pv["spec"]["mountOptions"] = list(storage_class["mountOptions"])
+        if prepared.attributes_class:
+            pv["spec"]["volumeAttributesClassName"] = prepared.attributes_class
         affinity = node_affinity(volume.accessible_topology)
         if affinity is not None:
             pv["spec"]["nodeAffinity"] = affinity

@@ -18,7 +18,10 @@ from pyprovlib.kube.rest import ResourceClient
 __all__ = [
     "ANN_DELETION_SECRET_NAME",
     "ANN_DELETION_SECRET_NAMESPACE",
+    "ANN_MODIFY_SECRET_NAME",
+    "ANN_MODIFY_SECRET_NAMESPACE",
     "CONTROLLER_EXPAND_SECRET",
+    "CONTROLLER_MODIFY_SECRET",
     "CONTROLLER_PUBLISH_SECRET",
     "CSI_PARAMETER_PREFIX",
     "NODE_EXPAND_SECRET",
@@ -40,6 +43,11 @@ ANN_DELETION_SECRET_NAME: Final = "volume.kubernetes.io/provisioner-deletion-sec
 """PV annotation recording the provisioner secret's name, so Delete finds it without the class."""
 ANN_DELETION_SECRET_NAMESPACE: Final = "volume.kubernetes.io/provisioner-deletion-secret-namespace"  # noqa: S105 - a key, not a secret
 """PV annotation recording the provisioner secret's namespace (see ANN_DELETION_SECRET_NAME)."""
+ANN_MODIFY_SECRET_NAME: Final = "volume.kubernetes.io/controller-modify-secret-name"  # noqa: S105 - a key, not a secret
+"""PV annotation naming the Secret the resizer sends with ControllerModifyVolume (a PV's
+``spec.csi`` has no field for it), resolved from the class's controller-modify parameters."""
+ANN_MODIFY_SECRET_NAMESPACE: Final = "volume.kubernetes.io/controller-modify-secret-namespace"  # noqa: S105 - a key, not a secret
+"""PV annotation with that Secret's namespace (see ANN_MODIFY_SECRET_NAME)."""
 
 _TOKEN_PV_NAME: Final = "pv.name"  # noqa: S105 - a key, not a secret
 _TOKEN_PVC_NAME: Final = "pvc.name"  # noqa: S105 - a key, not a secret
@@ -92,6 +100,13 @@ NODE_EXPAND_SECRET = SecretParams(
 )
 """Each ``*_SECRET`` names the class parameters of one secret: the provisioner's (read and sent
 with CreateVolume/DeleteVolume) and the ones only referenced from the PV."""
+CONTROLLER_MODIFY_SECRET = SecretParams(
+    "controller modify",
+    CSI_PARAMETER_PREFIX + "controller-modify-secret-name",
+    CSI_PARAMETER_PREFIX + "controller-modify-secret-namespace",
+)
+"""Class parameters naming the secret for ControllerModifyVolume (recorded on the PV as the
+:data:`ANN_MODIFY_SECRET_NAME` annotations, as external-provisioner 6.2 does)."""
 PV_SECRETS: Final = (
     ("controllerPublishSecretRef", CONTROLLER_PUBLISH_SECRET),
     ("nodeStageSecretRef", NODE_STAGE_SECRET),
@@ -109,6 +124,7 @@ SECRET_PARAMETER_KEYS: Final = frozenset(
         NODE_PUBLISH_SECRET,
         CONTROLLER_EXPAND_SECRET,
         NODE_EXPAND_SECRET,
+        CONTROLLER_MODIFY_SECRET,
     )
     for key in (params.name_key, params.namespace_key)
 )

@@ -1,11 +1,12 @@
 """Command line of the hostpath CSI driver: the Go hostpathplugin's flags where they overlap
 (``--endpoint``, ``--nodeid``, ``--drivername``, ``--statedir``, ``--enable-attach``,
-``--maxvolumespernode``), plus ``--capacity``, ``--max-volume-size``, ``--log-format`` and
-``--log-level``, on :mod:`pyprovlib.runtime`'s parser: ``--help`` shows each default and
-environment variable (``PYPROVLIB_<FLAG>``; ``--endpoint`` also reads ``CSI_ENDPOINT`` and
-``--nodeid`` ``KUBE_NODE_NAME``, the variables upstream's manifests set). An endpoint whose
-directory is missing or a state directory that cannot be made ends in one line naming the flag,
-the path and the fix. Runs until SIGTERM or SIGINT.
+``--maxvolumespernode``, ``--enable-controller-modify-volume``,
+``--accepted-mutable-parameter-names``), plus ``--capacity``, ``--max-volume-size``,
+``--log-format`` and ``--log-level``, on :mod:`pyprovlib.runtime`'s parser: ``--help`` shows
+each default and environment variable (``PYPROVLIB_<FLAG>``; ``--endpoint`` also reads
+``CSI_ENDPOINT`` and ``--nodeid`` ``KUBE_NODE_NAME``, the variables upstream's manifests set).
+An endpoint whose directory is missing or a state directory that cannot be made ends in one
+line naming the flag, the path and the fix. Runs until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pyprovlib.csi.server import CSIServer, unix_socket_path
 from pyprovlib.examples._paths import UnsafePathError, validate_base_path
 from pyprovlib.examples.csi_hostpath.driver import (
+    DEFAULT_MUTABLE_PARAMETERS,
     TIB,
     Driver,
     DriverOptions,
@@ -60,6 +62,10 @@ def _bytes(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive size")
     return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def _endpoint(text: str) -> str:
@@ -163,6 +169,26 @@ def build_parser() -> RuntimeArgumentParser:
         help="largest volume (a quantity)",
         metavar="QUANTITY",
         default_text="1Ti",
+        group=driver,
+    )
+    add_bool_flag(
+        parser,
+        "--enable-controller-modify-volume",
+        default=True,
+        help="serve ControllerModifyVolume (MODIFY_VOLUME): VolumeAttributesClasses (the Go "
+        "driver's default is false)",
+        group=driver,
+    )
+    add_flag(
+        parser,
+        "--accepted-mutable-parameter-names",
+        default=DEFAULT_MUTABLE_PARAMETERS,
+        type=_names,
+        help="comma-separated mutable parameters (VolumeAttributesClass keys) the driver "
+        "accepts; any other is refused as invalid (a claim asking for it shows Infeasible). "
+        "Empty: every key, as the Go driver without the flag",
+        metavar="NAMES",
+        default_text=",".join(DEFAULT_MUTABLE_PARAMETERS),
         group=driver,
     )
     add_flag(
@@ -280,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         capacity=args.capacity,
         max_volume_size=args.max_volume_size,
         mount=args.mount,
+        enable_controller_modify_volume=args.enable_controller_modify_volume,
+        accepted_mutable_parameter_names=args.accepted_mutable_parameter_names,
     )
     try:
         asyncio.run(serve(options, args.endpoint))

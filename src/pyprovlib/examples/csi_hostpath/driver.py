@@ -48,6 +48,7 @@ from pyprovlib.examples.csi_hostpath.state import (
 )
 
 __all__ = [
+    "DEFAULT_MUTABLE_PARAMETERS",
     "DEFAULT_VOLUME_SIZE",
     "TOPOLOGY_KEY",
     "DriverOptions",
@@ -66,6 +67,10 @@ GIB = 1 << 30
 TIB = 1 << 40
 DEFAULT_VOLUME_SIZE = GIB
 """Size of a volume created without a capacity range."""
+DEFAULT_MUTABLE_PARAMETERS = ("iops", "throughput")
+"""The mutable parameters the driver accepts unless told otherwise: a volume's performance, the
+usual subject of a VolumeAttributesClass. They are recorded, not enforced (a directory has no
+IOPS)."""
 
 Ctl = v1.ControllerServiceCapabilityRpcType
 Nod = v1.NodeServiceCapabilityRpcType
@@ -85,6 +90,11 @@ class DriverOptions:
     max_volume_size: int = TIB  # --max-volume-size
     mount: str = "record"  # --mount: record (no mounts) or bind (a real node plugin)
     vendor_version: str = "0.1.0"
+    enable_controller_modify_volume: bool = True  # --enable-controller-modify-volume
+    accepted_mutable_parameter_names: tuple[str, ...] = DEFAULT_MUTABLE_PARAMETERS
+    """The mutable parameters (VolumeAttributesClass keys) the driver accepts
+    (``--accepted-mutable-parameter-names``); any other is INVALID_ARGUMENT. Empty: every key,
+    as the Go driver when the flag is not given."""
 
 
 def _page(items: Sequence[T], starting_token: str, max_entries: int) -> tuple[list[T], str]:
@@ -200,8 +210,9 @@ class HostPathIdentity(IdentityService):
 
 
 class HostPathController(ControllerService):
-    """Controller: volumes, snapshots, capacity, expansion, and (``--enable-attach``)
-    publishing to the one node this driver knows."""
+    """Controller: volumes, snapshots, capacity, expansion, modification of the mutable
+    parameters (``--enable-controller-modify-volume``) and (``--enable-attach``) publishing to
+    the one node this driver knows."""
 
     def __init__(self, driver: Driver) -> None:
         capabilities = [
@@ -217,14 +228,38 @@ class HostPathController(ControllerService):
         ]
         if driver.options.enable_attach:
             capabilities.append(Ctl.PUBLISH_UNPUBLISH_VOLUME)
+        if driver.options.enable_controller_modify_volume:
+            capabilities.append(Ctl.MODIFY_VOLUME)
         super().__init__(capabilities)
         self.driver = driver
+
+    def _check_mutable(self, parameters: dict[str, str]) -> None:
+        """INVALID_ARGUMENT for mutable parameters this driver does not take: all of them
+        without MODIFY_VOLUME, the keys outside ``--accepted-mutable-parameter-names`` with it
+        (a claim asking for them shows Infeasible)."""
+        if not parameters:
+            return
+        options = self.driver.options
+        if not options.enable_controller_modify_volume:
+            raise CSIError(
+                Status.INVALID_ARGUMENT,
+                "mutable parameters given, but this driver does not modify volumes "
+                "(--enable-controller-modify-volume=false)",
+            )
+        accepted = options.accepted_mutable_parameter_names
+        unknown = sorted(k for k in parameters if accepted and k not in accepted)
+        if unknown:
+            raise CSIError(
+                Status.INVALID_ARGUMENT,
+                f"invalid mutable parameters {unknown}: this driver accepts {sorted(accepted)}",
+            )
 
     # -- volumes ----------------------------------------------------------------------------
 
     async def create_volume(self, message: v1.CreateVolumeRequest) -> v1.CreateVolumeResponse:
         require(message, "name")
         check_volume_capabilities(message.volume_capabilities, block=False)
+        self._check_mutable(dict(message.mutable_parameters))
         options = self.driver.options
         size = capacity_from_range(
             message.capacity_range, default=DEFAULT_VOLUME_SIZE, maximum=options.max_volume_size
@@ -258,6 +293,7 @@ class HostPathController(ControllerService):
                 name=message.name,
                 capacity_bytes=size,
                 parameters=dict(message.parameters),
+                mutable_parameters=dict(message.mutable_parameters),
             )
             copy_from: str | None = None
             if source is not None and source.snapshot is not None:
@@ -371,6 +407,23 @@ class HostPathController(ControllerService):
         return v1.ControllerExpandVolumeResponse(
             capacity_bytes=volume.capacity_bytes, node_expansion_required=True
         )
+
+    async def controller_modify_volume(
+        self, message: v1.ControllerModifyVolumeRequest
+    ) -> v1.ControllerModifyVolumeResponse:
+        """Set the given mutable parameters of a volume (keys not given keep their values,
+        as the spec asks; none given changes nothing); idempotent."""
+        require(message, "volume_id")
+        parameters = dict(message.mutable_parameters)
+        self._check_mutable(parameters)
+        async with self.driver.lock:
+            volume = self.driver.volume(message.volume_id)
+            wanted = {**volume.mutable_parameters, **parameters}
+            if wanted != volume.mutable_parameters:
+                volume.mutable_parameters = wanted
+                await self.driver.save()
+        log.info("volume modified", volume=volume.volume_id, parameters=sorted(parameters))
+        return v1.ControllerModifyVolumeResponse()
 
     # -- publishing -------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ class Volume:
     name: str
     capacity_bytes: int
     parameters: dict[str, str] = field(default_factory=dict)
+    mutable_parameters: dict[str, str] = field(default_factory=dict)
+    """What CreateVolume and ControllerModifyVolume set (a VolumeAttributesClass's)."""
     source_snapshot_id: str = ""
     source_volume_id: str = ""
     attached_nodes: list[str] = field(default_factory=list)

@@ -38,6 +38,7 @@ from pyprovlib.testing.binder._objects import (
     ClaimKey,
     as_dict,
     as_str,
+    attributes_class,
     claim_class,
     claim_has_class,
     claim_key,
@@ -268,6 +269,7 @@ class ClaimSync:
             requested = Quantity(0)
         claim_modes = set(str_list(cspec.get("accessModes")))
         claim_mode = volume_mode(cspec)
+        claim_vac = attributes_class(claim)
 
         def usable(volume: Obj) -> Quantity | None:
             vspec = as_dict(volume.get("spec"))
@@ -277,6 +279,8 @@ class ClaimSync:
             if capacity is None or capacity < requested:
                 return None
             if volume_mode(vspec) != claim_mode or is_deleting(volume):
+                return None
+            if attributes_class(volume) != claim_vac:
                 return None
             return capacity
 
@@ -427,6 +431,8 @@ def _volume_mismatch(volume: Obj, claim: Obj) -> str:
         return "requested PV is too small"
     if volume_class(volume) != claim_class(claim):
         return "storageClassName does not match"
+    if attributes_class(volume) != attributes_class(claim):
+        return "volumeAttributesClassName does not match"
     if volume_mode(vspec) != volume_mode(cspec):
         return "incompatible volumeMode"
     if not set(str_list(cspec.get("accessModes"))) <= set(str_list(vspec.get("accessModes"))):

@@ -58,6 +58,10 @@ ANN_BETA_DEFAULT_STORAGE_CLASS = "storageclass.beta.kubernetes.io/is-default-cla
 
 COMPONENT = "persistentvolume-controller"
 """The event source component, as kube-controller-manager reports it."""
+VAC = "volumeAttributesClassName"
+"""The VolumeAttributesClass field of a claim's and a volume's spec."""
+CURRENT_VAC = "currentVolumeAttributesClassName"
+"""The claim status field the binder sets from the volume's class when it binds them."""
 BINDER_USER_AGENT = "pyprovlib-pv-binder (persistentvolume-controller)"
 """The User-Agent of the binder's requests when it runs inside the in-memory server."""
 
@@ -127,6 +131,12 @@ def volume_class(volume: Mapping[str, Any]) -> str:
     if ANN_BETA_STORAGE_CLASS in ann:
         return as_str(ann[ANN_BETA_STORAGE_CLASS])
     return as_str(as_dict(volume.get("spec")).get("storageClassName"))
+
+
+def attributes_class(obj: Mapping[str, Any]) -> str:
+    """A claim's or volume's VolumeAttributesClass name; unset and "" are the same (the PV
+    controller compares them with ``ptr.Deref(..., "")``)."""
+    return as_str(as_dict(obj.get("spec")).get(VAC))
 
 
 def volume_bound_to_claim(volume: Mapping[str, Any], claim: Mapping[str, Any]) -> bool:

@@ -38,6 +38,8 @@ from pyprovlib.kube.resources import (
 from pyprovlib.kube.store import Indexer, IndexFunc
 from pyprovlib.testing.binder._objects import (
     COMPONENT,
+    CURRENT_VAC,
+    VAC,
     as_dict,
     as_str,
     copy_obj,
@@ -209,6 +211,15 @@ class BinderApi:
                 != storage_quantity(vspec.get("capacity"))
             ):
                 status["capacity"] = dict(as_dict(vspec.get("capacity")))
+                dirty = True
+            # Also only while becoming Bound: later, external-resizer's modify controller owns
+            # the field, and a PV cache lagging its write must not set it back.
+            vac = vspec.get(VAC)
+            if becoming and status.get(CURRENT_VAC) != vac:
+                if vac is None:
+                    status.pop(CURRENT_VAC, None)
+                else:
+                    status[CURRENT_VAC] = vac
                 dirty = True
         if not dirty:
             return claim
