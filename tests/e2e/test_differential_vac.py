@@ -15,15 +15,15 @@ import secrets
 from typing import Any
 
 import pytest
-from test_differential import (
+from differential_support import (
     JSON_PATCH,
     MERGE,
     Response,
     Side,
-    _real_apiserver,
     claim,
     normalise,
     pytestmark,  # noqa: F401 - the e2e mark and the skip without a real kube-apiserver
+    require_real_apiserver,
 )
 
 from pyprovlib.testing.cluster import TestCluster
@@ -243,7 +243,7 @@ ROWS = {
 
 @pytest.fixture
 async def in_memory(kube_cluster: TestCluster) -> Any:
-    await _real_apiserver(kube_cluster)
+    await require_real_apiserver(kube_cluster)
     async with ApiServer(binder=True) as server:
         yield server
 
