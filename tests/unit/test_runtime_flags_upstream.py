@@ -89,7 +89,7 @@ def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) ->
     [
         ["--enable-capacity"],
         ["--enable-capacity=true"],
-        ["--node-deployment=true"],
+        ["--enable-pprof=true"],
         ["--logtostderr"],
     ],
 )
@@ -199,11 +199,6 @@ STILL_REFUSED = frozenset(
         "--capacity-ownerref-level",
         "--kube-api-capacity-qps",
         "--kube-api-capacity-burst",
-        # distributed provisioning
-        "--node-deployment",
-        "--node-deployment-immediate-binding",
-        "--node-deployment-base-delay",
-        "--node-deployment-max-delay",
         # VolumeAttributesClass
         "--extra-modify-metadata",
         # no counterpart, or removed upstream

@@ -164,7 +164,7 @@ class NodeDeployment:
             isinstance(self.node_name, str) and bool(self.node_name),
             f"NodeDeployment needs the node's name (NODE_NAME), got {self.node_name!r}",
         )
-        _check(self.base_delay > 0, f"base_delay must be > 0, got {self.base_delay}")
+        _check(self.base_delay >= 0, f"base_delay must be >= 0, got {self.base_delay}")
         _check(
             self.max_delay >= self.base_delay,
             f"max_delay ({self.max_delay}) must be >= base_delay ({self.base_delay})",

@@ -37,7 +37,11 @@ from pyprovlib.csi.connection import (
     CSIMetrics,
     default_csi_metrics,
 )
-from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
+from pyprovlib.csi.provisioner.main import (
+    DriverUnsupportedError,
+    build_controller,
+    find_local_node,
+)
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.config import new_client
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
@@ -437,8 +441,11 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             try:
                 if name == "provisioner":
                     # With its cloning-protection controller and snapshot-protection sweep
-                    # beside it, under this process's Lease.
-                    controllers[name], _, _ = build_controller(view, connection, factory)
+                    # beside it, under this process's Lease (none with --node-deployment).
+                    node = await find_local_node(
+                        view, connection, leader_election=ctx.options.leader_election
+                    )
+                    controllers[name], _, _ = build_controller(view, connection, factory, node=node)
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)
                 else:

@@ -7,15 +7,21 @@ run by :mod:`pyprovlib.runtime` (upstream's ``cmd/csi-provisioner``)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_cli import build_on_driver
-from pyprovlib.csi._sidecar_controller import SidecarController
+from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner.controller import CSIProvisioner
+from pyprovlib.csi.provisioner.node_deployment import (
+    LocalNode,
+    check_node_deployment,
+    local_node,
+    node_deployment,
+)
 from pyprovlib.csi.provisioner.options import (
     build_parser,
     controller_options,
@@ -78,11 +84,15 @@ def build_controller(
     ctx: RuntimeContext,
     connection: CSIConnection,
     informer_factory: SharedInformerFactory | None = None,
+    *,
+    node: LocalNode | None = None,
 ) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
     """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
     ``connection``; informers come from ``informer_factory`` (a new one when None), which the
-    caller starts. Beside its workers (while it leads) run the cloning-protection controller
-    (``--cloning-protection-threads`` workers; for drivers with CLONE_VOLUME) and the sweep of
+    caller starts. With ``node`` (from :func:`find_local_node`, for ``--node-deployment``) it
+    provisions and deletes for that node only. Beside its workers (while it leads) run the
+    cloning-protection controller (``--cloning-protection-threads`` workers; for drivers with
+    CLONE_VOLUME) and the sweep of
     stale snapshot-source protection finalizers. Shared by this sidecar and
     ``python -m pyprovlib.csi``."""
     if not connection.plugin_capabilities.controller_service or (
@@ -98,6 +108,8 @@ def build_controller(
     from pyprovlib.controller.provision import ProvisionController
 
     options = controller_options(ctx)
+    if node is not None:
+        options = dataclasses.replace(options, node_deployment=node_deployment(ctx.args, node))
     factory = informer_factory or SharedInformerFactory(
         ctx.api_client, resync_period=options.resync_period, transform=strip_managed_fields
     )
@@ -106,6 +118,7 @@ def build_controller(
         connection,
         provisioner_options(ctx.args),
         informer_factory=factory,
+        local_node=node,
     )
     controller = ProvisionController(
         ctx.api_client,
@@ -129,12 +142,33 @@ def build_controller(
     return controller, provisioner, factory
 
 
+async def find_local_node(
+    ctx: RuntimeContext, connection: CSIConnection, *, leader_election: bool
+) -> LocalNode | None:
+    """With ``--node-deployment``: this node (``NODE_NAME``) as the driver describes it
+    (``NodeGetInfo``); None without. Raises
+    :class:`~pyprovlib.csi.provisioner.node_deployment.NodeDeploymentError` when ``NODE_NAME``
+    is missing or ``leader_election`` is on."""
+    name = check_node_deployment(ctx.args, leader_election=leader_election)
+    if name is None:
+        return None
+    node = await local_node(connection, name)
+    ctx.log.info("node deployment", node=node.name, node_id=node.node_id, topology=node.segments)
+    return node
+
+
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
-    connection, (controller, provisioner, factory) = await build_on_driver(
-        ctx, build_controller, exit_on_connection_loss=args.exit_on_connection_loss
-    )
+    # Before waiting for the driver: a missing NODE_NAME is a configuration error.
+    check_node_deployment(args, leader_election=ctx.options.leader_election)
+    connection = await open_driver(ctx, exit_on_connection_loss=args.exit_on_connection_loss)
+    try:
+        node = await find_local_node(ctx, connection, leader_election=ctx.options.leader_election)
+        controller, provisioner, factory = build_controller(ctx, connection, node=node)
+    except BaseException:
+        connection.close()
+        raise
     ctx.log.info(
         "CSI provisioner",
         driver=connection.driver_name,
