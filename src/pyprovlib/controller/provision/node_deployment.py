@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -146,25 +147,29 @@ class NodeOwnership:
         # Claim UID -> clock time before which this instance does not try to own the claim.
         self._not_before: dict[str, float] = {}
         self._segment: Mapping[str, str] | None = deployment.topology
+        self._segment_lock = asyncio.Lock()  # the workers read the Node once between them
         self._nodes = ResourceClient(ctx.claims_client.api_client, NODES)
         self._log = ctx.log.bind(node=self.node_name)
 
     async def segment(self) -> Mapping[str, str]:
         """This node's topology: :attr:`NodeDeployment.topology`, else its Node's labels (read
         once; a missing Node raises :class:`NodeNotFoundError`, and the work is retried)."""
-        if self._segment is None:
-            try:
-                node = await self._nodes.get(self.node_name)
-            except ApiException as err:
-                if is_not_found(err):
-                    raise NodeNotFoundError(
-                        f"node {self.node_name!r} of this node deployment does not exist: set "
-                        "NODE_NAME from the pod's spec.nodeName"
-                    ) from None
-                raise
-            self._segment = dict(meta(node).get("labels") or {})
-            self._log.info("node topology", labels=self._segment)
-        return self._segment
+        if self._segment is not None:
+            return self._segment
+        async with self._segment_lock:
+            if self._segment is None:
+                try:
+                    node = await self._nodes.get(self.node_name)
+                except ApiException as err:
+                    if is_not_found(err):
+                        raise NodeNotFoundError(
+                            f"node {self.node_name!r} of this node deployment does not exist: "
+                            "set NODE_NAME from the pod's spec.nodeName"
+                        ) from None
+                    raise
+                self._segment = dict(meta(node).get("labels") or {})
+                self._log.info("node topology", labels=self._segment)
+            return self._segment
 
     def waiting(self) -> frozenset[str]:
         """UIDs of Immediate claims this instance waits to try to own."""
