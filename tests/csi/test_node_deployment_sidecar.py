@@ -214,3 +214,11 @@ def test_flags_have_upstream_defaults() -> None:
     assert args.node_deployment_immediate_binding is True
     assert args.node_deployment_base_delay == 20.0
     assert args.node_deployment_max_delay == 60.0
+
+
+async def test_one_process_runs_only_the_provisioner_per_node(
+    kubeconfig: pathlib.Path, sock_dir: pathlib.Path
+) -> None:
+    async with sidecar("pyprovlib.csi", kubeconfig, sock_dir / "csi.sock", "node-a") as process:
+        assert await process.exit_code() != 0
+    assert "use --controllers=provisioner there" in process.tail()

@@ -42,6 +42,7 @@ from pyprovlib.csi.provisioner.main import (
     build_controller,
     find_local_node,
 )
+from pyprovlib.csi.provisioner.node_deployment import NodeDeploymentError
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.config import new_client
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
@@ -401,6 +402,13 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     enabled controllers on that connection and one informer factory."""
     enabled: tuple[str, ...] = ctx.args.controllers
     sidecar_args: dict[str, argparse.Namespace] = ctx.args.sidecar_args
+    if sidecar_args["provisioner"].node_deployment and enabled != ("provisioner",):
+        # Unelected on every node, the attacher and the resizer would each act on every object.
+        raise NodeDeploymentError(
+            "--node-deployment runs on every node without leader election: use "
+            "--controllers=provisioner there, and run the attacher and resizer elsewhere "
+            "with leader election"
+        )
     primary = sidecar_args[enabled[0]]
     metrics: CSIMetrics = (
         default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
