@@ -179,6 +179,10 @@ async def test_immediate_claims_are_created_once(
         bound = await until(lambda: bound_claims(claims, names), "claims bound")
     created = {node: len(state.volumes) for node, (state, _) in nodes.items()}
     assert sum(created.values()) == len(names)
+    # Each instance knows its node from its driver: nobody reads, lists or watches Nodes.
+    assert server.requests.count("list", "nodes") == 0
+    assert server.requests.count("get", "nodes") == 0
+    assert server.requests.count("list", "csinodes") == 0
     for name, claim in bound.items():
         owner = claim["metadata"]["annotations"][ANN_SELECTED_NODE]
         assert any(
