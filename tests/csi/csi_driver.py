@@ -15,12 +15,19 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, IdentityService
+from pyprovlib.csi.server import (
+    ControllerService,
+    CSIError,
+    CSIServer,
+    IdentityService,
+    NodeService,
+)
 
 DRIVER_NAME = "test.csi.pyprovlib.io"
 TOPOLOGY_KEY = "topology.test.csi/zone"
@@ -272,13 +279,22 @@ async def serve_driver(
     state: DriverState | None = None,
     snapshots: bool = True,
     modify: bool = False,
+    node: str | None = None,
 ) -> AsyncIterator[tuple[DriverState, CSIServer]]:
+    """The test driver on ``directory/csi.sock``; with ``node``, also a Node service whose
+    NodeGetInfo reports that node ID and (with ``topology``) the segment
+    ``{TOPOLOGY_KEY: node}``, as a driver deployed on that node would."""
     state = state or DriverState()
+    services: list[Any] = [
+        TestIdentity(state, topology=topology),
+        TestController(state, topology=topology, snapshots=snapshots, modify=modify),
+    ]
+    if node is not None:
+        services.append(
+            NodeService(node, accessible_topology={TOPOLOGY_KEY: node} if topology else None)
+        )
     server = CSIServer(
-        [
-            TestIdentity(state, topology=topology),
-            TestController(state, topology=topology, snapshots=snapshots, modify=modify),
-        ],
+        services,
         f"unix://{directory / 'csi.sock'}",
     )
     async with server:

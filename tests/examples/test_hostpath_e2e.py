@@ -8,6 +8,7 @@ for the node's disk); the claims, PVs, binding, release and deletion are the clu
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,17 @@ from kubernetes_asyncio.client import (
     CoreV1Api,
 )
 
+from pyprovlib.controller.options import NodeDeployment
 from pyprovlib.examples.hostpath import (
+    ANNOTATION_NODE,
+    HOSTNAME_LABEL,
     HostPathProvisioner,
     LocalDirectories,
     NodeHostPathProvisioner,
 )
 from pyprovlib.kube.objects import name_of
+from pyprovlib.kube.resources import NODES
+from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -181,3 +187,61 @@ async def test_node_mode_serves_only_its_node(kube_cluster: TestCluster, tmp_pat
         await wait_pv_gone(c, pv_a.metadata.name)
         assert tree(disks[name_of(node_a)]) == []
         assert tree(disks[name_of(node_b)]) == [pv_b.metadata.name]
+
+
+async def test_node_deployment_two_nodes_immediate_and_delayed_binding(
+    kube_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """Node mode as a node deployment: one instance per node (its hostname label differs from
+    its name, as on some clouds). A WaitForFirstConsumer claim goes to the scheduler's node's
+    instance; an Immediate claim to the one instance that selected its own node; each volume is
+    deleted by its node's instance."""
+    c = kube_cluster
+    c.require_own_cluster("the test registers Node objects")
+    nodes = ResourceClient(c.api_client, NODES)
+    names = []
+    for _ in range(2):
+        node = c.unique_name("node")
+        await nodes.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node, "labels": {HOSTNAME_LABEL: f"{node}.internal"}},
+            }
+        )
+        c.track(NODES, node)
+        names.append(node)
+    name = c.unique_name("pyprovlib.io/hostpath-e2e")
+    params = {"basePath": str(tmp_path)}
+    delayed = await make_class(c, name, params)
+    immediate = await make_class(c, name, params, binding="Immediate")
+    async with contextlib.AsyncExitStack() as stack:
+        for node in names:
+            deployment = NodeDeployment(node, base_delay=0.05, max_delay=0.5)
+            await stack.enter_async_context(
+                running(
+                    c.api_client,
+                    name,
+                    NodeHostPathProvisioner(c.api_client, node),
+                    node_deployment=deployment,
+                )
+            )
+        first = await make_claim(c, delayed)
+        await c.schedule(first, names[1])
+        second = await make_claim(c, immediate)
+        pv_first, pv_second = await wait_bound(c, first), await wait_bound(c, second)
+        assert pv_first.metadata.annotations[ANNOTATION_NODE] == names[1]
+        claim = await CoreV1Api(c.api_client).read_namespaced_persistent_volume_claim(
+            second, c.namespace
+        )
+        owner = claim.metadata.annotations["volume.kubernetes.io/selected-node"]
+        assert owner in names
+        assert pv_second.metadata.annotations[ANNOTATION_NODE] == owner
+        req = pv_second.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
+        assert req.values == [f"{owner}.internal"]
+        assert tree(tmp_path) == sorted([pv_first.metadata.name, pv_second.metadata.name])
+        for claim_name in (first, second):
+            await delete_claim_and_pods(c, claim_name)
+        await wait_pv_gone(c, pv_first.metadata.name)
+        await wait_pv_gone(c, pv_second.metadata.name)
+    assert tree(tmp_path) == []

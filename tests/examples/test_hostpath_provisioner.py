@@ -26,7 +26,12 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
-from pyprovlib.examples.hostpath import NodeHostPathProvisioner, parse_parameters
+from pyprovlib.examples.hostpath import (
+    HostPathProvisioner,
+    LocalDirectories,
+    NodeHostPathProvisioner,
+    parse_parameters,
+)
 from pyprovlib.examples.hostpath.provisioner import (
     ANNOTATION_NODE,
     ANNOTATION_ON_DELETE,
@@ -132,18 +137,31 @@ async def test_hostname_falls_back_to_node_name(kube_client: ApiClient, tmp_path
     assert stat.S_IMODE((tmp_path / "pvc-0001").stat().st_mode) == 0o750
 
 
-async def test_immediate_binding_is_refused(kube_client: ApiClient, tmp_path: Path) -> None:
+async def test_immediate_binding_without_a_selected_node_is_refused(
+    kube_client: ApiClient, tmp_path: Path
+) -> None:
     await create_node(kube_client)
-    prov = NodeHostPathProvisioner(kube_client, NODE)
+    prov = HostPathProvisioner(kube_client, LocalDirectories())
     for binding in ("Immediate", None):
+        sc = storage_class({"basePath": str(tmp_path)}, binding=binding)
         with pytest.raises(ProvisioningError, match="requires volumeBindingMode") as info:
-            await prov.provision(
-                options(storage_class({"basePath": str(tmp_path)}, binding=binding))
-            )
+            await prov.provision(options(sc, claim(node=None)))
         assert "WaitForFirstConsumer" in str(info.value)
         assert "'local'" in str(info.value)
         assert "default/data" in str(info.value)
+        assert "--node-deployment-immediate-binding" in str(info.value)
     assert tree(tmp_path) == []
+
+
+async def test_immediate_binding_with_a_selected_node_is_provisioned(
+    kube_client: ApiClient, tmp_path: Path
+) -> None:
+    # A node deployment's instance selected its own node for the Immediate claim.
+    await create_node(kube_client)
+    prov = NodeHostPathProvisioner(kube_client, NODE)
+    pv = await prov.provision(options(storage_class({"basePath": str(tmp_path)}, binding=None)))
+    assert pv.spec.local.path == str(tmp_path / "pvc-0001")
+    assert tree(tmp_path) == ["pvc-0001"]
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,6 @@ def test_a_negative_verbosity_is_an_error(capsys: pytest.CaptureFixture[str]) ->
     [
         ["--enable-pprof"],
         ["--enable-pprof=true"],
-        ["--node-deployment=true"],
         ["--logtostderr"],
     ],
 )
@@ -227,11 +226,6 @@ def test_sidecar_processes_reject_an_upstream_only_flag_without_a_usage_dump(mod
 # feature gates, klog's output flags and the flags removed upstream.
 STILL_REFUSED = frozenset(
     {
-        # distributed provisioning
-        "--node-deployment",
-        "--node-deployment-immediate-binding",
-        "--node-deployment-base-delay",
-        "--node-deployment-max-delay",
         # no counterpart, or removed upstream
         "--enable-pprof",
         "--feature-gates",

@@ -10,9 +10,10 @@ Durations are seconds (floats).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import types
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from kubernetes_asyncio.client import V1PersistentVolumeClaim
 
@@ -33,6 +34,9 @@ __all__ = [
     "DEFAULT_METRICS_ADDRESS",
     "DEFAULT_METRICS_PATH",
     "DEFAULT_METRICS_PORT",
+    "DEFAULT_NODE_DEPLOYMENT_BASE_DELAY",
+    "DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING",
+    "DEFAULT_NODE_DEPLOYMENT_MAX_DELAY",
     "DEFAULT_PROVISIONING_FINALIZER",
     "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RESYNC_PERIOD",
@@ -40,7 +44,9 @@ __all__ = [
     "DEFAULT_RETRY_PERIOD",
     "DEFAULT_THREADINESS",
     "Backoff",
+    "CapacityCheck",
     "InvalidOptionsError",
+    "NodeDeployment",
     "ProvisionControllerOptions",
     "VolumeNameHook",
     "in_cluster_namespace",
@@ -83,6 +89,20 @@ DEFAULT_PROVISIONING_FINALIZER: Final = False
 DEFAULT_RETRY_INTERVAL_MAX: Final = 5 * 60.0
 """How long a claim whose provisioning was infeasible waits before it is tried again."""
 
+DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING: Final = True
+"""Node deployment: instances compete for claims with Immediate binding
+(``--node-deployment-immediate-binding``)."""
+DEFAULT_NODE_DEPLOYMENT_BASE_DELAY: Final = 20.0
+"""Node deployment: the initial wait before trying to own an Immediate claim
+(``--node-deployment-base-delay``)."""
+DEFAULT_NODE_DEPLOYMENT_MAX_DELAY: Final = 60.0
+"""Node deployment: the longest wait before trying to own an Immediate claim
+(``--node-deployment-max-delay``)."""
+CapacityCheck = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[bool]]
+"""``check(claim, storage_class)`` (the cached JSON dicts): whether this node has room for the
+claim now. A node deployment asks it before taking an Immediate claim (upstream's
+``checkCapacity``); an exception counts as "yes", so provisioning surfaces the problem."""
+
 VolumeNameHook = Callable[[V1PersistentVolumeClaim], str]
 """Names the PV provisioned for a claim (upstream's ``VolumeNameHook``). It must be
 deterministic: after a crash the same claim must get the same name, so the asset created
@@ -103,6 +123,54 @@ def in_cluster_namespace() -> str:
     from pyprovlib.kube.config import service_account_namespace
 
     return os.environ.get("POD_NAMESPACE", "").strip() or service_account_namespace() or "default"
+
+
+@dataclass(frozen=True)
+class NodeDeployment:
+    """Distributed provisioning: one controller per node, each provisioning only the claims
+    whose selected node (``volume.kubernetes.io/selected-node``) is its own and deleting only
+    the volumes its node can reach (external-provisioner's ``--node-deployment``).
+
+    A claim of a ``WaitForFirstConsumer`` class waits for the scheduler to select a node. With
+    ``immediate_binding``, instances compete for claims of an ``Immediate`` class: each waits
+    a random delay (at most ``base_delay`` the first time, growing exponentially with jitter
+    up to ``max_delay`` after each lost race), gives up early when another node took the claim,
+    and then, when its node fits the class's ``allowedTopologies`` (and ``capacity_check``
+    says yes), sets the selected-node annotation to its node under optimistic concurrency: one
+    instance wins, the others see the claim taken.
+
+    Every instance must run (a DaemonSet), so leader election must be off.
+    """
+
+    node_name: str
+    """This instance's node (``NODE_NAME`` from the downward API's ``spec.nodeName``)."""
+    immediate_binding: bool = DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING
+    """Compete for claims whose class binds Immediately."""
+    base_delay: float = DEFAULT_NODE_DEPLOYMENT_BASE_DELAY
+    """Seconds: the longest first wait before trying to own an Immediate claim."""
+    max_delay: float = DEFAULT_NODE_DEPLOYMENT_MAX_DELAY
+    """Seconds: the longest wait after lost races."""
+    topology: Mapping[str, str] | None = None
+    """This node's topology segment (label key to value). Volumes whose node affinity does not
+    match it are another node's to delete; a class's ``allowedTopologies`` must match it for
+    this node to take an Immediate claim. None: the labels of the Node ``node_name``, read
+    once when first needed (needs ``get`` on nodes) — what the scheduler matches a volume's
+    node affinity against. The CSI sidecar passes the segment ``NodeGetInfo`` reports."""
+    capacity_check: CapacityCheck | None = None
+    """Asked before taking an Immediate claim; None: always room."""
+
+    def __post_init__(self) -> None:
+        _check(
+            isinstance(self.node_name, str) and bool(self.node_name),
+            f"NodeDeployment needs the node's name (NODE_NAME), got {self.node_name!r}",
+        )
+        _check(self.base_delay >= 0, f"base_delay must be >= 0, got {self.base_delay}")
+        _check(
+            self.max_delay >= self.base_delay,
+            f"max_delay ({self.max_delay}) must be >= base_delay ({self.base_delay})",
+        )
+        if self.topology is not None:
+            object.__setattr__(self, "topology", types.MappingProxyType(dict(self.topology)))
 
 
 @dataclass(frozen=True)
@@ -177,6 +245,9 @@ class ProvisionControllerOptions:
     """Limit on one deletion attempt in seconds (None: unlimited)."""
     volume_name_hook: VolumeNameHook = field(default=provisioned_volume_name)
     """Names the PV of a claim; default ``pvc-<claim uid>``."""
+    node_deployment: NodeDeployment | None = None
+    """Run as one of many instances, one per node (see :class:`NodeDeployment`); needs
+    ``leader_election=False``. None: one controller for the cluster."""
 
     def __post_init__(self) -> None:
         names: object = self.additional_provisioner_names
@@ -253,6 +324,11 @@ class ProvisionControllerOptions:
             value = getattr(self, name)
             _check(value is None or value > 0, f"{name} must be > 0 or None, got {value}")
         _check(callable(self.volume_name_hook), "volume_name_hook must be callable")
+        _check(
+            self.node_deployment is None or not self.leader_election,
+            "node_deployment runs one controller on every node, each for its own node: set "
+            "leader_election=False (a shared lease would let only one node provision)",
+        )
         for extra in self.additional_provisioner_names:
             _check(
                 isinstance(extra, str) and bool(extra),

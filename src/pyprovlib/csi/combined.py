@@ -37,7 +37,12 @@ from pyprovlib.csi.connection import (
     default_csi_metrics,
 )
 from pyprovlib.csi.provisioner.capacity import resolve_capacity
-from pyprovlib.csi.provisioner.main import DriverUnsupportedError, build_controller
+from pyprovlib.csi.provisioner.main import (
+    DriverUnsupportedError,
+    build_controller,
+    find_local_node,
+)
+from pyprovlib.csi.provisioner.node_deployment import NodeDeploymentError
 from pyprovlib.csi.provisioner.options import build_parser as provisioner_parser
 from pyprovlib.kube.config import new_client
 from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
@@ -325,6 +330,13 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     enabled controllers on that connection and one informer factory."""
     enabled: tuple[str, ...] = ctx.args.controllers
     sidecar_args: dict[str, argparse.Namespace] = ctx.args.sidecar_args
+    if sidecar_args["provisioner"].node_deployment and enabled != ("provisioner",):
+        # Unelected on every node, the attacher and the resizer would each act on every object.
+        raise NodeDeploymentError(
+            "--node-deployment runs on every node without leader election: use "
+            "--controllers=provisioner there, and run the attacher and resizer elsewhere "
+            "with leader election"
+        )
     primary = sidecar_args[enabled[0]]
     # --enable-capacity: $NAMESPACE, the capacity controller's own client (its writes have
     # the --kube-api-capacity-qps/-burst budget, as in the sidecar) and the owner, before
@@ -376,9 +388,12 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
                 if name == "provisioner":
                     # With its cloning-protection controller, snapshot-protection sweep and
                     # (--enable-capacity) capacity controller beside it, under this process's
-                    # Lease.
+                    # Lease (none with --node-deployment).
+                    node = await find_local_node(
+                        view, connection, leader_election=ctx.options.leader_election
+                    )
                     controllers[name], _, _ = build_controller(
-                        view, connection, factory, capacity=capacity
+                        view, connection, factory, node=node, capacity=capacity
                     )
                 elif name == "attacher":
                     controllers[name] = attacher.build_controller(view, connection, factory)

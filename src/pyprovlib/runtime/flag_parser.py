@@ -51,10 +51,6 @@ _FEATURE_GATES = (
 )
 UNSUPPORTED_UPSTREAM_FLAGS: Mapping[str, str] = {
     # external-provisioner
-    "--node-deployment": "per-node deployment (distributed provisioning) is not implemented",
-    "--node-deployment-immediate-binding": "per-node deployment is not implemented",
-    "--node-deployment-base-delay": "per-node deployment is not implemented",
-    "--node-deployment-max-delay": "per-node deployment is not implemented",
     "--enable-pprof": "Go's pprof has no Python counterpart here",
     "--feature-gates": _FEATURE_GATES,
     "--master": "use --kubeconfig (or the in-cluster service account)",

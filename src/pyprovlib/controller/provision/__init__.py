@@ -35,6 +35,8 @@ The package, by concern (a reader of upstream's ``controller.go`` finds each par
   finishing and deleting the volume of a claim deleted before it was bound.
 - ``volumes`` — the volume worker: the PV finalizer, ``DeletionGuard``, deleting the asset and
   the PV.
+- ``node_deployment`` — distributed provisioning (:class:`NodeDeployment`): which claims and
+  volumes are this node's, and the race for claims with Immediate binding.
 - ``expectations`` — what the controller wrote about PVs that its cache has not shown yet.
 - ``protection`` — the claim finalizer's API writes and ``ClaimProtection``, what the
   controller did with it that its cache may not show yet.
@@ -46,10 +48,15 @@ The package, by concern (a reader of upstream's ``controller.go`` finds each par
 from __future__ import annotations
 
 from pyprovlib.controller._lifecycle import LeaderElectionLostError
+from pyprovlib.controller.options import NodeDeployment
 from pyprovlib.controller.provision import decisions
 from pyprovlib.controller.provision.controller import ProvisionController
 from pyprovlib.controller.provision.decisions import *  # noqa: F403 - the package exports decisions' names
 from pyprovlib.controller.provision.errors import ClassNotFoundError, is_infeasible_error
+from pyprovlib.controller.provision.node_deployment import (
+    allowed_topologies_match,
+    volume_is_accessible,
+)
 from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.provisioner import InfeasibleError, MountOptionsProvisioner
@@ -60,8 +67,11 @@ __all__ = [
     "InfeasibleError",
     "LeaderElectionLostError",
     "MountOptionsProvisioner",
+    "NodeDeployment",
     "ProvisionController",
     "SlowSet",
+    "allowed_topologies_match",
     "is_infeasible_error",
+    "volume_is_accessible",
 ]
 __all__ += decisions.__all__

@@ -58,6 +58,7 @@ from pyprovlib.controller.provision.errors import (
     is_infeasible_error,
 )
 from pyprovlib.controller.provision.expectations import VolumeExpectations
+from pyprovlib.controller.provision.node_deployment import NodeOwnership
 from pyprovlib.controller.provision.protected_claims import ProtectedClaimSync
 from pyprovlib.controller.provision.protection import is_deleting
 from pyprovlib.controller.provision.slowset import SlowSet
@@ -88,10 +89,13 @@ class ClaimSync(ProtectedClaimSync):
         queue: RateLimitingQueue[str],
         expectations: VolumeExpectations,
         volume_store: VolumeStore,
+        node: NodeOwnership | None = None,
     ) -> None:
         super().__init__(ctx, expectations, volume_store)
         self.queue = queue
         self.slow_set = SlowSet(ctx.options.retry_interval_max, ctx.clock)
+        self.node = node
+        """With a node deployment, which claims are this node's (and the race for them)."""
 
     async def process(self, key: str) -> None:
         """Sync the claim with UID ``key``, retrying failures through the queue (upstream's
@@ -146,6 +150,8 @@ class ClaimSync(ProtectedClaimSync):
                 self._ctx.log.debug("claim in work queue no longer exists", claim_uid=key)
                 self.slow_set.remove(key)
                 self.protection.forget(key)
+                if self.node is not None:
+                    self.node.forget(key)
                 return
             claim = in_progress
         await self.sync_claim(claim, deadline)
@@ -184,6 +190,8 @@ class ClaimSync(ProtectedClaimSync):
         raises :class:`ClassNotFoundError` when it is ours but its class is unknown."""
         if spec_of(claim).get("volumeName"):
             return False
+        if self.node is not None:
+            return await self._should_provision_on_node(claim, self.node)
         if isinstance(self._ctx.provisioner, Qualifier):
             model = to_model(claim, V1PersistentVolumeClaim)
             if not await self._ctx.provisioner.should_provision(model):
@@ -191,6 +199,20 @@ class ClaimSync(ProtectedClaimSync):
         return claim_wants_provisioning(
             claim, self._ctx.storage_class(get_claim_class(claim)), self._ctx.names
         )
+
+    async def _should_provision_on_node(self, claim: Obj, node: NodeOwnership) -> bool:
+        # Ours at all first, then this node's (which may start the race for an Immediate
+        # claim), then the Qualifier: it sees only claims this node owns.
+        storage_class = self._ctx.storage_class(get_claim_class(claim))
+        if not claim_wants_provisioning(claim, storage_class, self._ctx.names):
+            return False
+        assert storage_class is not None  # claim_wants_provisioning raised otherwise
+        if not await node.owns(claim, storage_class):
+            return False
+        if isinstance(self._ctx.provisioner, Qualifier):
+            model = to_model(claim, V1PersistentVolumeClaim)
+            return await self._ctx.provisioner.should_provision(model)
+        return True
 
     async def sync_claim(self, claim: Obj, deadline: float | None = None) -> None:
         """Provision ``claim`` if it should be; raises when the claim must be retried."""

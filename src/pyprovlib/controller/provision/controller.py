@@ -25,6 +25,7 @@ from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.controller.provision.claims import ClaimSync
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.expectations import VolumeExpectations
+from pyprovlib.controller.provision.node_deployment import NodeOwnership
 from pyprovlib.controller.provision.protection import only_protection_changed
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.controller.provision.volumes import VolumeSync
@@ -173,8 +174,15 @@ class ProvisionController(ControllerLifecycle):
         )
         # What this process wrote about PVs that its caches may not show yet (both sides).
         expectations = VolumeExpectations()
-        self._claims = ClaimSync(context, self.claim_queue, expectations, self.volume_store)
-        self._volumes = VolumeSync(context, self.volume_queue, expectations)
+        deployment = self.options.node_deployment
+        self.node_ownership: NodeOwnership | None = (
+            None if deployment is None else NodeOwnership(context, deployment, self.claim_queue)
+        )
+        """With ``options.node_deployment``: which claims and volumes are this node's."""
+        self._claims = ClaimSync(
+            context, self.claim_queue, expectations, self.volume_store, self.node_ownership
+        )
+        self._volumes = VolumeSync(context, self.volume_queue, expectations, self.node_ownership)
         self._beside: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pyprovlib.controller.provision.decisions import (
 )
 from pyprovlib.controller.provision.errors import describe
 from pyprovlib.controller.provision.expectations import VolumeExpectations
+from pyprovlib.controller.provision.node_deployment import NodeOwnership
 from pyprovlib.controller.volume_store import event_target
 from pyprovlib.kube.errors import ApiException, is_conflict, is_not_found
 from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of, spec_of, uid_of
@@ -49,10 +50,13 @@ class VolumeSync:
         ctx: ProvisionContext,
         queue: RateLimitingQueue[str],
         expectations: VolumeExpectations,
+        node: NodeOwnership | None = None,
     ) -> None:
         self._ctx = ctx
         self.queue = queue
         self._expectations = expectations
+        self.node = node
+        """With a node deployment, which volumes are this node's to delete."""
 
     async def process(self, key: str) -> None:
         """Sync the PV ``key``; a failure is retried through the queue up to
@@ -131,6 +135,10 @@ class VolumeSync:
     async def _should_delete(self, volume: LazyVolume) -> bool:
         ctx = self._ctx
         if not volume_should_delete(volume.obj, ctx.options.add_finalizer):
+            return False
+        if self.node is not None and not await self.node.may_delete(volume.obj):
+            # Another node's volume: its instance deletes it (upstream: "PV was not
+            # provisioned on this node").
             return False
         if isinstance(ctx.provisioner, DeletionGuard):
             try:

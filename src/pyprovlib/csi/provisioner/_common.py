@@ -3,15 +3,19 @@ built, and reads through the sidecar's informer caches."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol
+
 from kubernetes_asyncio.client import ApiClient
 
+from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.informer import SharedInformerFactory
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import Resource
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.provisioner import ProvisioningError, ProvisioningState
 
-__all__ = ["CachedReader", "PreparationError"]
+__all__ = ["CachedReader", "ObjectReader", "PreparationError", "StaticReader"]
 
 
 class PreparationError(ProvisioningError):
@@ -19,6 +23,37 @@ class PreparationError(ProvisioningError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ProvisioningState.NO_CHANGE)
+
+
+class ObjectReader(Protocol):
+    """Reads one cluster-scoped resource."""
+
+    async def get(self, name: str) -> Obj:
+        """The object (ApiException 404 when it does not exist)."""
+        ...
+
+    async def list(self) -> list[Obj]:
+        """Every object."""
+        ...
+
+
+class StaticReader:
+    """Fixed objects instead of a watch (upstream's node deployment: this node's Node and
+    CSINode as its driver describes them, so no instance watches every Node)."""
+
+    def __init__(self, objects: Iterable[Obj]) -> None:
+        self._objects = {str((o.get("metadata") or {}).get("name")): o for o in objects}
+
+    async def get(self, name: str) -> Obj:
+        """The object (ApiException 404 when it is not one of them)."""
+        try:
+            return self._objects[name]
+        except KeyError:
+            raise ApiException(status=404, reason="Not Found") from None
+
+    async def list(self) -> list[Obj]:
+        """Every object."""
+        return list(self._objects.values())
 
 
 class CachedReader:

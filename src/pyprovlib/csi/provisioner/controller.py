@@ -52,7 +52,7 @@ from pyprovlib._logging import get_logger
 from pyprovlib.controller.provision.decisions import storage_request_bytes
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
-from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
+from pyprovlib.csi.provisioner._common import CachedReader, ObjectReader, PreparationError
 from pyprovlib.csi.provisioner.clone_controller import CloningProtectionController
 from pyprovlib.csi.provisioner.data_source import (
     DataSources,
@@ -60,6 +60,7 @@ from pyprovlib.csi.provisioner.data_source import (
     SourceRef,
     claim_data_source,
 )
+from pyprovlib.csi.provisioner.node_deployment import LocalNode
 from pyprovlib.csi.provisioner.options import CSIProvisionerOptions
 from pyprovlib.csi.provisioner.request import (
     PV_NAME_KEY,
@@ -186,7 +187,8 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
     StorageClasses, VolumeAttachments, Nodes and CSINodes are read from its caches.
     ``recorder`` (usually the ProvisionController's, which :attr:`recorder` can also be set to
     after construction) receives the events upstream records from the provisioner itself; without
-    one they are only logged.
+    one they are only logged. With ``local_node`` (``--node-deployment``) the topology code reads
+    that node only, as its driver describes it, instead of watching Nodes and CSINodes.
     """
 
     def __init__(
@@ -198,6 +200,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         identity: str | None = None,
         informer_factory: SharedInformerFactory | None = None,
         recorder: EventRecorder | None = None,
+        local_node: LocalNode | None = None,
     ) -> None:
         if not connection.driver_name:
             raise ValueError("the CSI connection is not identified yet: use CSIConnection.open")
@@ -213,7 +216,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         # Upstream's identity: start time in ms, a random number, the driver name.
         self.identity = identity or (
             f"{int(time.time() * 1000)}-{random.randint(0, 9999)}-{self.driver_name}"  # noqa: S311
+            + (f"-{local_node.name}" if local_node is not None else "")
         )
+        self.local_node = local_node
         self._secrets = ResourceClient(client, SECRETS)
         self._claims = ResourceClient(client, PERSISTENT_VOLUME_CLAIMS)
         # Read live, as upstream: only claims naming a class need one.
@@ -222,8 +227,14 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         self._attachments = CachedReader(client, VOLUME_ATTACHMENTS, informer_factory)
         # Topology needs Nodes and CSINodes: watch them only for drivers that have it.
         topology_factory = informer_factory if self.supports_topology else None
-        self._nodes = CachedReader(client, NODES, topology_factory)
-        self._csinodes = CachedReader(client, CSINODES, topology_factory)
+        self._nodes: ObjectReader
+        self._csinodes: ObjectReader
+        if local_node is not None:
+            # Deployed on every node: this node as its driver describes it, nothing watched.
+            self._nodes, self._csinodes = local_node.readers(self.driver_name)
+        else:
+            self._nodes = CachedReader(client, NODES, topology_factory)
+            self._csinodes = CachedReader(client, CSINODES, topology_factory)
         self._in_flight: dict[str, _InFlight] = {}
         self._log = log.bind(driver=self.driver_name)
         self._data_sources = DataSources(

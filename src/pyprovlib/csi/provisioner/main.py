@@ -8,14 +8,13 @@ with ``--enable-capacity``, the capacity controller, run by :mod:`pyprovlib.runt
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pyprovlib._logging import get_logger
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi._sidecar_cli import build_on_driver
-from pyprovlib.csi._sidecar_controller import SidecarController
+from pyprovlib.csi._sidecar_controller import SidecarController, open_driver
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner.capacity import (
     CapacitySetup,
@@ -23,6 +22,12 @@ from pyprovlib.csi.provisioner.capacity import (
     resolve_capacity,
 )
 from pyprovlib.csi.provisioner.controller import CSIProvisioner
+from pyprovlib.csi.provisioner.node_deployment import (
+    LocalNode,
+    check_node_deployment,
+    local_node,
+    node_deployment,
+)
 from pyprovlib.csi.provisioner.options import (
     build_parser,
     controller_options,
@@ -98,15 +103,17 @@ def build_controller(
     informer_factory: SharedInformerFactory | None = None,
     *,
     capacity: CapacitySetup | None = None,
+    node: LocalNode | None = None,
 ) -> tuple[ProvisionController, CSIProvisioner, SharedInformerFactory]:
     """The ProvisionController over a CSIProvisioner from the parsed flags, on an open
     ``connection``; informers come from ``informer_factory`` (a new one when None), which the
-    caller starts. Beside its workers (while it leads) run the cloning-protection controller
-    (``--cloning-protection-threads`` workers; for drivers with CLONE_VOLUME), the sweep of
-    stale snapshot-source protection finalizers and, with ``capacity`` (what
-    :func:`resolve_capacity` found for ``--enable-capacity``), the capacity controller, which
-    hears of every volume created or deleted (``provisioner.capacity``). Shared by this
-    sidecar and ``python -m pyprovlib.csi``."""
+    caller starts. With ``node`` (from :func:`find_local_node`, for ``--node-deployment``) it
+    provisions and deletes for that node only. Beside its workers (while it leads) run the
+    cloning-protection controller (``--cloning-protection-threads`` workers; for drivers with
+    CLONE_VOLUME), the sweep of stale snapshot-source protection finalizers and, with
+    ``capacity`` (what :func:`resolve_capacity` found for ``--enable-capacity``), the capacity
+    controller, which hears of every volume created or deleted (``provisioner.capacity``).
+    Shared by this sidecar and ``python -m pyprovlib.csi``."""
     if not connection.plugin_capabilities.controller_service or (
         v1.ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME
         not in connection.controller_capabilities
@@ -120,6 +127,8 @@ def build_controller(
     from pyprovlib.controller.provision import ProvisionController
 
     options = controller_options(ctx)
+    if node is not None:
+        options = dataclasses.replace(options, node_deployment=node_deployment(ctx.args, node))
     factory = informer_factory or SharedInformerFactory(
         ctx.api_client, resync_period=options.resync_period, transform=strip_managed_fields
     )
@@ -128,6 +137,7 @@ def build_controller(
         connection,
         provisioner_options(ctx.args),
         informer_factory=factory,
+        local_node=node,
     )
     controller = ProvisionController(
         ctx.api_client,
@@ -158,18 +168,37 @@ def build_controller(
     return controller, provisioner, factory
 
 
+async def find_local_node(
+    ctx: RuntimeContext, connection: CSIConnection, *, leader_election: bool
+) -> LocalNode | None:
+    """With ``--node-deployment``: this node (``NODE_NAME``) as the driver describes it
+    (``NodeGetInfo``); None without. Raises
+    :class:`~pyprovlib.csi.provisioner.node_deployment.NodeDeploymentError` when ``NODE_NAME``
+    is missing or ``leader_election`` is on."""
+    name = check_node_deployment(ctx.args, leader_election=leader_election)
+    if name is None:
+        return None
+    node = await local_node(connection, name)
+    ctx.log.info("node deployment", node=node.name, node_id=node.node_id, topology=node.segments)
+    return node
+
+
 async def make_controller(ctx: RuntimeContext) -> CSIProvisionerController:
     """Connect to the driver (waiting for it, as upstream does), then build the controller."""
     args = ctx.args
-    # Before waiting for the driver: a missing $NAMESPACE or owner fails at once.
+    # Before waiting for the driver: a missing NODE_NAME, $NAMESPACE or owner fails at once.
+    check_node_deployment(args, leader_election=ctx.options.leader_election)
     capacity = await resolve_capacity(ctx)
+    connection = None
     try:
-        connection, (controller, provisioner, factory) = await build_on_driver(
-            ctx,
-            functools.partial(build_controller, capacity=capacity),
-            exit_on_connection_loss=args.exit_on_connection_loss,
+        connection = await open_driver(ctx, exit_on_connection_loss=args.exit_on_connection_loss)
+        node = await find_local_node(ctx, connection, leader_election=ctx.options.leader_election)
+        controller, provisioner, factory = build_controller(
+            ctx, connection, node=node, capacity=capacity
         )
     except BaseException:
+        if connection is not None:
+            connection.close()
         if capacity is not None:
             await capacity.close()
         raise

@@ -10,7 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.options import (
+    DEFAULT_NODE_DEPLOYMENT_BASE_DELAY,
+    DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING,
+    DEFAULT_NODE_DEPLOYMENT_MAX_DELAY,
+    ProvisionControllerOptions,
+)
 from pyprovlib.kube.workqueue import (
     ItemExponentialFailureRateLimiter,
     default_controller_rate_limiter,
@@ -194,6 +199,39 @@ def build_parser() -> RuntimeArgumentParser:
         group=group,
     )
     _add_capacity_flags(parser)
+    add_bool_flag(
+        parser,
+        "--node-deployment",
+        default=False,
+        help="run beside the CSI driver on every node (a DaemonSet, NODE_NAME from the "
+        "downward API): provision only claims whose selected node is this one, delete only "
+        "volumes of this node's topology (from NodeGetInfo); needs --leader-election=false",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--node-deployment-immediate-binding",
+        default=DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING,
+        help="with --node-deployment, compete for claims of Immediate classes: the instance "
+        "that sets the selected-node annotation first provisions",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--node-deployment-base-delay",
+        default=DEFAULT_NODE_DEPLOYMENT_BASE_DELAY,
+        help="with --node-deployment, how long an instance waits at most before trying to own "
+        "an Immediate claim the first time (random, so instances spread out)",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--node-deployment-max-delay",
+        default=DEFAULT_NODE_DEPLOYMENT_MAX_DELAY,
+        help="with --node-deployment, the longest wait before trying to own an Immediate "
+        "claim after lost races (the wait doubles from the base delay)",
+        group=group,
+    )
     add_bool_flag(
         parser,
         "--exit-on-connection-loss",

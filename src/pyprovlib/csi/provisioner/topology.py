@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.provisioner._common import CachedReader, PreparationError
+from pyprovlib.csi.provisioner._common import ObjectReader, PreparationError
 from pyprovlib.errors import PyprovlibError
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.objects import Obj
@@ -193,8 +193,8 @@ async def accessibility_requirements(
     allowed_topologies: Sequence[Mapping[str, Any]],
     selected_node_name: str | None,
     *,
-    nodes: CachedReader,
-    csinodes: CachedReader,
+    nodes: ObjectReader,
+    csinodes: ObjectReader,
     strict_topology: bool,
     immediate_topology: bool,
 ) -> v1.TopologyRequirement | None:

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.controller.options import ProvisionControllerOptions, in_cluster_namespace
+from pyprovlib.controller.options import (
+    DEFAULT_NODE_DEPLOYMENT_BASE_DELAY,
+    DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING,
+    DEFAULT_NODE_DEPLOYMENT_MAX_DELAY,
+    NodeDeployment,
+    ProvisionControllerOptions,
+    in_cluster_namespace,
+)
 from pyprovlib.controller.resize_options import ResizeControllerOptions
 from pyprovlib.examples._cli import (
     add_dir_mode_flag,
@@ -54,6 +61,7 @@ __all__ = [
     "make_controller",
     "make_provisioner",
     "make_resize_controller",
+    "node_deployment",
     "parse_mode",
     "resize_options",
 ]
@@ -83,7 +91,8 @@ def build_parser() -> RuntimeArgumentParser:
         default="node",
         type=_mode_choice,
         help="'node': run as a DaemonSet, one per node, creating directories locally (the "
-        "host's basePath mounted at the same path); 'helper-pod': one provisioner for the "
+        "host's basePath mounted at the same path): node deployment, each instance "
+        "provisioning the claims of its own node; 'helper-pod': one provisioner for the "
         "cluster launching a short-lived pod on the node",
         metavar="|".join(MODES),
         group=group,
@@ -96,6 +105,30 @@ def build_parser() -> RuntimeArgumentParser:
         "spec.nodeName); it takes only claims whose selected node is this one",
         extra_env=("NODE_NAME",),
         metavar="NODE",
+        group=group,
+    )
+    add_bool_flag(
+        parser,
+        "--node-deployment-immediate-binding",
+        default=DEFAULT_NODE_DEPLOYMENT_IMMEDIATE_BINDING,
+        help="node mode: also serve classes with volumeBindingMode Immediate; the instances "
+        "compete for each claim and the first to set its selected node makes the directory "
+        "on its node (as external-provisioner's flag)",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--node-deployment-base-delay",
+        default=DEFAULT_NODE_DEPLOYMENT_BASE_DELAY,
+        help="node mode: how long an instance waits at most before trying to own an Immediate "
+        "claim the first time (random, so instances spread out)",
+        group=group,
+    )
+    add_duration_flag(
+        parser,
+        "--node-deployment-max-delay",
+        default=DEFAULT_NODE_DEPLOYMENT_MAX_DELAY,
+        help="node mode: the longest wait before trying to own an Immediate claim after lost races",
         group=group,
     )
     add_dir_mode_flag(parser, group, DEFAULT_DIR_MODE)
@@ -197,6 +230,20 @@ def make_provisioner(args: argparse.Namespace, api_client: ApiClient) -> HostPat
     return HostPathProvisioner(api_client, directories)
 
 
+def node_deployment(args: argparse.Namespace) -> NodeDeployment | None:
+    """Node mode's :class:`~pyprovlib.controller.options.NodeDeployment` (None in helper-pod
+    mode): the claims whose selected node is ``--node-name``, Immediate claims competed for,
+    and the volumes whose node affinity matches that Node's labels."""
+    if args.mode != "node":
+        return None
+    return NodeDeployment(
+        node_name=args.node_name,
+        immediate_binding=args.node_deployment_immediate_binding,
+        base_delay=args.node_deployment_base_delay,
+        max_delay=args.node_deployment_max_delay,
+    )
+
+
 def controller_options(options: CommonOptions) -> ProvisionControllerOptions:
     """Deprecated alias of :func:`pyprovlib.runtime.provision_controller_options`, kept for one
     release."""
@@ -236,6 +283,7 @@ def make_controller(ctx: RuntimeContext) -> Controller:
         ctx,
         make_provisioner(args, ctx.api_client),
         provisioning_finalizer=args.provisioning_finalizer,
+        node_deployment=node_deployment(args),
     )
     if not args.resize_events:
         return provision

@@ -250,15 +250,17 @@ class HostPathProvisioner(Provisioner):
         sc = options.storage_class
         sc_name = sc.metadata.name if sc.metadata else "?"
         claim = _claim_key(options.pvc)
-        if sc.volume_binding_mode != "WaitForFirstConsumer":
+        node_name = options.selected_node_name
+        if sc.volume_binding_mode != "WaitForFirstConsumer" and not node_name:
+            # A node deployment's instance selects its own node for an Immediate claim first.
             raise ProvisioningError(
                 f"StorageClass {sc_name!r} uses volumeBindingMode "
                 f"{sc.volume_binding_mode or 'Immediate'}; the hostpath provisioner requires "
                 "volumeBindingMode: WaitForFirstConsumer so the volume is made on the node "
-                f"that runs the pod (claim {claim})"
+                f"that runs the pod (claim {claim}), unless it runs in node mode with "
+                "--node-deployment-immediate-binding"
             )
         params = parse_parameters(sc)
-        node_name = options.selected_node_name
         if not node_name:
             raise ProvisioningError(
                 f"claim {claim} has no selected node yet; it is provisioned once a pod using "
