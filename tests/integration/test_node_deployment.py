@@ -27,7 +27,7 @@ from kubernetes_asyncio.client import (
     V1PersistentVolumeSpec,
     V1VolumeNodeAffinity,
 )
-from test_provision_e2e import create_class, fast_options
+from provision_support import create_class, fast_options
 
 from pyprovlib.controller.options import NodeDeployment
 from pyprovlib.controller.provision import ANN_SELECTED_NODE, ProvisionController
