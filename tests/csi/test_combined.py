@@ -82,7 +82,10 @@ def check_rbac(requests: dict[tuple[str, str], int]) -> None:
     used = rbac_used(requests)
     allowed = rbac_granted()
     assert used - allowed == set(), "requests the RBAC does not allow"
-    assert allowed - used == set(NOT_EXERCISED), "grants that nothing uses"
+    # An informer LISTs, then WATCHes: a watch that had not reached the server when the run
+    # ended (a loaded machine) is still asked for by the code that listed.
+    listed = {(group, resource, "watch") for group, resource, verb in used if verb == "list"}
+    assert allowed - used - listed == set(NOT_EXERCISED), "grants that nothing uses"
 
 
 # -- flags -----------------------------------------------------------------------------------
