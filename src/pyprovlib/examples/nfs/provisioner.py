@@ -15,6 +15,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes_asyncio.client import (
     ApiClient,
@@ -36,9 +37,16 @@ from pyprovlib.examples._paths import (
     split_relative_path,
     validate_base_path,
 )
-from pyprovlib.examples._storage_class import class_parameters, read_class_of_volume
+from pyprovlib.examples._storage_class import (
+    class_parameters,
+    read_class_of_volume,
+    reject_unknown_parameters,
+)
+from pyprovlib.kube.convert import from_model
+from pyprovlib.kube.informer import SharedInformer
 from pyprovlib.provisioner import (
     IgnoredError,
+    ObjectDeleter,
     Provisioner,
     ProvisioningError,
     ProvisionOptions,
@@ -110,6 +118,19 @@ def _parse_bool(value: str) -> bool | None:
 def parse_parameters(storage_class: V1StorageClass) -> NFSParameters:
     """Validate a StorageClass's parameters; :class:`ProvisioningError` says what to fix."""
     name, params = class_parameters(storage_class, _KNOWN_PARAMETERS, "NFS")
+    return _parse_parameter_map(name, params)
+
+
+def _parameters_of_object(storage_class: Mapping[str, Any]) -> NFSParameters:
+    """:func:`parse_parameters` of a StorageClass's JSON (a cached one)."""
+    name = str((storage_class.get("metadata") or {}).get("name") or "?")
+    params: Mapping[str, str] = storage_class.get("parameters") or {}
+    unknown = [k for k in params if k not in _KNOWN_PARAMETERS]
+    reject_unknown_parameters(name, unknown, _KNOWN_PARAMETERS, "NFS")
+    return _parse_parameter_map(name, params)
+
+
+def _parse_parameter_map(name: str, params: Mapping[str, str]) -> NFSParameters:
     on_delete = params.get(PARAM_ON_DELETE)
     if on_delete is not None and on_delete not in ("delete", "retain"):
         raise ProvisioningError(
@@ -158,9 +179,14 @@ def expand_path_pattern(pattern: str, claim: V1PersistentVolumeClaim) -> str:
     return _PATTERN.sub(substitute, pattern)
 
 
-class NFSProvisioner(Provisioner):
+class NFSProvisioner(Provisioner, ObjectDeleter):
     """Provisions ``nfs`` PVs as subdirectories of ``server:export_path``, mounted locally at
-    ``mount_path``. ``api_client`` reads the StorageClass on delete."""
+    ``mount_path``. On delete the volume's StorageClass is read from ``class_cache`` (the
+    controller's StorageClass informer, see :meth:`read_classes_from`) once it has synced and
+    holds the class, else with ``api_client`` from the API server (nfs-subdir's GET).
+
+    Deletion works on the PV's JSON (:class:`~pyprovlib.provisioner.ObjectDeleter`): the
+    controller converts nothing for it."""
 
     def __init__(
         self,
@@ -181,6 +207,14 @@ class NFSProvisioner(Provisioner):
         self.mount_path = validate_base_path(mount_path, "NFS mount path")
         self.dir_mode = dir_mode
         self._storage = StorageV1Api(api_client) if api_client is not None else None
+        self.class_cache: SharedInformer | None = None
+
+    def read_classes_from(self, informer: SharedInformer) -> None:
+        """Read StorageClasses on delete from ``informer``'s cache (the ProvisionController's
+        ``class_informer``) instead of a GET per volume, as upstream's CSI provisioner reads
+        them through its lister; a class the cache does not hold is still read from the API
+        server."""
+        self.class_cache = informer
 
     def subdirectory(self, options: ProvisionOptions, params: NFSParameters) -> tuple[str, ...]:
         """The volume's path components relative to the export; raises
@@ -249,9 +283,7 @@ class NFSProvisioner(Provisioner):
             ),
         )
 
-    def _relative_parts(self, volume: V1PersistentVolume) -> tuple[str, ...]:
-        pv_name = volume.metadata.name
-        path = str(volume.spec.nfs.path or "")
+    def _relative_parts(self, pv_name: str, path: str) -> tuple[str, ...]:
         prefix = self.export_path.rstrip("/") + "/"
         if not path.startswith(prefix):
             raise IgnoredError(
@@ -265,18 +297,25 @@ class NFSProvisioner(Provisioner):
             )
         return parts
 
-    async def _params_for(self, volume: V1PersistentVolume) -> NFSParameters:
-        class_name = volume.spec.storage_class_name
+    async def _params_for(self, pv_name: str, class_name: str) -> NFSParameters:
         if not class_name:
             raise RuntimeError(
-                f"PersistentVolume {volume.metadata.name} has no storage class; cannot tell "
+                f"PersistentVolume {pv_name} has no storage class; cannot tell "
                 "whether to delete or archive its directory"
             )
+        cache = self.class_cache
+        if cache is not None and cache.has_synced():
+            cached = cache.store.get_by_key(class_name)
+            if cached is not None:
+                try:
+                    return _parameters_of_object(cached)
+                except ProvisioningError as err:
+                    raise RuntimeError(str(err)) from err
         if self._storage is None:
             raise RuntimeError("the NFS provisioner needs an API client to delete volumes")
         sc = await read_class_of_volume(
             self._storage,
-            volume.metadata.name,
+            pv_name,
             class_name,
             fix="recreate it so the onDelete/archiveOnDelete policy is known",
         )
@@ -288,21 +327,28 @@ class NFSProvisioner(Provisioner):
     async def delete(self, volume: V1PersistentVolume) -> None:
         """Delete, retain or archive the volume's directory per the class's ``onDelete`` /
         ``archiveOnDelete``. A directory already gone is success."""
-        nfs = volume.spec.nfs if volume.spec else None
+        await self.delete_object(from_model(volume))
+
+    async def delete_object(self, volume: Mapping[str, Any]) -> None:
+        """:meth:`delete` on the PV's JSON."""
+        metadata: Mapping[str, Any] = volume.get("metadata") or {}
+        spec: Mapping[str, Any] = volume.get("spec") or {}
+        pv_name = str(metadata.get("name") or "")
+        nfs: Mapping[str, Any] | None = spec.get("nfs")
         if nfs is None:
-            raise IgnoredError(f"PersistentVolume {volume.metadata.name} is not an NFS volume")
-        if nfs.server != self.server:
+            raise IgnoredError(f"PersistentVolume {pv_name} is not an NFS volume")
+        if nfs.get("server") != self.server:
             raise IgnoredError(
-                f"PersistentVolume {volume.metadata.name} is on server {nfs.server}, this "
+                f"PersistentVolume {pv_name} is on server {nfs.get('server')}, this "
                 f"provisioner serves {self.server}"
             )
-        parts = self._relative_parts(volume)
+        parts = self._relative_parts(pv_name, str(nfs.get("path") or ""))
         exists = await asyncio.to_thread(posixpath.lexists, posixpath.join(self.mount_path, *parts))
         if not exists:
-            log.warning("volume directory already gone", pv=volume.metadata.name)
+            log.warning("volume directory already gone", pv=pv_name)
             return
-        action = (await self._params_for(volume)).action()
-        log.info("deleting volume directory", pv=volume.metadata.name, action=action)
+        action = (await self._params_for(pv_name, str(spec.get("storageClassName") or ""))).action()
+        log.info("deleting volume directory", pv=pv_name, action=action)
         if action == "retain":
             return
         if action == "delete":
@@ -314,5 +360,5 @@ class NFSProvisioner(Provisioner):
         except FileExistsError:
             # Patterns may map several claims onto one name; keep every archive apart.
             await asyncio.to_thread(
-                archive_beneath, self.mount_path, parts, f"{archived}-{volume.metadata.name}"
+                archive_beneath, self.mount_path, parts, f"{archived}-{pv_name}"
             )
