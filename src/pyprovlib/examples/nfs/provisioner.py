@@ -163,9 +163,19 @@ def expand_path_pattern(pattern: str, claim: V1PersistentVolumeClaim) -> str:
     """Substitute the claim's metadata into ``pattern`` (missing labels/annotations expand to
     the empty string, as upstream). The result is not yet validated."""
     meta = claim.metadata
-    data = {"name": meta.name or "", "namespace": meta.namespace or ""}
-    labels: Mapping[str, str] = meta.labels or {}
-    annotations: Mapping[str, str] = meta.annotations or {}
+    return _expand(pattern, meta.name, meta.namespace, meta.labels, meta.annotations)
+
+
+def _expand(
+    pattern: str,
+    name: str | None,
+    namespace: str | None,
+    labels: Mapping[str, str] | None,
+    annotations: Mapping[str, str] | None,
+) -> str:
+    data = {"name": name or "", "namespace": namespace or ""}
+    labels = labels or {}
+    annotations = annotations or {}
 
     def substitute(match: re.Match[str]) -> str:
         kind, key, field = match.group(1), match.group(2), match.group(3)
@@ -219,29 +229,34 @@ class NFSProvisioner(Provisioner, ObjectDeleter):
     def subdirectory(self, options: ProvisionOptions, params: NFSParameters) -> tuple[str, ...]:
         """The volume's path components relative to the export; raises
         :class:`UnsafePathError` when the expansion would leave the export."""
-        claim = options.pvc
-        default = f"{claim.metadata.namespace}-{claim.metadata.name}-{options.pv_name}"
+        # The claim as the controller cached it: no model is needed to read its metadata.
+        meta: Mapping[str, Any] = options.claim_object.get("metadata") or {}
+        name, namespace = meta.get("name"), meta.get("namespace")
+        default = f"{namespace}-{name}-{options.pv_name}"
         if params.path_pattern is not None:
-            parts = split_relative_path(
-                expand_path_pattern(params.path_pattern, claim), "expanded pathPattern"
+            expanded = _expand(
+                params.path_pattern, name, namespace, meta.get("labels"), meta.get("annotations")
             )
+            parts = split_relative_path(expanded, "expanded pathPattern")
             if parts:
                 return parts
         return split_relative_path(default, "volume directory name")
 
     async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
         """Create the subdirectory in the export and return an ``nfs`` PV for it."""
-        sc = options.storage_class
-        sc_name = sc.metadata.name if sc.metadata else "?"
-        claim = f"{options.pvc.metadata.namespace}/{options.pvc.metadata.name}"
-        spec = options.pvc.spec
-        selector: object = spec.selector if spec is not None else None
-        if selector is not None:
+        # The claim and its class are read as the controller cached them (the options'
+        # JSON forms): converting them to models costs more than the rest of this method.
+        sc = options.storage_class_object
+        sc_name = (sc.get("metadata") or {}).get("name") or "?"
+        claim_meta: Mapping[str, Any] = options.claim_object.get("metadata") or {}
+        claim = f"{claim_meta.get('namespace')}/{claim_meta.get('name')}"
+        spec: Mapping[str, Any] = options.claim_object.get("spec") or {}
+        if spec.get("selector") is not None:
             raise ProvisioningError(
                 f"claim {claim}: spec.selector is not supported by the NFS provisioner; remove "
                 "the selector"
             )
-        params = parse_parameters(sc)
+        params = _parameters_of_object(sc)
         try:
             parts = self.subdirectory(options, params)
         except UnsafePathError as err:
@@ -265,16 +280,17 @@ class NFSProvisioner(Provisioner, ObjectDeleter):
                 f"{self.mount_path}: {err.strerror or err}; check the mount and its permissions"
             ) from err
         log.info("volume directory ready", claim=claim, pv=options.pv_name, path=local)
-        requests = (spec.resources.requests if spec and spec.resources else None) or {}
+        requests: Mapping[str, Any] = (spec.get("resources") or {}).get("requests") or {}
+        mount_options = sc.get("mountOptions")
         return V1PersistentVolume(
             api_version="v1",
             kind="PersistentVolume",
             metadata=V1ObjectMeta(name=options.pv_name),
             spec=V1PersistentVolumeSpec(
                 capacity={"storage": requests["storage"]} if "storage" in requests else None,
-                access_modes=list(spec.access_modes or []) if spec else [],
-                volume_mode=(spec.volume_mode if spec else None) or "Filesystem",
-                mount_options=list(sc.mount_options) if sc.mount_options else None,
+                access_modes=list(spec.get("accessModes") or []),
+                volume_mode=spec.get("volumeMode") or "Filesystem",
+                mount_options=list(mount_options) if mount_options else None,
                 nfs=V1NFSVolumeSource(
                     server=self.server,
                     path=posixpath.join(self.export_path, relative),
