@@ -162,3 +162,33 @@ def test_library_floor_measures_every_call(tmp_path: Path) -> None:
     for call in ("create_volume", "pv_post", "event_post", "watch_line_decode"):
         assert figures[call]["cpu_us"] > 0, (call, figures)
     assert result["per_volume_floor_cpu_ms"] > 0
+
+
+@pytest.mark.e2e
+@pytest.mark.heavy
+def test_library_real_measures_both_peers_and_both_phases(tmp_path: Path) -> None:
+    assets = _real_plane_with_go_peers()
+    if not (assets / "go-hostpath-provisioner").exists():
+        pytest.skip(f"{assets} lacks go-hostpath-provisioner")
+    result = run_bench(
+        "library_real.py",
+        f"--assets={assets}",
+        "--volumes=5",
+        "--runs=1",
+        "--quiet=0.5",
+        "--settle=2",
+        "--floor-calls=20",
+        f"--workdir={tmp_path}",
+    )
+    runs = {run["peer"]: run for run in result["runs"]}
+    assert set(runs) == {"go", "py"}
+    for peer, run in runs.items():
+        # Every claim got its PV, POSTed once by the provisioner (the audit log counts its
+        # requests alone), and each PV was DELETEd once by it after the claim went.
+        assert run["provision_requests_per_volume"]["create persistentvolumes"] == 1.0, peer
+        assert run["delete_requests_per_volume"]["delete persistentvolumes"] == 1.0, peer
+        assert run["cpu_provision_s_per_1000"] > 0, peer
+        assert run["peak_rss_mb"] > 0, peer
+        assert run["p99_s"] > 0, peer
+    assert result["floor"]["provision_s_per_1000"] > 0
+    assert result["floor"]["delete_s_per_1000"] > 0

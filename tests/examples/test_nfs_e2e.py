@@ -159,3 +159,24 @@ async def test_escaping_paths_get_an_event(
     pvc = await core.read_namespaced_persistent_volume_claim(claim, c.namespace)
     assert pvc.status.phase == "Pending"
     assert tree(tmp_path) == ["export"]
+
+
+async def test_delete_reads_the_class_from_the_controllers_cache(
+    kube_cluster: TestCluster, export: Path
+) -> None:
+    """With ``read_classes_from`` (as ``python -m pyprovlib.examples.nfs`` wires it) the class of
+    a deleted volume comes from the controller's StorageClass cache: this provisioner has no
+    API client to GET it with, and still applies the class's onDelete."""
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(c, name, {"onDelete": "delete"})
+    claim = await make_claim(c, sc)
+    prov = NFSProvisioner(None, SERVER, EXPORT, str(export))
+    async with running(c.api_client, name, prov) as controller:
+        prov.read_classes_from(controller.class_informer)
+        pv = await wait_bound(c, claim)
+        subdir = f"{c.namespace}-{claim}-{pv.metadata.name}"
+        assert tree(export) == [subdir]
+        await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
+        await wait_pv_gone(c, pv.metadata.name)
+    assert tree(export) == []

@@ -60,6 +60,9 @@ def test_defaults_are_client_go_defaults() -> None:
         ClientSettings(qps=5, burst=0)
     with pytest.raises(ValueError, match="request_timeout"):
         ClientSettings(request_timeout=0)
+    with pytest.raises(ValueError, match="max_connections"):
+        ClientSettings(max_connections=0)
+    assert ClientSettings().max_connections is None  # kubernetes-asyncio's pool size
     ClientSettings(qps=0, burst=0)  # unthrottled needs no burst
 
 
@@ -75,6 +78,22 @@ async def test_explicit_kubeconfig_reaches_the_server_with_user_agent(
     assert got["kind"] == "EventList"
     assert apiserver.requests.count("list", "leases") == 1
     assert list(apiserver.requests.user_agents) == [DEFAULT_USER_AGENT] * 2
+
+
+@pytest.mark.parametrize(("wanted", "limit"), [(None, 100), (8, 8)])
+async def test_max_connections_bounds_the_connection_pool(
+    apiserver: ApiServer, tmp_path: Path, wanted: int | None, limit: int
+) -> None:
+    path = apiserver.write_kubeconfig(tmp_path / "kc.json")
+    settings = ClientSettings(kubeconfig=str(path), qps=0, max_connections=wanted)
+    async with await new_client(settings, environ={}, service_account_dir=NO_SA) as client:
+        # kubernetes-asyncio's setting, and the aiohttp connector it made from it.
+        assert client.configuration.connection_pool_maxsize == limit
+        assert client.rest_client.pool_manager.connector.limit == limit
+        await asyncio.gather(
+            *(CoordinationV1Api(client).list_namespaced_lease("default") for _ in range(12))
+        )
+    assert apiserver.requests.count("list", "leases") == 12
 
 
 async def test_kubeconfig_from_env_and_custom_user_agent(

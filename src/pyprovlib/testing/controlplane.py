@@ -100,6 +100,7 @@ class ControlPlane:
       removed on stop).
     - ``start_timeout``: seconds each component may take to become ready (default 120).
     - ``apiserver_args``: extra kube-apiserver flags (``--feature-gates=…``).
+    - ``controller_manager_args``: extra kube-controller-manager flags (``--kube-api-qps=…``).
 
     After :meth:`launch`: :attr:`kubeconfig_path` (an admin kubeconfig), :attr:`url`,
     :attr:`directory`, :attr:`node_names`. Use :meth:`start` (``async with``) or
@@ -117,6 +118,7 @@ class ControlPlane:
         log_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 120.0,
         apiserver_args: Sequence[str] = (),
+        controller_manager_args: Sequence[str] = (),
     ) -> None:
         self.assets = Path(assets)
         for binary in ("etcd", "kube-apiserver"):
@@ -132,6 +134,7 @@ class ControlPlane:
         self.snapshot_crds = snapshot_crds
         self.start_timeout = start_timeout
         self.apiserver_args = list(apiserver_args)
+        self.controller_manager_args = list(controller_manager_args)
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self.directory: Path | None = None
         self.kubeconfig_path: Path | None = None
@@ -485,6 +488,7 @@ class ControlPlane:
                     f"--service-account-private-key-file={directory / 'sa.key'}",
                     f"--root-ca-file={directory / 'ca.crt'}",
                     "--use-service-account-credentials=true",
+                    *self.controller_manager_args,
                 ),
                 directory,
             )

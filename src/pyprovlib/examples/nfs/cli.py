@@ -117,7 +117,11 @@ def make_controller(ctx: RuntimeContext) -> ProvisionController:
         export=args.nfs_path,
         mount=args.nfs_mount_path,
     )
-    return provision_controller(ctx, make_provisioner(args, ctx.api_client))
+    provisioner = make_provisioner(args, ctx.api_client)
+    controller = provision_controller(ctx, provisioner)
+    # The class of each deleted volume from the controller's cache, not a GET per volume.
+    provisioner.read_classes_from(controller.class_informer)
+    return controller
 
 
 def main(argv: Sequence[str] | None = None) -> int:

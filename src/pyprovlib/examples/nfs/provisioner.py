@@ -15,6 +15,7 @@ import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes_asyncio.client import (
     ApiClient,
@@ -36,9 +37,16 @@ from pyprovlib.examples._paths import (
     split_relative_path,
     validate_base_path,
 )
-from pyprovlib.examples._storage_class import class_parameters, read_class_of_volume
+from pyprovlib.examples._storage_class import (
+    class_parameters,
+    read_class_of_volume,
+    reject_unknown_parameters,
+)
+from pyprovlib.kube.convert import from_model
+from pyprovlib.kube.informer import SharedInformer
 from pyprovlib.provisioner import (
     IgnoredError,
+    ObjectDeleter,
     Provisioner,
     ProvisioningError,
     ProvisionOptions,
@@ -110,6 +118,19 @@ def _parse_bool(value: str) -> bool | None:
 def parse_parameters(storage_class: V1StorageClass) -> NFSParameters:
     """Validate a StorageClass's parameters; :class:`ProvisioningError` says what to fix."""
     name, params = class_parameters(storage_class, _KNOWN_PARAMETERS, "NFS")
+    return _parse_parameter_map(name, params)
+
+
+def _parameters_of_object(storage_class: Mapping[str, Any]) -> NFSParameters:
+    """:func:`parse_parameters` of a StorageClass's JSON (a cached one)."""
+    name = str((storage_class.get("metadata") or {}).get("name") or "?")
+    params: Mapping[str, str] = storage_class.get("parameters") or {}
+    unknown = [k for k in params if k not in _KNOWN_PARAMETERS]
+    reject_unknown_parameters(name, unknown, _KNOWN_PARAMETERS, "NFS")
+    return _parse_parameter_map(name, params)
+
+
+def _parse_parameter_map(name: str, params: Mapping[str, str]) -> NFSParameters:
     on_delete = params.get(PARAM_ON_DELETE)
     if on_delete is not None and on_delete not in ("delete", "retain"):
         raise ProvisioningError(
@@ -142,9 +163,19 @@ def expand_path_pattern(pattern: str, claim: V1PersistentVolumeClaim) -> str:
     """Substitute the claim's metadata into ``pattern`` (missing labels/annotations expand to
     the empty string, as upstream). The result is not yet validated."""
     meta = claim.metadata
-    data = {"name": meta.name or "", "namespace": meta.namespace or ""}
-    labels: Mapping[str, str] = meta.labels or {}
-    annotations: Mapping[str, str] = meta.annotations or {}
+    return _expand(pattern, meta.name, meta.namespace, meta.labels, meta.annotations)
+
+
+def _expand(
+    pattern: str,
+    name: str | None,
+    namespace: str | None,
+    labels: Mapping[str, str] | None,
+    annotations: Mapping[str, str] | None,
+) -> str:
+    data = {"name": name or "", "namespace": namespace or ""}
+    labels = labels or {}
+    annotations = annotations or {}
 
     def substitute(match: re.Match[str]) -> str:
         kind, key, field = match.group(1), match.group(2), match.group(3)
@@ -158,9 +189,14 @@ def expand_path_pattern(pattern: str, claim: V1PersistentVolumeClaim) -> str:
     return _PATTERN.sub(substitute, pattern)
 
 
-class NFSProvisioner(Provisioner):
+class NFSProvisioner(Provisioner, ObjectDeleter):
     """Provisions ``nfs`` PVs as subdirectories of ``server:export_path``, mounted locally at
-    ``mount_path``. ``api_client`` reads the StorageClass on delete."""
+    ``mount_path``. On delete the volume's StorageClass is read from ``class_cache`` (the
+    controller's StorageClass informer, see :meth:`read_classes_from`) once it has synced and
+    holds the class, else with ``api_client`` from the API server (nfs-subdir's GET).
+
+    Deletion works on the PV's JSON (:class:`~pyprovlib.provisioner.ObjectDeleter`): the
+    controller converts nothing for it."""
 
     def __init__(
         self,
@@ -181,33 +217,46 @@ class NFSProvisioner(Provisioner):
         self.mount_path = validate_base_path(mount_path, "NFS mount path")
         self.dir_mode = dir_mode
         self._storage = StorageV1Api(api_client) if api_client is not None else None
+        self.class_cache: SharedInformer | None = None
+
+    def read_classes_from(self, informer: SharedInformer) -> None:
+        """Read StorageClasses on delete from ``informer``'s cache (the ProvisionController's
+        ``class_informer``) instead of a GET per volume, as upstream's CSI provisioner reads
+        them through its lister; a class the cache does not hold is still read from the API
+        server."""
+        self.class_cache = informer
 
     def subdirectory(self, options: ProvisionOptions, params: NFSParameters) -> tuple[str, ...]:
         """The volume's path components relative to the export; raises
         :class:`UnsafePathError` when the expansion would leave the export."""
-        claim = options.pvc
-        default = f"{claim.metadata.namespace}-{claim.metadata.name}-{options.pv_name}"
+        # The claim as the controller cached it: no model is needed to read its metadata.
+        meta: Mapping[str, Any] = options.claim_object.get("metadata") or {}
+        name, namespace = meta.get("name"), meta.get("namespace")
+        default = f"{namespace}-{name}-{options.pv_name}"
         if params.path_pattern is not None:
-            parts = split_relative_path(
-                expand_path_pattern(params.path_pattern, claim), "expanded pathPattern"
+            expanded = _expand(
+                params.path_pattern, name, namespace, meta.get("labels"), meta.get("annotations")
             )
+            parts = split_relative_path(expanded, "expanded pathPattern")
             if parts:
                 return parts
         return split_relative_path(default, "volume directory name")
 
     async def provision(self, options: ProvisionOptions) -> V1PersistentVolume:
         """Create the subdirectory in the export and return an ``nfs`` PV for it."""
-        sc = options.storage_class
-        sc_name = sc.metadata.name if sc.metadata else "?"
-        claim = f"{options.pvc.metadata.namespace}/{options.pvc.metadata.name}"
-        spec = options.pvc.spec
-        selector: object = spec.selector if spec is not None else None
-        if selector is not None:
+        # The claim and its class are read as the controller cached them (the options'
+        # JSON forms): converting them to models costs more than the rest of this method.
+        sc = options.storage_class_object
+        sc_name = (sc.get("metadata") or {}).get("name") or "?"
+        claim_meta: Mapping[str, Any] = options.claim_object.get("metadata") or {}
+        claim = f"{claim_meta.get('namespace')}/{claim_meta.get('name')}"
+        spec: Mapping[str, Any] = options.claim_object.get("spec") or {}
+        if spec.get("selector") is not None:
             raise ProvisioningError(
                 f"claim {claim}: spec.selector is not supported by the NFS provisioner; remove "
                 "the selector"
             )
-        params = parse_parameters(sc)
+        params = _parameters_of_object(sc)
         try:
             parts = self.subdirectory(options, params)
         except UnsafePathError as err:
@@ -231,16 +280,17 @@ class NFSProvisioner(Provisioner):
                 f"{self.mount_path}: {err.strerror or err}; check the mount and its permissions"
             ) from err
         log.info("volume directory ready", claim=claim, pv=options.pv_name, path=local)
-        requests = (spec.resources.requests if spec and spec.resources else None) or {}
+        requests: Mapping[str, Any] = (spec.get("resources") or {}).get("requests") or {}
+        mount_options = sc.get("mountOptions")
         return V1PersistentVolume(
             api_version="v1",
             kind="PersistentVolume",
             metadata=V1ObjectMeta(name=options.pv_name),
             spec=V1PersistentVolumeSpec(
                 capacity={"storage": requests["storage"]} if "storage" in requests else None,
-                access_modes=list(spec.access_modes or []) if spec else [],
-                volume_mode=(spec.volume_mode if spec else None) or "Filesystem",
-                mount_options=list(sc.mount_options) if sc.mount_options else None,
+                access_modes=list(spec.get("accessModes") or []),
+                volume_mode=spec.get("volumeMode") or "Filesystem",
+                mount_options=list(mount_options) if mount_options else None,
                 nfs=V1NFSVolumeSource(
                     server=self.server,
                     path=posixpath.join(self.export_path, relative),
@@ -249,9 +299,7 @@ class NFSProvisioner(Provisioner):
             ),
         )
 
-    def _relative_parts(self, volume: V1PersistentVolume) -> tuple[str, ...]:
-        pv_name = volume.metadata.name
-        path = str(volume.spec.nfs.path or "")
+    def _relative_parts(self, pv_name: str, path: str) -> tuple[str, ...]:
         prefix = self.export_path.rstrip("/") + "/"
         if not path.startswith(prefix):
             raise IgnoredError(
@@ -265,18 +313,25 @@ class NFSProvisioner(Provisioner):
             )
         return parts
 
-    async def _params_for(self, volume: V1PersistentVolume) -> NFSParameters:
-        class_name = volume.spec.storage_class_name
+    async def _params_for(self, pv_name: str, class_name: str) -> NFSParameters:
         if not class_name:
             raise RuntimeError(
-                f"PersistentVolume {volume.metadata.name} has no storage class; cannot tell "
+                f"PersistentVolume {pv_name} has no storage class; cannot tell "
                 "whether to delete or archive its directory"
             )
+        cache = self.class_cache
+        if cache is not None and cache.has_synced():
+            cached = cache.store.get_by_key(class_name)
+            if cached is not None:
+                try:
+                    return _parameters_of_object(cached)
+                except ProvisioningError as err:
+                    raise RuntimeError(str(err)) from err
         if self._storage is None:
             raise RuntimeError("the NFS provisioner needs an API client to delete volumes")
         sc = await read_class_of_volume(
             self._storage,
-            volume.metadata.name,
+            pv_name,
             class_name,
             fix="recreate it so the onDelete/archiveOnDelete policy is known",
         )
@@ -288,21 +343,28 @@ class NFSProvisioner(Provisioner):
     async def delete(self, volume: V1PersistentVolume) -> None:
         """Delete, retain or archive the volume's directory per the class's ``onDelete`` /
         ``archiveOnDelete``. A directory already gone is success."""
-        nfs = volume.spec.nfs if volume.spec else None
+        await self.delete_object(from_model(volume))
+
+    async def delete_object(self, volume: Mapping[str, Any]) -> None:
+        """:meth:`delete` on the PV's JSON."""
+        metadata: Mapping[str, Any] = volume.get("metadata") or {}
+        spec: Mapping[str, Any] = volume.get("spec") or {}
+        pv_name = str(metadata.get("name") or "")
+        nfs: Mapping[str, Any] | None = spec.get("nfs")
         if nfs is None:
-            raise IgnoredError(f"PersistentVolume {volume.metadata.name} is not an NFS volume")
-        if nfs.server != self.server:
+            raise IgnoredError(f"PersistentVolume {pv_name} is not an NFS volume")
+        if nfs.get("server") != self.server:
             raise IgnoredError(
-                f"PersistentVolume {volume.metadata.name} is on server {nfs.server}, this "
+                f"PersistentVolume {pv_name} is on server {nfs.get('server')}, this "
                 f"provisioner serves {self.server}"
             )
-        parts = self._relative_parts(volume)
+        parts = self._relative_parts(pv_name, str(nfs.get("path") or ""))
         exists = await asyncio.to_thread(posixpath.lexists, posixpath.join(self.mount_path, *parts))
         if not exists:
-            log.warning("volume directory already gone", pv=volume.metadata.name)
+            log.warning("volume directory already gone", pv=pv_name)
             return
-        action = (await self._params_for(volume)).action()
-        log.info("deleting volume directory", pv=volume.metadata.name, action=action)
+        action = (await self._params_for(pv_name, str(spec.get("storageClassName") or ""))).action()
+        log.info("deleting volume directory", pv=pv_name, action=action)
         if action == "retain":
             return
         if action == "delete":
@@ -314,5 +376,5 @@ class NFSProvisioner(Provisioner):
         except FileExistsError:
             # Patterns may map several claims onto one name; keep every archive apart.
             await asyncio.to_thread(
-                archive_beneath, self.mount_path, parts, f"{archived}-{volume.metadata.name}"
+                archive_beneath, self.mount_path, parts, f"{archived}-{pv_name}"
             )
