@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 repo="$PWD"
 shared="$repo/../shared/kube"
 if [ ! -d "$shared" ]; then
-    echo "== real control plane: skipped (no ../shared/kube beside the repository)"
+    echo "== real control plane: skipped (no CI binary cache; set PYPROVLIB_KUBE_ASSETS to an assets directory in setup-envtest's layout and run pytest -m e2e)"
     exit 0
 fi
 echo "== real control plane: pytest -m e2e against kube-apiserver, kube-controller-manager, kube-scheduler"

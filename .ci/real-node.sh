@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -d ../shared/kube ]; then
-    echo "== real node: skipped (no ../shared/kube beside the repository)"
+    echo "== real node: skipped (no CI binary cache; the real-node tests need an assets directory named by PYPROVLIB_KUBE_ASSETS with kubelet, see docs/testing)"
     exit 0
 fi
 packages="containerd runc containernetworking-plugins iptables iproute2 busybox-static"

@@ -6,8 +6,8 @@ resourceVersions and timestamps) at each stage: at start, after a class is added
 is removed, and after the capacity changed (a volume created on one node).
 
 Needs a real kube-apiserver (``PYPROVLIB_KUBE_ASSETS`` or ``PYPROVLIB_E2E_KUBECONFIG``: the Go
-sidecar speaks protobuf, which the in-memory server does not) and the Go binaries (the assets
-directory, or ``../shared/kube``)."""
+sidecar speaks protobuf, which the in-memory server does not) and the Go binaries (``csi-provisioner`` and
+``hostpathplugin`` in the same assets directory)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,10 @@ def go_provisioner(
         pytest.skip("needs a real kube-apiserver: the Go csi-provisioner speaks protobuf")
     binary = find_go_binary("csi-provisioner", tmp_path_factory.getbasetemp())
     if binary is None:
-        pytest.skip("no Go csi-provisioner: set PYPROVLIB_KUBE_ASSETS or put ../shared/kube beside")
+        pytest.skip(
+            "no Go csi-provisioner: put csi-provisioner and hostpathplugin (built from"
+            " kubernetes-csi) in the assets directory that PYPROVLIB_KUBE_ASSETS names"
+        )
     return binary
 
 
