@@ -6,8 +6,8 @@ resourceVersions and timestamps) at each stage: at start, after a class is added
 is removed, and after the capacity changed (a volume created on one node).
 
 Needs a real kube-apiserver (``PYPROVLIB_KUBE_ASSETS`` or ``PYPROVLIB_E2E_KUBECONFIG``: the Go
-sidecar speaks protobuf, which the in-memory server does not) and the Go binaries (``csi-provisioner`` and
-``hostpathplugin`` in the same assets directory)."""
+sidecar speaks protobuf, which the in-memory server does not) and the Go binaries
+(``csi-provisioner`` and ``hostpathplugin`` in the same assets directory)."""
 
 from __future__ import annotations
 
