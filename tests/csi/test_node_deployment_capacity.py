@@ -14,11 +14,17 @@ from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, sho
 from process_support import entry_point, until
 
 from pyprovlib import testing
+from pyprovlib.controller.provision import ANN_SELECTED_NODE
 from pyprovlib.csi.provisioner.capacity import managed_by_for_node
 from pyprovlib.kube.config import LimitedApiClient
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import CSI_STORAGE_CAPACITIES, STORAGE_CLASSES
+from pyprovlib.kube.resources import (
+    CSI_STORAGE_CAPACITIES,
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+)
 from pyprovlib.kube.rest import ResourceClient
 from pyprovlib.testing.server import ApiServer
 
@@ -139,3 +145,94 @@ async def test_each_node_publishes_only_its_segment(
             assert segments == {((TOPOLOGY_KEY, node),)}
         for process in processes:
             assert process.proc.returncode is None, process.tail(20)
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
+)
+async def test_an_immediate_claim_goes_to_the_node_with_room(
+    server: ApiServer,
+    kubeconfig: pathlib.Path,
+    tmp_path: pathlib.Path,
+    module: str,
+    args: tuple[str, ...],
+) -> None:
+    """Upstream's checkNode: node-a's driver reports 1Gi free, node-b's 10Gi; a 5Gi claim of an
+    Immediate class is taken by node-b's instance only, and node-a's never creates a volume."""
+    rooms = {"node-a": 1 * GI, "node-b": 10 * GI}
+    async with contextlib.AsyncExitStack() as stack:
+        api = await stack.enter_async_context(
+            LimitedApiClient(server.configuration(), limiter=TokenBucket(0, 0))
+        )
+        await ResourceClient(api, STORAGE_CLASSES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": "csi"},
+                "provisioner": DRIVER_NAME,
+                "volumeBindingMode": "Immediate",
+                "parameters": {"kind": "fast"},
+            }
+        )
+        states: dict[str, DriverState] = {}
+        processes: list[testing.ChildProcess] = []
+
+        async def start(node: str) -> None:
+            (tmp_path / node).mkdir()
+            directory = stack.enter_context(short_socket_dir(tmp_path / node))
+            states[node] = DriverState(capacity={node: rooms[node]})
+            await stack.enter_async_context(
+                serve_driver(directory, topology=True, node=node, state=states[node])
+            )
+            process = await stack.enter_async_context(
+                entry_point(
+                    module,
+                    kubeconfig,
+                    f"--csi-address=unix://{directory / 'csi.sock'}",
+                    "--node-deployment",
+                    "--node-deployment-base-delay=10ms",
+                    "--node-deployment-max-delay=200ms",
+                    *args,
+                    env={"NODE_NAME": node},
+                )
+            )
+            await process.wait_for("node deployment")
+            processes.append(process)
+
+        # node-a alone first, so that it is the one to look at the claim: it must decline.
+        await start("node-a")
+        await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "big", "namespace": NAMESPACE},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "csi",
+                    "resources": {"requests": {"storage": "5Gi"}},
+                },
+            },
+            NAMESPACE,
+        )
+
+        async def asked() -> bool:
+            return bool(states["node-a"].requests("GetCapacity"))
+
+        await until(asked, "node-a's GetCapacity for claim big", processes[0])
+        await start("node-b")
+
+        async def provisioned() -> list[Obj] | None:
+            volumes = (await ResourceClient(api, PERSISTENT_VOLUMES).list())["items"]
+            return volumes or None
+
+        (volume,) = await until(provisioned, "a PersistentVolume for claim big", processes[1])
+        claim = await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).get("big", NAMESPACE)
+        assert claim["metadata"]["annotations"][ANN_SELECTED_NODE] == "node-b"
+        assert len(states["node-b"].requests("CreateVolume")) == 1
+        assert not states["node-a"].requests("CreateVolume")
+        # node-a asked its driver, with the class's parameters and its own segment, and declined.
+        (request, *_) = states["node-a"].requests("GetCapacity")
+        assert dict(request.parameters) == {"kind": "fast"}  # type: ignore[attr-defined]
+        assert dict(request.accessible_topology.segments) == {TOPOLOGY_KEY: "node-a"}  # type: ignore[attr-defined]
+        assert volume["spec"]["capacity"]["storage"] == "5Gi"

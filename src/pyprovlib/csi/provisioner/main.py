@@ -128,7 +128,9 @@ def build_controller(
 
     options = controller_options(ctx)
     if node is not None:
-        options = dataclasses.replace(options, node_deployment=node_deployment(ctx.args, node))
+        options = dataclasses.replace(
+            options, node_deployment=node_deployment(ctx.args, node, connection)
+        )
     factory = informer_factory or SharedInformerFactory(
         ctx.api_client, resync_period=options.resync_period, transform=strip_managed_fields
     )
