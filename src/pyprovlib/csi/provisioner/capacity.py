@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyprovlib.controller.capacity import (
+    DEFAULT_MANAGED_BY,
     Capacity,
     CapacityController,
     CapacityControllerOptions,
+    FixedTopology,
     OwnerLookupError,
     Segment,
     lookup_owner,
@@ -47,8 +49,11 @@ __all__ = [
     "CapacitySetup",
     "build_capacity_controller",
     "capacity_client",
+    "managed_by_for_node",
     "resolve_capacity",
 ]
+
+_LABEL_MAX = 63  # a DNS-1035 label, the longest managed-by value upstream makes
 
 _NAMESPACE_ENV = ("NAMESPACE", "POD_NAMESPACE")
 _POD_NAME_ENV = "POD_NAME"
@@ -150,15 +155,49 @@ async def resolve_capacity(
     return CapacitySetup(namespace, owner, client)
 
 
+def _fnv32a(text: str) -> str:
+    value = 0x811C9DC5
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{value:08x}"
+
+
+def managed_by_for_node(node: str, base: str = DEFAULT_MANAGED_BY) -> str:
+    """The ``csi.storage.k8s.io/managed-by`` value of the instance on ``node`` with
+    ``--node-deployment`` (as upstream's ``getNameWithMaxLength``): ``<base>-<node>`` when that
+    fits in 63 characters; else the base cut short, an 8-digit FNV-1a hash and the node name
+    (``<base…>-<hash of base>-<node>``), or, for a node name too long for that, the base cut
+    short and the hash of the whole name. Each instance then owns only its own objects."""
+    name = f"{base}-{node}" if base else node
+    if len(name) <= _LABEL_MAX:
+        return name
+    base_length = _LABEL_MAX - 10 - len(node)
+    if base_length <= 0:
+        prefix = base[: max(0, _LABEL_MAX - 9)]
+        short = f"{prefix}-{_fnv32a(name)}" if prefix else _fnv32a(name)
+        return short[:_LABEL_MAX]
+    return f"{base[:base_length]}-{_fnv32a(base)}-{node}"
+
+
 def build_capacity_controller(
     ctx: RuntimeContext,
     connection: CSIConnection,
     informer_factory: SharedInformerFactory,
     setup: CapacitySetup,
+    *,
+    node: str | None = None,
+    node_segment: Mapping[str, str] | None = None,
 ) -> CapacityController:
     """The CapacityController of the driver on ``connection`` from the parsed flags, writing
     with ``setup.client`` and reading from ``informer_factory`` (the caller starts it).
-    Refuses a driver that cannot report capacity."""
+    Refuses a driver that cannot report capacity.
+
+    With ``node`` (``--node-deployment``), as upstream: the objects are for that node's
+    topology segment only (``node_segment``, from NodeGetInfo; a fixed topology instead of
+    watching nodes) and carry a managed-by label of that node's own
+    (:func:`managed_by_for_node`), so instances on different nodes never update or delete
+    each other's objects. The owner reference is found as without it (``$POD_NAME`` at
+    ``--capacity-ownerref-level``)."""
     if v1.ControllerServiceCapabilityRpcType.GET_CAPACITY not in connection.controller_capabilities:
         raise StartupError(
             f"--enable-capacity: CSI driver {connection.driver_name} does not report the "
@@ -176,11 +215,23 @@ def build_capacity_controller(
         retry_interval_start=args.retry_interval_start,
         retry_interval_max=args.retry_interval_max,
         registry=ctx.registry,
+        managed_by=DEFAULT_MANAGED_BY if node is None else managed_by_for_node(node),
     )
+    topology = None
+    if node is not None:
+        segment: Segment = tuple(sorted((node_segment or {}).items()))
+        ctx.log.info(
+            "CSIStorageCapacity for a fixed topology segment",
+            node=node,
+            segment=dict(segment),
+            managed_by=options.managed_by,
+        )
+        topology = FixedTopology(segment)
     return CapacityController(
         setup.client,
         connection.driver_name,
         CSICapacitySource(connection, args.timeout),
         options,
         informer_factory=informer_factory,
+        topology=topology,
     )

@@ -128,7 +128,9 @@ def build_controller(
 
     options = controller_options(ctx)
     if node is not None:
-        options = dataclasses.replace(options, node_deployment=node_deployment(ctx.args, node))
+        options = dataclasses.replace(
+            options, node_deployment=node_deployment(ctx.args, node, connection)
+        )
     factory = informer_factory or SharedInformerFactory(
         ctx.api_client, resync_period=options.resync_period, transform=strip_managed_fields
     )
@@ -161,7 +163,14 @@ def build_controller(
     if getattr(ctx.args, "enable_capacity", False) and capacity is None:
         raise ValueError("--enable-capacity: resolve the capacity setup first (resolve_capacity)")
     if capacity is not None:
-        capacity_controller = build_capacity_controller(ctx, connection, factory, capacity)
+        capacity_controller = build_capacity_controller(
+            ctx,
+            connection,
+            factory,
+            capacity,
+            node=None if node is None else node.name,
+            node_segment=None if node is None else node.segments,
+        )
         # Upstream runs it inside the leader's run, as the cloning-protection controller.
         controller.run_beside("capacity", capacity_controller.run)
         provisioner.capacity = capacity_controller

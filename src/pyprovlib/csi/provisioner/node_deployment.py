@@ -9,13 +9,14 @@ import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from pyprovlib.controller.options import NodeDeployment
+from pyprovlib.controller.options import CapacityCheck, NodeDeployment
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSIConnection
 from pyprovlib.csi.provisioner._common import StaticReader
 from pyprovlib.errors import PyprovlibError
+from pyprovlib.kube.quantity import Quantity
 
 __all__ = [
     "ENV_NODE_NAME",
@@ -89,13 +90,49 @@ async def local_node(connection: CSIConnection, name: str) -> LocalNode:
     return LocalNode(name=name, node_id=info.node_id, segments=segments)
 
 
-def node_deployment(args: argparse.Namespace, node: LocalNode) -> NodeDeployment:
+def _requested_bytes(claim: Mapping[str, Any]) -> int:
+    requests = ((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    storage = requests.get("storage")
+    return Quantity.parse(str(storage)).value() if storage is not None else 0
+
+
+def capacity_check(connection: CSIConnection, node: LocalNode, timeout: float) -> CapacityCheck:
+    """Upstream's capacity check of ``checkNode``, before an instance takes an Immediate claim:
+    GetCapacity with the class's parameters for this node's segment (each call bounded by
+    ``timeout``, ``--timeout``); room when the available capacity is at least the claim's
+    storage request. A failed call raises, which the controller counts as room, so that
+    provisioning reports the problem."""
+
+    async def check(claim: Mapping[str, Any], storage_class: Mapping[str, Any]) -> bool:
+        request = v1.GetCapacityRequest(parameters=dict(storage_class.get("parameters") or {}))
+        if node.segments:
+            request.accessible_topology = v1.Topology(segments=dict(node.segments))
+        response: v1.GetCapacityResponse = await connection.call(
+            "/csi.v1.Controller/GetCapacity", request, call_timeout=timeout
+        )
+        return response.available_capacity >= _requested_bytes(claim)
+
+    return check
+
+
+def node_deployment(
+    args: argparse.Namespace, node: LocalNode, connection: CSIConnection | None = None
+) -> NodeDeployment:
     """The ProvisionController's node deployment from the flags and the driver's topology:
-    volumes are this node's when their node affinity matches the driver's segment."""
+    volumes are this node's when their node affinity matches the driver's segment. With the
+    driver's ``connection`` and its GET_CAPACITY capability, Immediate claims are taken only
+    when GetCapacity says this node has room (:func:`capacity_check`), as upstream."""
+    check = None
+    if (
+        connection is not None
+        and v1.ControllerServiceCapabilityRpcType.GET_CAPACITY in connection.controller_capabilities
+    ):
+        check = capacity_check(connection, node, args.timeout)
     return NodeDeployment(
         node_name=node.name,
         immediate_binding=args.node_deployment_immediate_binding,
         base_delay=args.node_deployment_base_delay,
         max_delay=args.node_deployment_max_delay,
         topology=node.segments,
+        capacity_check=check,
     )
