@@ -236,13 +236,22 @@ async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, 
 
 @contextlib.asynccontextmanager
 async def go_sidecar(
-    binary: pathlib.Path, kubeconfig: pathlib.Path, socket: pathlib.Path, namespace: str
+    binary: pathlib.Path,
+    kubeconfig: pathlib.Path,
+    socket: pathlib.Path,
+    namespace: str,
+    node: str | None = None,
+    log_name: str = "go-csi-provisioner",
 ) -> AsyncIterator[None]:
-    log = (socket.parent / "go-csi-provisioner.log").open("wb")
+    """The Go csi-provisioner; with ``node``, deployed on that node (``--node-deployment``)."""
+    log = (socket.parent / f"{log_name}.log").open("wb")
+    node_args = ["--node-deployment"] if node else []
+    node_env = {"NODE_NAME": node} if node else {}
     process = await asyncio.create_subprocess_exec(
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--csi-address={socket}",
+        *node_args,
         "--enable-capacity",
         "--capacity-ownerref-level=-1",
         f"--capacity-poll-interval={POLL}",
@@ -250,7 +259,7 @@ async def go_sidecar(
         "--v=3",
         stdout=log,
         stderr=asyncio.subprocess.STDOUT,
-        env={**os.environ, "NAMESPACE": namespace},
+        env={**os.environ, "NAMESPACE": namespace, **node_env},
     )
     try:
         yield
@@ -269,19 +278,23 @@ async def go_sidecar(
 
 @contextlib.asynccontextmanager
 async def pyprovlib_sidecar(
-    kubeconfig: pathlib.Path, socket: pathlib.Path, namespace: str
+    kubeconfig: pathlib.Path, socket: pathlib.Path, namespace: str, node: str | None = None
 ) -> AsyncIterator[testing.ChildProcess]:
+    """``python -m pyprovlib.csi.provisioner``; with ``node``, deployed on that node."""
+    node_args = ["--node-deployment"] if node else []
+    node_env = {"NODE_NAME": node} if node else {}
     async with testing.child_process(
         "-m",
         "pyprovlib.csi.provisioner",
         f"--kubeconfig={kubeconfig}",
         f"--csi-address=unix://{socket}",
+        *node_args,
         "--enable-capacity",
         "--capacity-ownerref-level=-1",
         f"--capacity-poll-interval={POLL}",
         "--retry-interval-start=100ms",
         "--log-format=json",
-        env=testing.child_env(NAMESPACE=namespace),
+        env=testing.child_env(NAMESPACE=namespace, **node_env),
         terminate_timeout=15,
     ) as process:
         yield process
@@ -341,3 +354,128 @@ async def test_go_and_pyprovlib_publish_the_same_capacity(
     }
     assert example["metadata"]["generateName"] == "csisc-"
     assert set(example) >= {"capacity", "maximumVolumeSize", "nodeTopology", "storageClassName"}
+
+
+NodeRunner = Callable[[str, str, pathlib.Path], contextlib.AbstractAsyncContextManager[Any]]
+
+
+async def run_node_stages(
+    scene: Scene, sockets: dict[str, pathlib.Path], runner: NodeRunner, namespace: str
+) -> dict[str, list[str]]:
+    """``--node-deployment`` with ``--enable-capacity``: one provisioner per node, each on its
+    node's driver, publishing into ``namespace``; walk the stages, undo them; returns each
+    stage's objects, normalised."""
+    api = scene.api
+    seen: dict[str, list[str]] = {}
+    nodes = list(scene.nodes)
+
+    async def stage(name: str, want: list[tuple[Any, ...]]) -> None:
+        async def reached() -> list[Obj] | None:
+            items = await objects(api, namespace)
+            return items if summary(items) == want else None
+
+        try:
+            items = await testing.eventually(reached, timeout=60, message=f"stage {name}")
+        except AssertionError:
+            have = summary(await objects(api, namespace))
+            raise AssertionError(f"stage {name}: want {want}, have {have}") from None
+        seen[name] = sorted(normalised(o) for o in items)
+
+    async with contextlib.AsyncExitStack() as stack:
+        for node in nodes:
+            await stack.enter_async_context(runner(namespace, node, sockets[node]))
+        await stage("initial", scene.expected(nodes))
+
+        await scene.add_class(scene.added_class, "fast")
+        await stage("class added", scene.expected(nodes))
+
+        # A 10Gi volume of kind fast for the first node, made by that node's instance: only
+        # that node's fast objects go down (each node has a driver of its own).
+        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
+        claim = await create_claim(
+            scene.cluster,
+            fast,
+            size="10Gi",
+            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
+        )
+        claim_name = claim["metadata"]["name"]
+        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        used = {nodes[0]: {"fast": 10 * GI}}
+        want = sorted(row for node in nodes for row in scene.expected([node], used.get(node)))
+        await stage("capacity changed", want)
+
+        await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(
+            claim_name, scene.cluster.namespace
+        )
+
+        async def volume_gone() -> bool:
+            try:
+                await ResourceClient(api, PERSISTENT_VOLUMES).get(bound["spec"]["volumeName"])
+            except Exception as err:
+                if is_not_found(err):
+                    return True
+                raise
+            return False
+
+        await testing.eventually(volume_gone, timeout=60, message="the volume deleted")
+        await scene.remove_class(scene.added_class)
+    return seen
+
+
+async def test_node_deployment_publishes_the_same_capacity_as_go(
+    kube_cluster: TestCluster,
+    sock_dir: pathlib.Path,
+    go_provisioner: pathlib.Path,
+    hostpathplugin_binary: pathlib.Path,
+) -> None:
+    """Two nodes, each with its own hostpathplugin and its own provisioner (as a DaemonSet runs
+    them): the Go instances and then pyprovlib's publish the same objects, each only its own
+    node's segment, under a managed-by label of its node."""
+    kubeconfig = kube_cluster.kubeconfig
+    assert kubeconfig is not None
+    api = kube_cluster.api_client
+    driver = f"{kube_cluster.unique_name('ndcap')}.hostpath.csi"
+    nodes = [kube_cluster.unique_name(f"ndcap-n{i}") for i in (1, 2)]
+    scene = Scene(kube_cluster, driver, nodes, added_class=kube_cluster.unique_name("fast2"))
+    namespaces = {}
+    for who in ("go", "py"):
+        namespaces[who] = f"{kube_cluster.namespace}-nd{who}"
+        await ResourceClient(api, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[who]}}
+        )
+        kube_cluster.track(NAMESPACES, namespaces[who])
+    for name in nodes:
+        kube_cluster.track(NODES, name)
+        kube_cluster.track(CSINODES, name)
+        await scene.add_node(name)
+    await scene.add_class(kube_cluster.unique_name("fast"), "fast")
+    await scene.add_class(kube_cluster.unique_name("slow"), "slow")
+
+    def go_instance(namespace: str, node: str, socket: pathlib.Path) -> Any:
+        return go_sidecar(
+            go_provisioner, kubeconfig, socket, namespace, node=node, log_name=f"go-{node}"
+        )
+
+    def py_instance(namespace: str, node: str, socket: pathlib.Path) -> Any:
+        return pyprovlib_sidecar(kubeconfig, socket, namespace, node=node)
+
+    capacity_flags = tuple(f"--capacity={kind}={size // GI}Gi" for kind, size in KINDS.items())
+    async with contextlib.AsyncExitStack() as stack:
+        sockets = {}
+        for index, node in enumerate(nodes):
+            directory = sock_dir / f"n{index}"
+            directory.mkdir()
+            hostpath = await stack.enter_async_context(
+                go_hostpath(hostpathplugin_binary, directory, driver, node, capacity_flags)
+            )
+            sockets[node] = hostpath.socket
+        go = await run_node_stages(scene, sockets, go_instance, namespaces["go"])
+        py = await run_node_stages(scene, sockets, py_instance, namespaces["py"])
+    assert list(go) == list(py) == ["initial", "class added", "capacity changed"]
+    for stage in go:
+        assert py[stage] == go[stage], f"stage {stage!r} differs:\n go {go[stage]}\n py {py[stage]}"
+    # What was compared includes upstream's per-node managed-by label.
+    labels = {
+        json.loads(o)["metadata"]["labels"]["csi.storage.k8s.io/managed-by"] for o in go["initial"]
+    }
+    assert labels == {f"external-provisioner-{node}" for node in nodes}
