@@ -79,3 +79,12 @@ def test_definitions_give_a_class_the_node_plugin_accepts(stack: stacks.Stack) -
     assert attributes_class["kind"] == "VolumeAttributesClass"
     assert attributes_class["driverName"] == stack.driver
     assert attributes_class["parameters"] == {stacks.MUTABLE_PARAMETER: "test-value"}
+
+
+def test_docs_list_every_test_left_out() -> None:
+    """docs/testing.md's table of what the run leaves out names each pattern of SKIPPED (and
+    names nothing else as left out)."""
+    page = (DEFINITIONS.parents[2] / "docs" / "testing.md").read_text()
+    table = page.split("| left out | why |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(pattern.replace("\\", "") for pattern in SKIPPED)
