@@ -10,6 +10,7 @@
 # Without ../shared/kube it says so in one line and succeeds. The node's Debian packages are
 # installed here; if that fails (no registry), the tests skip with the reason and a warning.
 # Usage: .ci/real-node.sh [extra pytest arguments]
+# PYPROVLIB_CONFORMANCE_FOCUS=<regex> (e.g. volume-modify) narrows step 2 to the matching tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -d ../shared/kube ]; then

@@ -34,6 +34,11 @@ MAX_VOLUMES_PER_NODE = 24
 """The node plugins' attach limit (NodeGetInfo) in the conformance runs: the e2e suite's
 volume-limit tests need one, and it is above what one stack's tests use at once."""
 EXAMPLE_TOPOLOGY_KEY = "topology.hostpath.csi/node"
+MUTABLE_PARAMETER = "e2eVacTest"
+"""The one mutable parameter (VolumeAttributesClass key) the node plugins accept, as Kubernetes'
+own e2e deployment of the Go hostpath driver configures it: the driver definitions'
+VolumeAttributesClasses (``conformance/vac-*.yaml``) set it, and the suite's "invalid" class
+(``xxInvalidParameterKey``) must be refused, so every other key is."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,9 @@ def plugin_argv(
     node: KubeletNode, stack: Stack, state_dir: Path, *, max_volumes: int = 0
 ) -> list[str]:
     """The node plugin's command line: serving the kubelet's socket for the stack's driver,
-    with attach required (ControllerPublish/Unpublish), keeping its state in ``state_dir``,
-    reporting ``max_volumes`` as its attach limit (0: none)."""
+    with attach required (ControllerPublish/Unpublish) and ControllerModifyVolume for
+    :data:`MUTABLE_PARAMETER`, keeping its state in ``state_dir``, reporting ``max_volumes``
+    as its attach limit (0: none)."""
     endpoint = f"unix://{node.csi_socket(stack.driver)}"
     if stack.plugin == "go":
         return [
@@ -91,6 +97,9 @@ def plugin_argv(
             f"--statedir={state_dir}",
             "--enable-attach=true",
             f"--maxvolumespernode={max_volumes}",
+            # ControllerModifyVolume (VolumeAttributesClass), off by default in the Go driver.
+            "--enable-controller-modify-volume=true",
+            f"--accepted-mutable-parameter-names={MUTABLE_PARAMETER}",
             "--v=3",
         ]
     return [
@@ -103,6 +112,8 @@ def plugin_argv(
         f"--statedir={state_dir}",
         "--enable-attach=true",
         f"--maxvolumespernode={max_volumes}",
+        "--enable-controller-modify-volume=true",
+        f"--accepted-mutable-parameter-names={MUTABLE_PARAMETER}",
         "--mount=bind",
         "--log-format=console",
     ]
@@ -125,6 +136,8 @@ def controller_argvs(
             "--feature-gates=CSIVolumeGroupSnapshot=false",
         ]
     if stack.controllers == "go":
+        # csi-resizer runs its modify controller (VolumeAttributesClass, GA) whenever the
+        # driver has MODIFY_VOLUME; python -m pyprovlib.csi likewise, with no flag either.
         for sidecar in ("csi-provisioner", "csi-attacher", "csi-resizer"):
             processes[f"{stack.key}-{sidecar}"] = [_assets(node, sidecar), *common]
     else:

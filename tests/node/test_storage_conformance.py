@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import stacks
-from conformance import SKIPPED, SuiteResult, regressions, run_suite
+from conformance import FOCUS_VARIABLE, SKIPPED, SuiteResult, narrowed_by, regressions, run_suite
 from conftest import RealNode
 
 pytestmark = pytest.mark.conformance
@@ -28,6 +28,9 @@ PROCS = int(os.environ.get("PYPROVLIB_CONFORMANCE_PROCS", "4"))
 
 def _report(results: list[SuiteResult], problems: list[str]) -> str:
     lines = ["Kubernetes storage e2e suite (External Storage), same selection for every stack:"]
+    narrow = narrowed_by()
+    if narrow is not None:
+        lines.append(f"  narrowed by {FOCUS_VARIABLE}={narrow!r}: only the tests matching it")
     lines += [f"  {result.summary()}" for result in results]
     lines.append("left out (with reasons):")
     lines += [f"  {pattern}: {why}" for pattern, why in SKIPPED.items()]
