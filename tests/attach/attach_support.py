@@ -16,7 +16,7 @@ from sidecar_support import wait_for
 
 from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions, finalizer_name
+from pyprovlib.controller.attach.options import AttachControllerOptions, finalizer_name
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     CSINODES,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import should_enqueue_va_change
-from pyprovlib.controller.attach_options import (
+from pyprovlib.controller.attach.options import (
     AttachControllerOptions,
     InvalidAttachOptionsError,
     finalizer_name,

@@ -21,7 +21,7 @@ from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 from pyprovlib import testing
 from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import finalizer_name
+from pyprovlib.controller.attach.options import finalizer_name
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher import (
     AttacherSidecar,

@@ -29,7 +29,7 @@ from rel_support import create_namespace, csi_volume_body, unique, wait_until
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach.options import AttachControllerOptions
 from pyprovlib.kube.resources import (
     CSINODES,
     PERSISTENT_VOLUMES,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach.options import AttachControllerOptions
 from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.runtime import (
     CommonOptions,
     attach_controller_options,
