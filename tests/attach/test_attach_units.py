@@ -99,7 +99,7 @@ def test_error_plus_other_change_is_enqueued() -> None:
 
 def test_options_defaults_are_external_attachers() -> None:
     o = AttachControllerOptions()
-    assert (o.resync_period, o.timeout, o.worker_threads) == (600.0, 15.0, 10)
+    assert (o.resync_period, o.timeout, o.workers) == (600.0, 15.0, 10)
     assert (o.retry_interval_start, o.retry_interval_max, o.reconcile_sync) == (1.0, 300.0, 60.0)
     assert (o.lease_duration, o.renew_deadline, o.retry_period) == (15.0, 10.0, 5.0)
     assert o.default_fs_type == ""
@@ -110,7 +110,7 @@ def test_options_defaults_are_external_attachers() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        {"worker_threads": 0},
+        {"workers": 0},
         {"timeout": 0},
         {"retry_interval_start": 0},
         {"retry_interval_start": 10, "retry_interval_max": 1},

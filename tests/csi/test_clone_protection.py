@@ -235,7 +235,7 @@ async def cloning_protection(cluster: TestCluster) -> AsyncIterator[CloningProte
     controller = CloningProtectionController(
         guard,
         factory,
-        threads=2,
+        workers=2,
         rate_limiter=ItemExponentialFailureRateLimiter(0.01, 0.2),
         registry=CollectorRegistry(),
     )

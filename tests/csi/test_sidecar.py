@@ -79,7 +79,7 @@ def test_controller_options_are_external_provisioners() -> None:
     assert options.failed_provision_threshold == 0
     assert options.failed_delete_threshold == 0
     assert options.create_provisioned_pv_limiter is not None
-    assert options.threadiness == 100
+    assert options.workers == 100
     assert options.leader_election is True
     assert options.retry_period == 5.0
 

@@ -1120,7 +1120,7 @@ async def test_publish_expand_unpublish_return_status_then_succeed(code: Status)
             AttachControllerOptions(
                 retry_interval_start=0.01,
                 retry_interval_max=0.2,
-                worker_threads=4,
+                workers=4,
                 resync_period=0.0,
                 timeout=5.0,
                 registry=CollectorRegistry(),

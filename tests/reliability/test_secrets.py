@@ -162,7 +162,7 @@ async def test_attacher_run_with_secrets_leaks_nothing(
         options = AttachControllerOptions(
             retry_interval_start=0.01,
             retry_interval_max=0.05,
-            worker_threads=2,
+            workers=2,
             resync_period=0.0,
             timeout=5.0,
             registry=registry,

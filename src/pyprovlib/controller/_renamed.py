@@ -9,9 +9,17 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["renamed_field"]
+__all__ = ["renamed_field", "warn_renamed"]
 
 T = TypeVar("T")
+
+
+def warn_renamed(owner: str, old: str, new: str, *, stacklevel: int = 3) -> None:
+    """Warn that ``owner``'s keyword ``old`` is deprecated in favour of ``new`` (for a plain
+    ``__init__``; ``stacklevel`` 3 points at the caller of the function that warns)."""
+    warnings.warn(
+        f"{owner}({old}=...) is deprecated: use {new}=", DeprecationWarning, stacklevel=stacklevel
+    )
 
 
 def renamed_field(old: str, new: str) -> Callable[[type[T]], type[T]]:
@@ -30,11 +38,7 @@ def renamed_field(old: str, new: str) -> Callable[[type[T]], type[T]]:
                         f"{cls.__name__}() got both {new}= and {old}=: give {new}= only "
                         f"({old} is its deprecated name)"
                     )
-                warnings.warn(
-                    f"{cls.__name__}({old}=...) is deprecated: use {new}=",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
+                warn_renamed(cls.__name__, old, new)
                 kwargs[new] = kwargs.pop(old)
             init(self, *args, **kwargs)
 
