@@ -210,4 +210,4 @@ async def test_the_entry_points_run_the_cloning_protection_controller(
         for line in process.lines
         if line.get("event") == "started cloning-protection controller"
     ]
-    assert [line.get("threads") for line in started] == [2]
+    assert [line.get("workers") for line in started] == [2]
