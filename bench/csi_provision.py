@@ -291,7 +291,7 @@ async def run_controller(args: argparse.Namespace) -> None:
         provisioner,
         ProvisionControllerOptions(
             leader_election=False,
-            threadiness=args.threadiness,
+            workers=args.threadiness,
             provisioning_finalizer=args.provisioning_finalizer,
         ),
         informer_factory=factory,

@@ -248,7 +248,7 @@ async def run_controller(args: argparse.Namespace) -> None:
         api,
         args.provisioner,
         backend,
-        ProvisionControllerOptions(leader_election=False, threadiness=args.threadiness),
+        ProvisionControllerOptions(leader_election=False, workers=args.threadiness),
     )
     profiler: Any = None
     if args.profile:

@@ -27,16 +27,14 @@ from pyprovlib._version import __version__
 
 if TYPE_CHECKING:
     from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
-    from pyprovlib.controller.attach import AttachController
-    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.attach import AttachController, AttachControllerOptions
     from pyprovlib.controller.options import (
         Backoff,
         InvalidOptionsError,
         ProvisionControllerOptions,
     )
     from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
-    from pyprovlib.controller.resize import ResizeController
-    from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.controller.resize import ResizeController, ResizeControllerOptions
     from pyprovlib.errors import PyprovlibError
     from pyprovlib.provisioner import (
         BlockProvisioner,
@@ -93,7 +91,7 @@ _EXPORTS: dict[str, str] = {
         ("Attacher", "AttachError", "AttachNode", "AttachVolume"), "pyprovlib.attacher"
     ),
     "AttachController": "pyprovlib.controller.attach",
-    "AttachControllerOptions": "pyprovlib.controller.attach_options",
+    "AttachControllerOptions": "pyprovlib.controller.attach",
     **dict.fromkeys(
         ("Backoff", "InvalidOptionsError", "ProvisionControllerOptions"),
         "pyprovlib.controller.options",
@@ -102,7 +100,7 @@ _EXPORTS: dict[str, str] = {
         ("LeaderElectionLostError", "ProvisionController"), "pyprovlib.controller.provision"
     ),
     "ResizeController": "pyprovlib.controller.resize",
-    "ResizeControllerOptions": "pyprovlib.controller.resize_options",
+    "ResizeControllerOptions": "pyprovlib.controller.resize",
     "PyprovlibError": "pyprovlib.errors",
     **dict.fromkeys(
         (

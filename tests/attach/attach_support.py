@@ -16,7 +16,7 @@ from sidecar_support import wait_for
 
 from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions, finalizer_name
+from pyprovlib.controller.attach.options import AttachControllerOptions, finalizer_name
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     CSINODES,
@@ -94,7 +94,7 @@ def fast_options(**kwargs: Any) -> AttachControllerOptions:
     values: dict[str, Any] = {
         "retry_interval_start": 0.01,
         "retry_interval_max": 0.1,
-        "worker_threads": 4,
+        "workers": 4,
         "resync_period": 0.0,
         "timeout": 5.0,
         "registry": CollectorRegistry(),

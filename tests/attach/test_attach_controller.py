@@ -36,7 +36,7 @@ from pyprovlib.controller.attach import (
     AttachController,
     LeaderElectionLostError,
 )
-from pyprovlib.controller.attach_options import lease_name
+from pyprovlib.controller.attach.options import lease_name
 from pyprovlib.kube.clock import FakeClock
 from pyprovlib.kube.resources import LEASES
 from pyprovlib.kube.rest import ResourceClient

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import should_enqueue_va_change
-from pyprovlib.controller.attach_options import (
+from pyprovlib.controller.attach.options import (
     AttachControllerOptions,
     InvalidAttachOptionsError,
     finalizer_name,
@@ -99,7 +99,7 @@ def test_error_plus_other_change_is_enqueued() -> None:
 
 def test_options_defaults_are_external_attachers() -> None:
     o = AttachControllerOptions()
-    assert (o.resync_period, o.timeout, o.worker_threads) == (600.0, 15.0, 10)
+    assert (o.resync_period, o.timeout, o.workers) == (600.0, 15.0, 10)
     assert (o.retry_interval_start, o.retry_interval_max, o.reconcile_sync) == (1.0, 300.0, 60.0)
     assert (o.lease_duration, o.renew_deadline, o.retry_period) == (15.0, 10.0, 5.0)
     assert o.default_fs_type == ""
@@ -110,7 +110,7 @@ def test_options_defaults_are_external_attachers() -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        {"worker_threads": 0},
+        {"workers": 0},
         {"timeout": 0},
         {"retry_interval_start": 0},
         {"retry_interval_start": 10, "retry_interval_max": 1},

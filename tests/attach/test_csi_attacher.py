@@ -21,7 +21,7 @@ from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 from pyprovlib import testing
 from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import finalizer_name
+from pyprovlib.controller.attach.options import finalizer_name
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher import (
     AttacherSidecar,
@@ -439,7 +439,7 @@ def test_sidecar_flags_and_defaults() -> None:
     assert args.reconcile_sync == 60.0
     assert args.default_fstype == ""
     assert args.max_entries == 0
-    assert options.worker_threads == 10
+    assert options.workers == 10
     assert options.kube_api_qps == 5.0
     assert options.kube_api_burst == 10
     assert options.leader_election is False

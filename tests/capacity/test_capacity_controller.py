@@ -477,7 +477,7 @@ async def test_several_workers_and_stop_midway(kube_cluster: TestCluster) -> Non
         for node in nodes:
             await c.csinode(node)
         classes = [await c.storage_class(f"sc{i}", f"k{i}") for i in range(3)]
-        async with capacity_controller(c, threads=4) as run:
+        async with capacity_controller(c, workers=4) as run:
             await c.wait_shapes(
                 [c.expect(cls, n, "100Gi") for cls in classes for n in nodes], "18 objects"
             )
@@ -496,5 +496,5 @@ def test_options_are_checked() -> None:
             namespace="ns", owner={"apiVersion": "v1", "kind": "Pod", "name": "p"}
         )
     options = CapacityControllerOptions(namespace="ns")
-    assert (options.poll_interval, options.threads, options.immediate_binding) == (60.0, 1, False)
+    assert (options.poll_interval, options.workers, options.immediate_binding) == (60.0, 1, False)
     assert options.managed_by == "external-provisioner"

@@ -235,7 +235,7 @@ async def cloning_protection(cluster: TestCluster) -> AsyncIterator[CloningProte
     controller = CloningProtectionController(
         guard,
         factory,
-        threads=2,
+        workers=2,
         rate_limiter=ItemExponentialFailureRateLimiter(0.01, 0.2),
         registry=CollectorRegistry(),
     )
@@ -375,3 +375,20 @@ async def test_clone_protection_with_the_go_hostpath_driver(
                 "the source's volume deleted",
                 timeout=60.0,
             )
+
+
+async def test_threads_is_the_deprecated_name_of_workers(kube_cluster: TestCluster) -> None:
+    guard = SourceGuard(
+        ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS),
+        CLONE_FINALIZER,
+        "clone source claim",
+        get_logger("test"),
+    )
+    factory = SharedInformerFactory(kube_cluster.api_client)
+    with pytest.warns(DeprecationWarning, match=r"\(threads=\.\.\.\) is deprecated: use workers="):
+        controller = CloningProtectionController(guard, factory, threads=3)
+    assert controller.workers == 3
+    with pytest.warns(DeprecationWarning, match="threads is deprecated: read workers"):
+        assert controller.threads == 3
+    with pytest.raises(ValueError, match="workers must be at least 1, not 0"):
+        CloningProtectionController(guard, factory, workers=0)

@@ -29,7 +29,7 @@ from csi_e2e import (
 from prometheus_client import CollectorRegistry
 
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach.options import AttachControllerOptions
 from pyprovlib.controller.resize import ResizeController, ResizeControllerOptions
 from pyprovlib.csi.attacher import CSIAttacher
 from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics

@@ -95,7 +95,7 @@ def counted_env(
         kube_cluster,
         sock_dir,
         shared_informers=True,
-        threadiness=16,
+        workers=16,
         metrics=ProvisionMetrics(registry),
     )
 

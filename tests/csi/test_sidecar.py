@@ -79,7 +79,7 @@ def test_controller_options_are_external_provisioners() -> None:
     assert options.failed_provision_threshold == 0
     assert options.failed_delete_threshold == 0
     assert options.create_provisioned_pv_limiter is not None
-    assert options.threadiness == 100
+    assert options.workers == 100
     assert options.leader_election is True
     assert options.retry_period == 5.0
 
@@ -210,4 +210,4 @@ async def test_the_entry_points_run_the_cloning_protection_controller(
         for line in process.lines
         if line.get("event") == "started cloning-protection controller"
     ]
-    assert [line.get("threads") for line in started] == [2]
+    assert [line.get("workers") for line in started] == [2]

@@ -39,7 +39,7 @@ def fast_options(**kw: Any) -> ProvisionControllerOptions:
     # Retries within tens of milliseconds instead of upstream's 15 s first backoff.
     return ProvisionControllerOptions(
         leader_election=False,
-        threadiness=2,
+        workers=2,
         rate_limiter=ItemExponentialFailureRateLimiter(0.05, 1.0),
         **kw,
     )

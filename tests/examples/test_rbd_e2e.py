@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from pyprovlib.controller.provision import ProvisionController
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer, RbdRunner, image_name_for
 from pyprovlib.examples.rbd.rbd_cli import MIB
 from pyprovlib.kube.quantity import parse_storage_size

@@ -308,7 +308,7 @@ async def test_every_event_of_a_burst_is_written(kube_cluster: TestCluster) -> N
         kube_cluster.api_client,
         provisioner,
         MemoryProvisioner(),
-        fast_options(threadiness=4),
+        fast_options(workers=4),
     )
     class_name = await create_class(kube_cluster, provisioner, reclaimPolicy="Delete")
     async with running(controller, ready=True):

@@ -118,7 +118,7 @@ async def instances(
             c.api_client,
             provisioner,
             NodeLocalProvisioner(node, ledger),
-            fast_options(node_deployment=NodeDeployment(node, **deployment), threadiness=4),
+            fast_options(node_deployment=NodeDeployment(node, **deployment), workers=4),
         )
         for node in nodes
     ]

@@ -276,7 +276,7 @@ async def test_volumes_of_other_provisioners_are_not_deleted(kube_cluster: TestC
 async def test_many_claims_are_provisioned_once_each(kube_cluster: TestCluster) -> None:
     provisioner = MemoryProvisioner()
     controller, class_name = await controller_for(
-        kube_cluster, provisioner, fast_options(threadiness=3)
+        kube_cluster, provisioner, fast_options(workers=3)
     )
     async with running(controller):
         claims = await asyncio.gather(*(create_claim(kube_cluster, class_name) for _ in range(12)))

@@ -137,7 +137,7 @@ def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
         "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
         "failed_provision_threshold": 0,
         "failed_delete_threshold": 0,
-        "threadiness": 8,
+        "workers": 8,
     }
     options: ProvisionControllerOptions = integration.fast_options(**{**defaults, **kwargs})
     return options

@@ -51,7 +51,7 @@ from sidecar_support import running
 
 from pyprovlib.attacher import AttachNode, AttachVolume
 from pyprovlib.controller.attach import NODE_ID_ANNOTATION, AttachController
-from pyprovlib.controller.attach_options import finalizer_name
+from pyprovlib.controller.attach.options import finalizer_name
 from pyprovlib.kube.objects import Obj, meta, name_of
 from pyprovlib.kube.resources import CSINODES, PERSISTENT_VOLUMES, VOLUME_ATTACHMENTS
 from pyprovlib.kube.rest import ResourceClient

@@ -60,10 +60,10 @@ from rel_support import (
 
 from pyprovlib.attacher import IN_PROGRESS_CODES
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions, finalizer_name
+from pyprovlib.controller.attach.options import AttachControllerOptions, finalizer_name
 from pyprovlib.controller.provision import ANN_SELECTED_NODE, ProvisionController
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.csi._sidecar_controller import SidecarController
 from pyprovlib.csi.attacher import CSIAttacher
 from pyprovlib.csi.connection import (
@@ -1120,7 +1120,7 @@ async def test_publish_expand_unpublish_return_status_then_succeed(code: Status)
             AttachControllerOptions(
                 retry_interval_start=0.01,
                 retry_interval_max=0.2,
-                worker_threads=4,
+                workers=4,
                 resync_period=0.0,
                 timeout=5.0,
                 registry=CollectorRegistry(),

@@ -149,7 +149,7 @@ async def load_scenario(
             client,
             PROVISIONER,
             BackendProvisioner(backend),
-            fast_options(metrics=ProvisionMetrics(registry), threadiness=16),
+            fast_options(metrics=ProvisionMetrics(registry), workers=16),
         )
         figures: dict[str, float] = {}
         if correlator_size is not None:

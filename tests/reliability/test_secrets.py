@@ -29,7 +29,7 @@ from rel_support import create_namespace, csi_volume_body, unique, wait_until
 
 from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
 from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach.options import AttachControllerOptions
 from pyprovlib.kube.resources import (
     CSINODES,
     PERSISTENT_VOLUMES,
@@ -162,7 +162,7 @@ async def test_attacher_run_with_secrets_leaks_nothing(
         options = AttachControllerOptions(
             retry_interval_start=0.01,
             retry_interval_max=0.05,
-            worker_threads=2,
+            workers=2,
             resync_period=0.0,
             timeout=5.0,
             registry=registry,

@@ -15,7 +15,7 @@ from sidecar_support import wait_for
 
 from pyprovlib import testing
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.kube.objects import Obj
 from pyprovlib.kube.resources import (
     EVENTS,

@@ -365,7 +365,7 @@ def test_sidecar_flags_and_defaults() -> None:
     assert args.retry_interval_start == 1.0
     assert args.retry_interval_max == 300.0
     assert args.handle_volume_inuse_error is True
-    assert options.worker_threads == 10
+    assert options.workers == 10
     assert options.kube_api_qps == 5.0
     assert options.kube_api_burst == 10
     assert options.leader_election is False
@@ -373,7 +373,7 @@ def test_sidecar_flags_and_defaults() -> None:
     options, args = parse_common(
         parser(), ["--workers", "3", "--timeout", "1m", "--handle-volume-inuse-error=false"]
     )
-    assert options.worker_threads == 3
+    assert options.workers == 3
     assert args.timeout == 60.0
     assert args.handle_volume_inuse_error is False
 

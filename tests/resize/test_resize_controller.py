@@ -33,7 +33,7 @@ from pyprovlib.controller.resize import (
     LeaderElectionLostError,
     ResizeController,
 )
-from pyprovlib.controller.resize_options import lease_name
+from pyprovlib.controller.resize.options import lease_name
 from pyprovlib.kube.objects import annotations_of
 from pyprovlib.kube.resources import LEASES
 from pyprovlib.kube.rest import ResourceClient

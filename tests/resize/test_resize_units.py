@@ -20,7 +20,7 @@ from pyprovlib.controller.resize import (
     merge_resize_conditions,
     should_enqueue_pvc_change,
 )
-from pyprovlib.controller.resize_options import (
+from pyprovlib.controller.resize.options import (
     InvalidResizeOptionsError,
     ResizeControllerOptions,
     lease_name,

@@ -35,7 +35,7 @@ from pyprovlib.provisioner import Provisioner, ProvisionOptions
 def test_defaults_are_upstreams() -> None:
     o = ProvisionControllerOptions()
     assert o.resync_period == 900.0
-    assert o.threadiness == 4
+    assert o.workers == 4
     assert o.exponential_backoff_on_error is True
     assert o.rate_limiter is None
     assert o.failed_provision_threshold == 15
@@ -68,7 +68,7 @@ def test_backoff_grows_and_is_capped() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"threadiness": 0}, "threadiness must be at least 1"),
+        ({"workers": 0}, "workers must be at least 1"),
         ({"failed_provision_threshold": -1}, "failed_provision_threshold"),
         ({"failed_delete_threshold": -1}, "failed_delete_threshold"),
         ({"resync_period": -1}, "resync_period"),

@@ -100,13 +100,13 @@ async def test_context_and_clean_exit(kubeconfig: Path) -> None:
     (controller,) = made
     assert "default" in controller.namespaces
     ctx = controller.ctx
-    assert ctx.options.worker_threads == 9
+    assert ctx.options.workers == 9
     assert ctx.options.kubeconfig == str(kubeconfig)
     assert ctx.args.driver_name == "x.example.com"
     assert ctx.api_client.rest_client.pool_manager.closed  # the runtime closed its client
     starting = find(stream, "starting")
     assert starting["program"] == "test-ctl"
-    assert starting["options"]["worker_threads"] == 9
+    assert starting["options"]["workers"] == 9
     find(stream, "the controller returned on its own: exiting")
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.attach_options import AttachControllerOptions
+from pyprovlib.controller.attach.options import AttachControllerOptions
 from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.runtime import (
     CommonOptions,
     attach_controller_options,
@@ -36,9 +36,9 @@ ARGV = [
 
 BUILDERS = [
     pytest.param(
-        provision_controller_options, ProvisionControllerOptions, "threadiness", id="provision"
+        provision_controller_options, ProvisionControllerOptions, "workers", id="provision"
     ),
-    pytest.param(attach_controller_options, AttachControllerOptions, "worker_threads", id="attach"),
+    pytest.param(attach_controller_options, AttachControllerOptions, "workers", id="attach"),
     pytest.param(resize_controller_options, ResizeControllerOptions, "workers", id="resize"),
 ]
 
@@ -142,7 +142,7 @@ def _builds_options_by_hand(path: Path) -> bool:
             continue
         for keyword in node.keywords:
             value = keyword.value
-            if isinstance(value, ast.Attribute) and value.attr == "worker_threads":
+            if isinstance(value, ast.Attribute) and value.attr in {"workers", "worker_threads"}:
                 return True
             if (
                 keyword.arg is None
@@ -168,22 +168,20 @@ def test_entry_points_build_controller_options_from_the_flags_in_one_place() -> 
 
 def test_the_by_hand_check_sees_a_by_hand_build(tmp_path: Path) -> None:
     sample = tmp_path / "entry.py"
-    sample.write_text(
-        "ProvisionControllerOptions(threadiness=ctx.options.worker_threads)\n", encoding="utf-8"
-    )
+    sample.write_text("ProvisionControllerOptions(workers=ctx.options.workers)\n", encoding="utf-8")
     assert _builds_options_by_hand(sample)
     sample.write_text("provision_controller_options(ctx.options)\n", encoding="utf-8")
     assert not _builds_options_by_hand(sample)
 
 
 def test_the_common_flag_defaults_are_the_librarys_but_for_leader_election() -> None:
-    # The common flags carry sig-storage-lib-external-provisioner's defaults (threadiness 4,
+    # The common flags carry sig-storage-lib-external-provisioner's defaults (4 workers,
     # Lease 15 s / 10 s / 2 s); only --leader-election differs, false as in every CSI sidecar.
     # (The sidecars raise --worker-threads and the retry period through common_parser's
     # defaults, to their own upstream values.)
     library = ProvisionControllerOptions()
     common = flags([])
-    assert common.worker_threads == library.threadiness == 4
+    assert common.workers == library.workers == 4
     assert common.leader_election_lease_duration == library.lease_duration == 15.0
     assert common.leader_election_renew_deadline == library.renew_deadline == 10.0
     assert common.leader_election_retry_period == library.retry_period == 2.0

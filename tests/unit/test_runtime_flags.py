@@ -205,7 +205,7 @@ def test_defaults_match_the_sidecars() -> None:
     assert options.metrics_path == "/metrics"
     assert options.log_format == "auto"
     assert options.log_level == "info"
-    assert options.worker_threads == 4
+    assert options.workers == 4
     assert options.shutdown_grace_period == 30.0
     assert options.http_address is None
 
@@ -252,7 +252,7 @@ def test_environment_sets_values() -> None:
         metrics_path="/m",
         log_format="console",
         log_level="debug",
-        worker_threads=16,
+        workers=16,
         shutdown_grace_period=60.0,
     )
 
@@ -286,7 +286,7 @@ def test_real_process_environment_is_read(monkeypatch: pytest.MonkeyPatch) -> No
         "p", "d", env_prefix=ENV_PREFIX
     )  # environ None: os.environ at parse time
     options, _ = parse_common(parser, [])
-    assert options.worker_threads == 7
+    assert options.workers == 7
 
 
 @pytest.mark.parametrize(
@@ -323,7 +323,7 @@ def test_invalid_env_is_reported_even_when_a_flag_overrides_it(
 def test_entry_point_defaults_override() -> None:
     parser = parser_with(worker_threads=100, leader_election_retry_period="5s")
     options, _ = parse_common(parser, [])
-    assert options.worker_threads == 100
+    assert options.workers == 100
     assert options.leader_election_retry_period == 5.0
     help_text = parser.format_help()
     assert "default: 100" in help_text
@@ -346,7 +346,7 @@ def test_entry_point_flags_get_env_and_help() -> None:
     assert args.fs_type == "xfs"
     assert args.extra_create_metadata is True
     assert args.retry_interval_max == 300.0
-    assert options.worker_threads == 4
+    assert options.workers == 4
     help_text = parser.format_help()
     assert "env: NODE_NAME" in help_text
     assert "PYPROVLIB_FS_TYPE" in help_text
@@ -491,9 +491,9 @@ def test_a_program_of_its_own_has_its_name_version_and_environment(
     parser.environ = {"MY_PROVISIONER_ROOT": "/srv", "PYPROVLIB_WORKER_THREADS": "9"}
     options, ns = parse_common(parser, [])
     assert ns.root == "/srv"
-    assert options.worker_threads == 4  # pyprovlib's own variables are not the program's
+    assert options.workers == 4  # pyprovlib's own variables are not the program's
     parser.environ = {"MY_PROVISIONER_WORKER_THREADS": "9"}
-    assert parse_common(parser, [])[0].worker_threads == 9
+    assert parse_common(parser, [])[0].workers == 9
 
     with pytest.raises(SystemExit):
         parser.parse_args(["--version"])

@@ -117,7 +117,7 @@ def test_unsupported_upstream_flags_are_rejected_by_name_in_one_line(
 )
 def test_the_topology_gate_upstream_manifests_pass_is_accepted(argv: list[str]) -> None:
     options, _ = parse_common(parser(), ["--v=5", *argv, "--worker-threads=3"])
-    assert (options.log_level, options.worker_threads) == ("debug", 3)
+    assert (options.log_level, options.workers) == ("debug", 3)
 
 
 @pytest.mark.parametrize(

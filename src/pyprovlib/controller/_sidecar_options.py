@@ -5,17 +5,15 @@ queue their retry intervals shape."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from pyprovlib.errors import InvalidOptionsError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from pyprovlib.controller.attach_options import AttachControllerOptions
-    from pyprovlib.controller.modify.options import ModifyControllerOptions
-    from pyprovlib.controller.resize_options import ResizeControllerOptions
     from pyprovlib.kube.clock import Clock
     from pyprovlib.kube.workqueue import RateLimitingQueue
 
@@ -24,8 +22,10 @@ __all__ = [
     "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RETRY_PERIOD",
     "SidecarControllerOptions",
+    "SidecarTimings",
     "check_sidecar_options",
     "retry_queue",
+    "sanitize_driver_name",
 ]
 
 DEFAULT_LEASE_DURATION: Final = 15.0
@@ -34,6 +34,18 @@ DEFAULT_RENEW_DEADLINE: Final = 10.0
 """csi-lib-utils' leader election renew deadline."""
 DEFAULT_RETRY_PERIOD: Final = 5.0
 """csi-lib-utils' leader election retry period."""
+
+_NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9-]")
+
+
+def sanitize_driver_name(driver: str) -> str:
+    """external-attacher's ``SanitizeDriverName`` (and csi-lib-utils' lease name rule): every
+    character but ASCII letters, digits and ``-`` becomes ``-``; a trailing ``-`` gets an ``X``.
+    The attacher's finalizer and every sidecar's Lease name are built with it."""
+    if not driver:
+        raise ValueError("the driver name must not be empty")
+    name = _NOT_NAME_CHAR.sub("-", driver)
+    return name + "X" if name.endswith("-") else name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,16 +68,33 @@ class SidecarControllerOptions:
     registry: CollectorRegistry | None = None
 
 
+class SidecarTimings(Protocol):
+    """The fields every sidecar controller's options have beside
+    :class:`SidecarControllerOptions`' (the attach, resize and modify options each declare
+    them, with their upstream's defaults)."""
+
+    @property
+    def workers(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def retry_interval_start(self) -> float: ...
+    @property
+    def retry_interval_max(self) -> float: ...
+    @property
+    def resync_period(self) -> float: ...
+    @property
+    def registry(self) -> CollectorRegistry | None: ...
+
+
 def check_sidecar_options(
-    options: AttachControllerOptions | ResizeControllerOptions | ModifyControllerOptions,
-    workers_field: str,
+    options: SidecarTimings,
     error: type[InvalidOptionsError],
 ) -> None:
-    """Raise ``error`` when the worker count (the field ``workers_field``), the call timeout,
-    the retry intervals or the resync period of ``options`` is out of range."""
-    workers = getattr(options, workers_field)
-    if workers < 1:
-        raise error(f"{workers_field} must be at least 1, got {workers}")
+    """Raise ``error`` when the worker count, the call timeout, the retry intervals or the
+    resync period of ``options`` is out of range."""
+    if options.workers < 1:
+        raise error(f"workers must be at least 1, got {options.workers}")
     if options.timeout <= 0:
         raise error(f"timeout must be positive, got {options.timeout}")
     if (
@@ -82,7 +111,7 @@ def check_sidecar_options(
 
 def retry_queue(
     name: str,
-    options: AttachControllerOptions | ResizeControllerOptions | ModifyControllerOptions,
+    options: SidecarTimings,
     clock: Clock,
 ) -> RateLimitingQueue[str]:
     """The work queue ``name`` of a sidecar's controller: a failed key is retried after

@@ -3,7 +3,7 @@ sig-storage-lib-external-provisioner's defaults (``controller.go``'s ``Default*`
 in one frozen dataclass that validates itself.
 
 Go configures the controller with option functions (``Threadiness(8)``, ``AddFinalizer(true)``);
-here they are fields: ``ProvisionControllerOptions(threadiness=8, add_finalizer=True)``.
+here they are fields: ``ProvisionControllerOptions(workers=8, add_finalizer=True)``.
 Durations are seconds (floats).
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client import V1PersistentVolumeClaim
 
+from pyprovlib.controller._renamed import renamed_field
 from pyprovlib.controller.metrics import ProvisionMetrics
 from pyprovlib.errors import InvalidOptionsError
 from pyprovlib.kube.backoff import Backoff
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_RETRY_INTERVAL_MAX",
     "DEFAULT_RETRY_PERIOD",
     "DEFAULT_THREADINESS",
+    "DEFAULT_WORKERS",
     "Backoff",
     "CapacityCheck",
     "InvalidOptionsError",
@@ -55,8 +57,10 @@ __all__ = [
 
 DEFAULT_RESYNC_PERIOD: Final = 15 * 60.0
 """How often informers replay every object to the handlers (``DefaultResyncPeriod``)."""
-DEFAULT_THREADINESS: Final = 4
-"""Claim workers and volume workers, each (``DefaultThreadiness``)."""
+DEFAULT_WORKERS: Final = 4
+"""Claim workers and volume workers, each (upstream's ``DefaultThreadiness``)."""
+DEFAULT_THREADINESS: Final = DEFAULT_WORKERS
+"""Deprecated name of :data:`DEFAULT_WORKERS`."""
 DEFAULT_EXPONENTIAL_BACKOFF_ON_ERROR: Final = True
 """Retry failures with 15 s..1000 s exponential backoff; otherwise a flat 15 s."""
 DEFAULT_CREATE_PROVISIONED_PV_RETRY_COUNT: Final = 5
@@ -173,6 +177,7 @@ class NodeDeployment:
             object.__setattr__(self, "topology", types.MappingProxyType(dict(self.topology)))
 
 
+@renamed_field("threadiness", "workers")
 @dataclass(frozen=True)
 class ProvisionControllerOptions:
     """Every option of upstream's ``ProvisionController``, with its default.
@@ -186,8 +191,9 @@ class ProvisionControllerOptions:
 
     resync_period: float = DEFAULT_RESYNC_PERIOD
     """Informer resync period; failed claims and volumes are retried at least this often."""
-    threadiness: int = DEFAULT_THREADINESS
-    """Claim workers and volume workers, each."""
+    workers: int = DEFAULT_WORKERS
+    """Claim workers and volume workers, each (``--worker-threads``; upstream's
+    ``Threadiness``). ``threadiness=`` still works, with a DeprecationWarning."""
     exponential_backoff_on_error: bool = DEFAULT_EXPONENTIAL_BACKOFF_ON_ERROR
     """Back off exponentially (15 s to 1000 s) between retries; else a flat 15 s."""
     rate_limiter: RateLimiter | None = None
@@ -259,7 +265,7 @@ class ProvisionControllerOptions:
             self, "additional_provisioner_names", tuple(self.additional_provisioner_names)
         )
         _check(self.resync_period >= 0, f"resync_period must be >= 0, got {self.resync_period}")
-        _check(self.threadiness >= 1, f"threadiness must be at least 1, got {self.threadiness}")
+        _check(self.workers >= 1, f"workers must be at least 1, got {self.workers}")
         _check(
             self.failed_provision_threshold >= 0,
             f"failed_provision_threshold must be >= 0, got {self.failed_provision_threshold}",

@@ -22,8 +22,8 @@ from pyprovlib.runtime import (
 )
 
 if TYPE_CHECKING:
-    from pyprovlib.controller.attach_options import AttachControllerOptions
-    from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.controller.attach.options import AttachControllerOptions
+    from pyprovlib.controller.resize.options import ResizeControllerOptions
 
 __all__ = ["DEFAULT_CSI_ADDRESS", "build_on_driver", "sidecar_option_fields", "sidecar_parser"]
 
@@ -39,7 +39,6 @@ def sidecar_parser(
     *,
     title: str,
     defaults: AttachControllerOptions | ResizeControllerOptions,
-    worker_threads: int,
     resync: tuple[str, str],
     timeout_help: str,
     retried: str,
@@ -49,14 +48,14 @@ def sidecar_parser(
     and the retry intervals of ``retried`` (what is retried, e.g. "a failed attach or
     detach"). Their defaults are those of the sidecar's controller options (``defaults``, an
     instance with its class's defaults), so a flag and its option cannot disagree; the worker
-    count, named differently in each, comes as ``worker_threads``. Returns the parser and the
+    count too (``workers``, set by ``--worker-threads``). Returns the parser and the
     group, for the sidecar's own flags."""
     parser = common_parser(
         prog,
         description,
         env_prefix=ENV_PREFIX,
         defaults={
-            "worker_threads": worker_threads,
+            "worker_threads": defaults.workers,
             "leader_election_lease_duration": defaults.lease_duration,
             "leader_election_renew_deadline": defaults.renew_deadline,
             "leader_election_retry_period": defaults.retry_period,

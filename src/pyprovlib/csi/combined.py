@@ -25,7 +25,7 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import REGISTRY
 
 from pyprovlib._logging import get_logger
-from pyprovlib.controller.attach_options import sanitize_driver_name
+from pyprovlib.controller.attach import sanitize_driver_name
 from pyprovlib.controller.options import ProvisionControllerOptions
 from pyprovlib.csi import attacher, resizer
 from pyprovlib.csi._controller_group import ControllerGroup, GroupOptions

@@ -10,7 +10,7 @@ factory handed to :func:`run`::
     from my_driver import MyController  # implements pyprovlib.runtime.Controller
 
     def make_controller(ctx: RuntimeContext) -> MyController:
-        return MyController(ctx.api_client, workers=ctx.options.worker_threads)
+        return MyController(ctx.api_client, workers=ctx.options.workers)
 
     if __name__ == "__main__":
         parser = common_parser(

@@ -2,10 +2,11 @@
 flag and an option cannot disagree.
 
 The flags follow the CSI sidecars (``--worker-threads``, ``--leader-election=false``, ...); the
-option dataclasses follow the Go libraries they port (``threadiness`` and
-``leader_election=True`` in sig-storage-lib-external-provisioner, ``worker_threads`` in
-external-attacher, ``workers`` in external-resizer). Each function here copies every setting the
-flags carry into the matching option field and takes the controller-specific rest as keywords::
+option dataclasses follow the Go libraries they port (``leader_election=True`` in
+sig-storage-lib-external-provisioner), except the worker count, ``workers`` in all of them
+(upstream's ``Threadiness``, ``--worker-threads`` and ``--workers``). Each function here
+copies every setting the flags carry into the matching option field and takes the
+controller-specific rest as keywords::
 
     options = provision_controller_options(ctx.options, add_finalizer=True)
 
@@ -15,8 +16,7 @@ change the flag, or the entry point's default for it (``common_parser(defaults=.
 =========================  ==================================================================
 flag                       option field
 =========================  ==================================================================
-``--worker-threads``       ``threadiness`` (provision), ``worker_threads`` (attach),
-                           ``workers`` (resize)
+``--worker-threads``       ``workers``
 ``--leader-election``      ``leader_election``
 ``--leader-election-*``    ``leader_election_namespace`` (resolved: flag, ``POD_NAMESPACE``,
                            the service account's namespace, ``default``), ``lease_duration``,
@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.attach.options import AttachControllerOptions
     from pyprovlib.controller.options import ProvisionControllerOptions
-    from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.controller.resize.options import ResizeControllerOptions
     from pyprovlib.runtime.flags import CommonOptions
 
 __all__ = [
@@ -55,12 +55,13 @@ FLAG_OF_FIELD: Final[Mapping[str, str]] = {
 """Each option field the flags set, with the flag that sets it."""
 
 
-def _from_flags(flags: CommonOptions, workers_field: str, fields: Mapping[str, Any]) -> Any:
-    derived: dict[str, Any] = {
-        workers_field: flags.worker_threads,
-        **flags.leader_election_fields(),
-    }
-    clash = sorted(derived.keys() & fields.keys())
+# the worker count's former names (still accepted by the options, with a DeprecationWarning)
+_OLD_WORKERS_NAMES: Final = frozenset({"threadiness", "worker_threads"})
+
+
+def _from_flags(flags: CommonOptions, fields: Mapping[str, Any]) -> Any:
+    derived: dict[str, Any] = {"workers": flags.workers, **flags.leader_election_fields()}
+    clash = sorted((derived.keys() | _OLD_WORKERS_NAMES) & fields.keys())
     if clash:
         named = ", ".join(f"{name} (from {FLAG_OF_FIELD[name]})" for name in clash)
         verb = "is" if len(clash) == 1 else "are"
@@ -75,26 +76,26 @@ def provision_controller_options(
     flags: CommonOptions, /, **fields: Any
 ) -> ProvisionControllerOptions:
     """:class:`~pyprovlib.controller.options.ProvisionControllerOptions` from the flags
-    (``threadiness`` from ``--worker-threads``, leader election from ``--leader-election*``)
+    (``workers`` from ``--worker-threads``, leader election from ``--leader-election*``)
     and ``fields`` for the rest."""
     from pyprovlib.controller.options import ProvisionControllerOptions
 
-    return ProvisionControllerOptions(**_from_flags(flags, "threadiness", fields))
+    return ProvisionControllerOptions(**_from_flags(flags, fields))
 
 
 def attach_controller_options(flags: CommonOptions, /, **fields: Any) -> AttachControllerOptions:
-    """:class:`~pyprovlib.controller.attach_options.AttachControllerOptions` from the flags
-    (``worker_threads`` from ``--worker-threads``, leader election from
+    """:class:`~pyprovlib.controller.attach.options.AttachControllerOptions` from the flags
+    (``workers`` from ``--worker-threads``, leader election from
     ``--leader-election*``) and ``fields`` for the rest."""
-    from pyprovlib.controller.attach_options import AttachControllerOptions
+    from pyprovlib.controller.attach.options import AttachControllerOptions
 
-    return AttachControllerOptions(**_from_flags(flags, "worker_threads", fields))
+    return AttachControllerOptions(**_from_flags(flags, fields))
 
 
 def resize_controller_options(flags: CommonOptions, /, **fields: Any) -> ResizeControllerOptions:
-    """:class:`~pyprovlib.controller.resize_options.ResizeControllerOptions` from the flags
+    """:class:`~pyprovlib.controller.resize.options.ResizeControllerOptions` from the flags
     (``workers`` from ``--worker-threads``, which the resizer also accepts as external-resizer's
     ``--workers``; leader election from ``--leader-election*``) and ``fields`` for the rest."""
-    from pyprovlib.controller.resize_options import ResizeControllerOptions
+    from pyprovlib.controller.resize.options import ResizeControllerOptions
 
-    return ResizeControllerOptions(**_from_flags(flags, "workers", fields))
+    return ResizeControllerOptions(**_from_flags(flags, fields))

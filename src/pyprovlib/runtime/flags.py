@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict
 
+from pyprovlib.controller._renamed import renamed_field
 from pyprovlib.runtime.flag_parser import (
     ENV_PREFIX,
     UNSUPPORTED_UPSTREAM_FLAGS,
@@ -121,7 +122,13 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
 def _common_defaults() -> dict[str, object]:
     # The flags' defaults are CommonOptions' field defaults, written once there. --v has none
     # to override: unset means "leave --log-level as it is".
-    return {f.name: f.default for f in dataclasses.fields(CommonOptions) if f.name != "v"}
+    # Keyed by the flags' destinations: the field ``workers`` is set by --worker-threads.
+    dest = {"workers": "worker_threads"}
+    return {
+        dest.get(f.name, f.name): f.default
+        for f in dataclasses.fields(CommonOptions)
+        if f.name != "v"
+    }
 
 
 _DURATION_DESTS = frozenset(
@@ -345,6 +352,7 @@ class LeaderElectionFields(TypedDict):
     retry_period: float
 
 
+@renamed_field("worker_threads", "workers")
 @dataclass(frozen=True)
 class CommonOptions:
     """The common flags, parsed and checked. Durations are seconds.
@@ -366,7 +374,9 @@ class CommonOptions:
     metrics_path: str = "/metrics"
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    worker_threads: int = 4
+    workers: int = 4
+    """The worker count (``--worker-threads``; ``worker_threads``, its former name, still
+    works with a DeprecationWarning)."""
     shutdown_grace_period: float = 30.0
     v: int | None = None
     """klog's verbosity as given (``--v``); already folded into :attr:`log_level` by
@@ -375,8 +385,8 @@ class CommonOptions:
     def __post_init__(self) -> None:
         if self.http_endpoint and self.metrics_address:
             raise ValueError("only one of --metrics-address and --http-endpoint can be set")
-        if self.worker_threads < 1:
-            raise ValueError(f"--worker-threads must be at least 1, got {self.worker_threads}")
+        if self.workers < 1:
+            raise ValueError(f"--worker-threads must be at least 1, got {self.workers}")
         if self.log_format not in LOG_FORMATS:
             raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}")
         if self.log_level not in LOG_LEVELS:
@@ -422,7 +432,7 @@ class CommonOptions:
             metrics_path=ns.metrics_path,
             log_format=ns.log_format,
             log_level=log_level,
-            worker_threads=int(ns.worker_threads),
+            workers=int(ns.worker_threads),
             shutdown_grace_period=float(ns.shutdown_grace_period),
             v=None if v is None else int(v),
         )

@@ -427,7 +427,7 @@ class CapacityController(ControllerLifecycle):
                     if await self._prepare(topology_synced):
                         self._synced = True
                         workers = self._start_workers(
-                            tg, self.options.threads, self.queue, self._process, drain=False
+                            tg, self.options.workers, self.queue, self._process, drain=False
                         )
                         poll = tg.create_task(self._poll(), name="capacity-poll")
                         self._log.info("started capacity controller", objects=len(self._goal))

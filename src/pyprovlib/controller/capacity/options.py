@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from pyprovlib.controller._renamed import renamed_field
 from pyprovlib.errors import InvalidOptionsError
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def managed_labels(driver: str, managed_by: str = DEFAULT_MANAGED_BY) -> dict[st
     return {DRIVER_NAME_LABEL: driver, MANAGED_BY_LABEL: managed_by}
 
 
+@renamed_field("threads", "workers")
 @dataclass(frozen=True, kw_only=True)
 class CapacityControllerOptions:
     """How a :class:`~pyprovlib.controller.capacity.CapacityController` runs.
@@ -58,10 +60,10 @@ class CapacityControllerOptions:
 
     Objects are refreshed every ``poll_interval`` seconds and soon after a volume is created or
     deleted; classes with ``volumeBindingMode: Immediate`` get objects only with
-    ``immediate_binding``. ``threads`` workers write objects; ``timeout`` bounds each
-    GetCapacity call; a failed item is retried after ``retry_interval_start`` seconds,
-    doubling up to ``retry_interval_max``. Work queue and capacity metrics go to
-    ``registry`` (prometheus_client's default when None).
+    ``immediate_binding``. ``workers`` write objects (``threads``, the former name, still
+    works with a DeprecationWarning); ``timeout`` bounds each GetCapacity call; a failed item
+    is retried after ``retry_interval_start`` seconds, doubling up to ``retry_interval_max``.
+    Work queue and capacity metrics go to ``registry`` (prometheus_client's default when None).
 
     Usually the controller runs under the provisioner's Lease
     (:meth:`~pyprovlib.controller.provision.ProvisionController.run_beside`); the leader
@@ -73,7 +75,7 @@ class CapacityControllerOptions:
     managed_by: str = DEFAULT_MANAGED_BY
     poll_interval: float = DEFAULT_POLL_INTERVAL
     immediate_binding: bool = False
-    threads: int = 1
+    workers: int = 1
     timeout: float = 10.0
     retry_interval_start: float = 1.0
     retry_interval_max: float = 300.0
@@ -97,8 +99,8 @@ class CapacityControllerOptions:
             raise InvalidCapacityOptionsError(
                 f"poll_interval must be positive, got {self.poll_interval}"
             )
-        if self.threads < 1:
-            raise InvalidCapacityOptionsError(f"threads must be at least 1, got {self.threads}")
+        if self.workers < 1:
+            raise InvalidCapacityOptionsError(f"workers must be at least 1, got {self.workers}")
         if self.timeout <= 0:
             raise InvalidCapacityOptionsError(f"timeout must be positive, got {self.timeout}")
         if not 0 < self.retry_interval_start <= self.retry_interval_max:

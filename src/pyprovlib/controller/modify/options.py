@@ -10,9 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pyprovlib.controller._sidecar_options import SidecarControllerOptions, check_sidecar_options
-from pyprovlib.controller.attach_options import sanitize_driver_name
-from pyprovlib.controller.resize_options import (
+from pyprovlib.controller._sidecar_options import (
+    SidecarControllerOptions,
+    check_sidecar_options,
+    sanitize_driver_name,
+)
+from pyprovlib.controller.resize.options import (
     DEFAULT_RESYNC,
     DEFAULT_RETRY_INTERVAL_MAX,
     DEFAULT_RETRY_INTERVAL_START,
@@ -63,4 +66,4 @@ class ModifyControllerOptions(SidecarControllerOptions):
     extra_modify_metadata: bool = False
 
     def __post_init__(self) -> None:
-        check_sidecar_options(self, "workers", InvalidModifyOptionsError)
+        check_sidecar_options(self, InvalidModifyOptionsError)

@@ -287,7 +287,7 @@ class ProvisionController(ControllerLifecycle):
                 caches = (self.claim_informer, self.volume_informer, self.class_informer)
                 if await self._wait_for_sync(caches):
                     self._synced = True
-                    count, waking = self.options.threadiness, self.recorder.waking
+                    count, waking = self.options.workers, self.recorder.waking
                     workers = [
                         *self._start_workers(
                             tg, count, self.claim_queue, waking(self._claims.process), drain=False

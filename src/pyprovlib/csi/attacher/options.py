@@ -1,10 +1,10 @@
 """The external-attacher sidecar's flags and the options they make (upstream's
 ``cmd/csi-attacher``): :func:`parser` and :func:`controller_options`, the one place where a flag
-becomes an :class:`~pyprovlib.controller.attach_options.AttachControllerOptions` field."""
+becomes an :class:`~pyprovlib.controller.attach.options.AttachControllerOptions` field."""
 
 from __future__ import annotations
 
-from pyprovlib.controller.attach_options import (
+from pyprovlib.controller.attach.options import (
     AttachControllerOptions,
     lease_name,
 )
@@ -31,7 +31,6 @@ def parser() -> RuntimeArgumentParser:
         "ControllerPublishVolume/ControllerUnpublishVolume (external-attacher).",
         title="attacher",
         defaults=_DEFAULTS,
-        worker_threads=_DEFAULTS.worker_threads,
         resync=("--resync", "resync interval of the controller"),
         timeout_help="timeout for waiting for attaching or detaching the volume",
         retried="a failed attach or detach",

@@ -210,7 +210,7 @@ def build_capacity_controller(
         owner=setup.owner,
         poll_interval=args.capacity_poll_interval,
         immediate_binding=args.capacity_for_immediate_binding,
-        threads=args.capacity_threads,
+        workers=args.capacity_threads,
         timeout=args.timeout,
         retry_interval_start=args.retry_interval_start,
         retry_interval_max=args.retry_interval_max,

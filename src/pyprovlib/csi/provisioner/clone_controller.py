@@ -35,12 +35,14 @@ Differences from upstream, each on purpose:
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Mapping
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
 from pyprovlib._logging import get_logger
+from pyprovlib.controller._renamed import warn_renamed
 from pyprovlib.csi.provisioner.data_source import (
     CLONE_FINALIZER,
     SourceGuard,
@@ -92,8 +94,9 @@ class CloningProtectionController:
 
     ``informer_factory`` is the one the ProvisionController and the provisioner share (its
     claim informer is watched here; the caller starts the factory), ``guard`` the provisioner's
-    clone guard (its CreateVolume calls in flight). ``threads`` workers
-    (``--cloning-protection-threads``, upstream's default 1) take source claims from the
+    clone guard (its CreateVolume calls in flight). ``workers`` workers
+    (``--cloning-protection-threads``, upstream's default 1; ``threads=``, the former name,
+    still works with a DeprecationWarning) take source claims from the
     queue; a failed removal is retried after ``rate_limiter``'s delay (upstream: the
     provisioner's ``--retry-interval-start`` to ``--retry-interval-max``).
 
@@ -107,18 +110,22 @@ class CloningProtectionController:
         guard: SourceGuard,
         informer_factory: SharedInformerFactory,
         *,
-        threads: int = 1,
+        workers: int = 1,
         rate_limiter: RateLimiter | None = None,
         clock: Clock | None = None,
         registry: CollectorRegistry | None = None,
+        threads: int | None = None,
     ) -> None:
-        if threads < 1:
+        if threads is not None:
+            warn_renamed(type(self).__name__, "threads", "workers")
+            workers = threads
+        if workers < 1:
             raise ValueError(
-                f"threads must be at least 1, not {threads}: without a worker the "
+                f"workers must be at least 1, not {workers}: without a worker the "
                 "cloning-protection finalizer is never removed and source claims cannot be deleted"
             )
         self.guard = guard
-        self.threads = threads
+        self.workers = workers
         # Upstream's defaults of --retry-interval-start and --retry-interval-max.
         self.rate_limiter: RateLimiter = (
             rate_limiter
@@ -136,6 +143,16 @@ class CloningProtectionController:
         self._log = log
 
     # -- running -----------------------------------------------------------------------------
+
+    @property
+    def threads(self) -> int:
+        """Deprecated name of :attr:`workers`."""
+        warnings.warn(
+            f"{type(self).__name__}.threads is deprecated: read workers",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.workers
 
     def stop(self) -> None:
         """End :meth:`run`: workers finish the source in hand and take no other."""
@@ -170,10 +187,10 @@ class CloningProtectionController:
             on_delete=self._claim_deleted,
         )
         self.guard.on_released = self._source_released
-        self._log.info("started cloning-protection controller", threads=self.threads)
+        self._log.info("started cloning-protection controller", workers=self.workers)
         try:
             async with queue, asyncio.TaskGroup() as tg:
-                workers = [tg.create_task(self._worker(queue)) for _ in range(self.threads)]
+                workers = [tg.create_task(self._worker(queue)) for _ in range(self.workers)]
                 await self._stop.wait()
                 queue.shut_down()
                 await asyncio.gather(*workers)

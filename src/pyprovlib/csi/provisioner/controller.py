@@ -49,6 +49,7 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from prometheus_client import CollectorRegistry
 
 from pyprovlib._logging import get_logger
+from pyprovlib.controller._renamed import warn_renamed
 from pyprovlib.controller.provision.decisions import storage_request_bytes
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.connection import CSICallError, CSIConnection
@@ -654,9 +655,10 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         self,
         informer_factory: SharedInformerFactory,
         *,
-        threads: int = 1,
+        workers: int = 1,
         rate_limiter: RateLimiter | None = None,
         registry: CollectorRegistry | None = None,
+        threads: int | None = None,
     ) -> CloningProtectionController | None:
         """The controller that takes the cloning-protection finalizer off source claims once
         no clone of them is in flight, over the claim informer of ``informer_factory`` (the
@@ -664,13 +666,17 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         upstream. Run it beside the ProvisionController
         (:meth:`~pyprovlib.controller.provision.ProvisionController.run_beside`); while it
         runs, a clone done here hands its source to it instead of removing the finalizer at
-        once, so the finalizer stays while another clone of the source is still pending."""
+        once, so the finalizer stays while another clone of the source is still pending.
+        ``threads``, the former name of ``workers``, still works with a DeprecationWarning."""
+        if threads is not None:
+            warn_renamed("cloning_protection_controller", "threads", "workers")
+            workers = threads
         if not self.supports_clone:
             return None
         return CloningProtectionController(
             self._data_sources.clone_guard,
             informer_factory,
-            threads=threads,
+            workers=workers,
             rate_limiter=rate_limiter,
             clock=self.connection.clock,
             registry=registry,

@@ -151,7 +151,7 @@ def build_controller(
     provisioner.recorder = controller.recorder
     cloning_protection = provisioner.cloning_protection_controller(
         factory,
-        threads=ctx.args.cloning_protection_threads,
+        workers=ctx.args.cloning_protection_threads,
         rate_limiter=ItemExponentialFailureRateLimiter(
             ctx.args.retry_interval_start, ctx.args.retry_interval_max
         ),

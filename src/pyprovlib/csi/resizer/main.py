@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pyprovlib.controller.modify import ModifyController
 from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize_options import lease_name
+from pyprovlib.controller.resize.options import lease_name
 from pyprovlib.csi._controller_group import ControllerGroup, GroupOptions
 from pyprovlib.csi._sidecar_cli import build_on_driver
 from pyprovlib.csi._sidecar_controller import SidecarController

@@ -1,7 +1,7 @@
 """The external-resizer sidecar's flags and the options they make (upstream's
 ``cmd/csi-resizer``): :func:`parser`, :func:`controller_options` and
 :func:`modify_controller_options`, the one place where a flag becomes a
-:class:`~pyprovlib.controller.resize_options.ResizeControllerOptions` or
+:class:`~pyprovlib.controller.resize.options.ResizeControllerOptions` or
 :class:`~pyprovlib.controller.modify.ModifyControllerOptions` field (the modify controller takes
 the resizer's flags, as upstream, and ``--extra-modify-metadata``)."""
 
@@ -12,7 +12,7 @@ import dataclasses
 
 from pyprovlib.controller._sidecar_options import SidecarControllerOptions
 from pyprovlib.controller.modify.options import ModifyControllerOptions
-from pyprovlib.controller.resize_options import (
+from pyprovlib.controller.resize.options import (
     ResizeControllerOptions,
     lease_name,
 )
@@ -39,7 +39,6 @@ def parser() -> RuntimeArgumentParser:
         "ControllerExpandVolume or ControllerModifyVolume (external-resizer).",
         title="resizer",
         defaults=_DEFAULTS,
-        worker_threads=_DEFAULTS.workers,
         resync=("--resync-period", "resync period for cache"),
         timeout_help="timeout of every call to the CSI driver",
         retried="failed volume resize",

@@ -19,7 +19,7 @@ from pyprovlib.controller.options import (
     ProvisionControllerOptions,
     in_cluster_namespace,
 )
-from pyprovlib.controller.resize_options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import ResizeControllerOptions
 from pyprovlib.examples._cli import (
     add_dir_mode_flag,
     deprecated_controller_options,

@@ -197,7 +197,7 @@ async def run_demo(
                 client,
                 DEFAULT_PROVISIONER_NAME,
                 NodeHostPathProvisioner(client, _NODE, dir_mode=dir_mode),
-                ProvisionControllerOptions(leader_election=False, threadiness=2),
+                ProvisionControllerOptions(leader_election=False, workers=2),
             )
             ok = deleted = False
             async with asyncio.TaskGroup() as tg:

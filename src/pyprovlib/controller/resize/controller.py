@@ -20,10 +20,10 @@ claim's request grew; workers read the current claim and its volume from the cac
 - record failures as a ``ControllerResizeError`` condition (``ControllerResizeInfeasible`` for
   requests that can never succeed) and a ``VolumeResizeFailed`` event, retried with backoff.
 
-Beside this module: :mod:`~pyprovlib.controller.resize_claims` holds the names (reasons,
+Beside this module: :mod:`~pyprovlib.controller.resize.claims` holds the names (reasons,
 conditions, statuses) and the pure decisions over a claim and its volume (which size, whether
-an update matters); :mod:`~pyprovlib.controller.resize_status` makes every write (claim status,
-PV capacity, events); :mod:`~pyprovlib.controller.resize_options` holds the options and
+an update matters); :mod:`~pyprovlib.controller.resize.status` makes every write (claim status,
+PV capacity, events); :mod:`~pyprovlib.controller.resize.options` holds the options and
 upstream's defaults.
 """
 
@@ -39,7 +39,6 @@ from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 
 from pyprovlib._logging import get_logger
 from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller import resize_claims
 from pyprovlib.controller._errors import (
     DelayRetryError,
     describe_error,
@@ -52,8 +51,7 @@ from pyprovlib.controller._lifecycle import (
     LeaderElectionLostError,
 )
 from pyprovlib.controller._sidecar_options import retry_queue
-from pyprovlib.controller.resize_claims import *  # noqa: F403 - this module exports resize_claims' names
-from pyprovlib.controller.resize_claims import (
+from pyprovlib.controller.resize.claims import (
     NOT_EXPANDABLE_CLASS,
     POD_PVC_INDEX,
     REASON_RESIZING,
@@ -72,9 +70,9 @@ from pyprovlib.controller.resize_claims import (
     should_enqueue_pvc_change,
     size_text,
 )
-from pyprovlib.controller.resize_options import ResizeControllerOptions
-from pyprovlib.controller.resize_options import lease_name as default_lease_name
-from pyprovlib.controller.resize_status import ResizeStatusWriter
+from pyprovlib.controller.resize.options import ResizeControllerOptions
+from pyprovlib.controller.resize.options import lease_name as default_lease_name
+from pyprovlib.controller.resize.status import ResizeStatusWriter
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.convert import ConversionError, to_model
 from pyprovlib.kube.errors import ApiException, api_error_text
@@ -106,7 +104,6 @@ __all__ = [
     "LeaderElectionLostError",
     "ResizeController",
 ]
-__all__ += resize_claims.__all__
 
 log = get_logger(__name__)
 

@@ -17,10 +17,10 @@ VolumeAttachments attached and uses no finalizer, for drivers without Controller
 When the attacher can list what it published, a reconciler compares that with the
 VolumeAttachments every ``reconcile_sync`` seconds and reprocesses the ones that drifted.
 
-Beside this module: :mod:`~pyprovlib.controller.attach_resolve` reads a VolumeAttachment into
-the volume, node and secrets of an attacher call; :mod:`~pyprovlib.controller.attach_writes`
+Beside this module: :mod:`~pyprovlib.controller.attach.resolve` reads a VolumeAttachment into
+the volume, node and secrets of an attacher call; :mod:`~pyprovlib.controller.attach.writes`
 makes every write (finalizers, status, errors) and remembers them;
-:mod:`~pyprovlib.controller.attach_options` holds the options and upstream's defaults.
+:mod:`~pyprovlib.controller.attach.options` holds the options and upstream's defaults.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, 
 from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
 from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
 from pyprovlib.controller._sidecar_options import retry_queue
-from pyprovlib.controller.attach_options import (
+from pyprovlib.controller.attach.options import (
     AttachControllerOptions,
     finalizer_name,
 )
-from pyprovlib.controller.attach_options import (
+from pyprovlib.controller.attach.options import (
     lease_name as default_lease_name,
 )
-from pyprovlib.controller.attach_resolve import (
+from pyprovlib.controller.attach.resolve import (
     NODE_ID_ANNOTATION,
     VolumeResolver,
     api_error_text,
@@ -57,7 +57,7 @@ from pyprovlib.controller.attach_resolve import (
     should_enqueue_va_change,
     spec_of,
 )
-from pyprovlib.controller.attach_writes import AttachWriter
+from pyprovlib.controller.attach.writes import AttachWriter
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException
 from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
@@ -199,7 +199,7 @@ class AttachController(ControllerLifecycle):
                 caches = (self.va_informer, self.pv_informer, self.csinode_informer)
                 if await self._wait_for_sync(caches):
                     self._synced = True
-                    count = self.options.worker_threads
+                    count = self.options.workers
                     tasks = [
                         *self._start_workers(tg, count, self.va_queue, self._process_va),
                         *self._start_workers(tg, count, self.pv_queue, self._process_pv),
@@ -209,7 +209,7 @@ class AttachController(ControllerLifecycle):
                         if self.reconciles
                         else None
                     )
-                    self._log.info("started CSI attacher", workers=self.options.worker_threads)
+                    self._log.info("started CSI attacher", workers=self.options.workers)
                     await self._stop_requested.wait()
                     self._synced = False
                     if reconciler is not None:

@@ -14,7 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from pyprovlib.attacher import AttachError
-from pyprovlib.controller.attach_resolve import NODE_ID_ANNOTATION, api_error_text, is_attached
+from pyprovlib.controller.attach.resolve import NODE_ID_ANNOTATION, api_error_text, is_attached
 from pyprovlib.kube.clock import Clock
 from pyprovlib.kube.errors import ApiException, is_not_found
 from pyprovlib.kube.objects import Obj, finalizers_of, meta, name_of

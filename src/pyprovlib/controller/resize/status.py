@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyprovlib.controller.resize_claims import (
+from pyprovlib.controller.resize.claims import (
     ANN_NODE_EXPANSION_NOT_REQUIRED,
     CONDITION_CONTROLLER_RESIZE_ERROR,
     CONDITION_FILE_SYSTEM_RESIZE_PENDING,
