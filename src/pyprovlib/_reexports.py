@@ -60,7 +60,8 @@ def lazy_reexports(
 
     ``exports`` maps a module (absolute, or relative to ``package`` with a leading dot) to the
     names the package re-exports from it; ``submodules`` are the package's submodules that are
-    re-exported as modules themselves. Nothing is imported by this call. Raises
+    its attributes from the start (as after an eager ``from pkg import submodule``), in
+    ``__all__`` or not. Nothing is imported by this call. Raises
     ReexportListError when a name is listed twice (two modules would claim it) or when these
     lists and the package's ``__all__`` (defined before this call; less the names the package
     binds itself) disagree, so that neither drifts from the other.
@@ -77,9 +78,10 @@ def lazy_reexports(
             where[name] = absolute
     modules = frozenset(submodules)
     namespace = vars(sys.modules[package])
-    # Names the ``__init__`` binds itself (a version string, a function) are not re-exports.
+    # Names the ``__init__`` binds itself (a version string, a function) are not re-exports;
+    # a submodule may be public without being in ``__all__`` (``from pkg import *`` skips it).
     public = {name for name in namespace.get("__all__", ()) if name not in namespace}
-    listed = set(where) | modules
+    listed = set(where) | (modules & public)
     if public != listed:
         raise ReexportListError(
             f"{package}: __all__ and the lazy re-exports differ (only in __all__: "

@@ -98,6 +98,9 @@ def test_a_submodule_is_reexported_as_a_module(make_package: Callable[..., Modul
     pkg = make_package("reexp_c", {}, {"helpers": "X = 1\n"}, submodules=("helpers",))
     assert "reexp_c.helpers" not in sys.modules
     assert pkg.helpers is sys.modules["reexp_c.helpers"]
+    # Public without being in __all__, as `from pkg import helpers` in an eager __init__.
+    quiet = make_package("reexp_f", {}, {"tools": "Y = 1\n"}, submodules=("tools",), public=[])
+    assert quiet.tools.Y == 1
 
 
 def test_a_name_listed_twice_is_refused(make_package: Callable[..., ModuleType]) -> None:

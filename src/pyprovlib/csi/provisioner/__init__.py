@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pyprovlib._reexports import lazy_reexports
 
 if TYPE_CHECKING:
-    from pyprovlib.csi.provisioner import secrets
+    from pyprovlib.csi.provisioner import secrets as secrets
     from pyprovlib.csi.provisioner.controller import (
         PROVISIONER_ID_KEY,
         CSIProvisioner,
@@ -117,7 +117,6 @@ __all__ = [
     "read_secret",
     "resolve_template",
     "secret_reference",
-    "secrets",
     "volume_capabilities",
 ]
 
