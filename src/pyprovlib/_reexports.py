@@ -61,10 +61,11 @@ def lazy_reexports(
     ``exports`` maps a module (absolute, or relative to ``package`` with a leading dot) to the
     names the package re-exports from it; ``submodules`` are the package's submodules that are
     its attributes from the start (as after an eager ``from pkg import submodule``), in
-    ``__all__`` or not. Nothing is imported by this call. Raises
-    ReexportListError when a name is listed twice (two modules would claim it) or when these
-    lists and the package's ``__all__`` (defined before this call; less the names the package
-    binds itself) disagree, so that neither drifts from the other.
+    ``__all__`` or not. Nothing is imported by this call.
+
+    Raises ReexportListError when a name is listed twice (two modules would claim it) or when
+    these lists and the package's ``__all__`` (defined before this call; less the names the
+    package binds itself) disagree, so that neither drifts from the other.
     """
     where: dict[str, str] = {}
     for module, names in exports.items():
