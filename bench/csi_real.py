@@ -710,7 +710,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_py_sidecar(stages: str | None, variants: list[str], argv: list[str]) -> int:
     # As `python -m pyprovlib.csi.provisioner` does before anything imports kubernetes-asyncio
-    # (pyprovlib._lazy_kubernetes.enable_for_entry_point): its generated API and model modules
+    # (the first call in its __main__): its generated API and model modules
     # load on first use. Started as a script, the sidecar would otherwise import all ~830 of
     # them (~35 MB) and measure a process no user runs; the `eager` variant measures that one.
     if "eager" not in variants:

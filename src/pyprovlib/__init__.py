@@ -18,11 +18,10 @@ entry points turn it on for themselves.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pyprovlib import _lazy_kubernetes
 from pyprovlib._lazy_kubernetes import enable as enable_lazy_kubernetes_imports
+from pyprovlib._reexports import lazy_reexports
 from pyprovlib._version import __version__
 
 if TYPE_CHECKING:
@@ -85,25 +84,21 @@ __all__ = [
     "enable_lazy_kubernetes_imports",
 ]
 
-# Where each re-exported name lives.
-_EXPORTS: dict[str, str] = {
-    **dict.fromkeys(
-        ("Attacher", "AttachError", "AttachNode", "AttachVolume"), "pyprovlib.attacher"
-    ),
-    "AttachController": "pyprovlib.controller.attach",
-    "AttachControllerOptions": "pyprovlib.controller.attach",
-    **dict.fromkeys(
-        ("Backoff", "InvalidOptionsError", "ProvisionControllerOptions"),
-        "pyprovlib.controller.options",
-    ),
-    **dict.fromkeys(
-        ("LeaderElectionLostError", "ProvisionController"), "pyprovlib.controller.provision"
-    ),
-    "ResizeController": "pyprovlib.controller.resize",
-    "ResizeControllerOptions": "pyprovlib.controller.resize",
-    "PyprovlibError": "pyprovlib.errors",
-    **dict.fromkeys(
-        (
+# Each name is imported from its module on first use (PEP 562).
+__getattr__, __dir__ = lazy_reexports(
+    __name__,
+    {
+        "pyprovlib.attacher": ["Attacher", "AttachError", "AttachNode", "AttachVolume"],
+        "pyprovlib.controller.attach": ["AttachController", "AttachControllerOptions"],
+        "pyprovlib.controller.options": [
+            "Backoff",
+            "InvalidOptionsError",
+            "ProvisionControllerOptions",
+        ],
+        "pyprovlib.controller.provision": ["LeaderElectionLostError", "ProvisionController"],
+        "pyprovlib.controller.resize": ["ResizeController", "ResizeControllerOptions"],
+        "pyprovlib.errors": ["PyprovlibError"],
+        "pyprovlib.provisioner": [
             "BlockProvisioner",
             "DeletionGuard",
             "IgnoredError",
@@ -115,28 +110,7 @@ _EXPORTS: dict[str, str] = {
             "ProvisioningState",
             "ProvisionOptions",
             "Qualifier",
-        ),
-        "pyprovlib.provisioner",
-    ),
-    **dict.fromkeys(
-        ("ExpansionResult", "NotExpandable", "ResizeError", "Resizer"), "pyprovlib.resizer"
-    ),
-}
-
-
-def __getattr__(name: str) -> Any:  # PEP 562: a re-export is imported on first use
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyprovlib' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-# Only when this process is `python -m pyprovlib.<entry point>` (a no-op in every other
-# process): before the entry point's own imports pull kubernetes_asyncio in.
-_lazy_kubernetes.enable_for_entry_point()
+        ],
+        "pyprovlib.resizer": ["ExpansionResult", "NotExpandable", "ResizeError", "Resizer"],
+    },
+)

@@ -14,12 +14,13 @@ Everything else is unchanged: the names resolve to the very same classes, ``__al
 statement in one of those files (a future release changing their shape) makes the loader run
 the file as usual.
 
-Importing this module (or ``pyprovlib``) changes nothing. :func:`enable` is the one switch:
-pyprovlib's own ``python -m`` entry points call it (see :func:`enable_for_entry_point`), and an
-application opts in with ``pyprovlib.enable_lazy_kubernetes_imports()`` before anything
-imports ``kubernetes_asyncio``. The finder it needs is on ``sys.meta_path`` only while
-:func:`enable` imports the three packages; it is gone when the call returns. The environment
-variable ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` (any non-empty value) turns it into a no-op.
+Importing this module (or ``pyprovlib``) changes nothing and reads nothing (no ``sys.argv``).
+:func:`enable` is the one switch, public as ``pyprovlib.enable_lazy_kubernetes_imports()``:
+each of pyprovlib's ``python -m`` entry points calls it first thing in its ``__main__``, and
+an application opts in the same way, before anything imports ``kubernetes_asyncio``. The
+finder it needs is on ``sys.meta_path`` only while :func:`enable` imports the three packages;
+it is gone when the call returns. The environment variable
+``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` (any non-empty value) turns it into a no-op.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from pyprovlib.errors import PyprovlibError
 
-__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "enable", "enable_for_entry_point", "enabled"]
+__all__ = ["EAGER_ENV", "LAZY_PACKAGES", "enable", "enabled"]
 
 #: The packages whose ``__init__`` is read as a list of lazy re-exports.
 LAZY_PACKAGES = frozenset(
@@ -175,7 +176,7 @@ def enable() -> bool:
     ``PYPROVLIB_EAGER_KUBERNETES_IMPORTS`` environment variable is set. Calling it again is
     harmless. The names, classes and (de)serialisation are kubernetes-asyncio's own,
     unchanged, and ``sys.meta_path`` is the same after the call as before. pyprovlib's own
-    ``python -m`` entry points call it for themselves.
+    ``python -m`` entry points call it first thing in their ``__main__``.
     """
     if enabled():
         return True
@@ -190,35 +191,3 @@ def enable() -> bool:
     finally:
         sys.meta_path.remove(finder)
     return enabled()
-
-
-def _main_module_argument(argv: Sequence[str]) -> str | None:
-    """The module name of ``python [options] -m NAME ...`` in ``argv``, else None."""
-    takes_value = {"-X", "-W", "--check-hash-based-pycs"}
-    args = iter(argv[1:])
-    for arg in args:
-        if arg == "-m":
-            return next(args, None)
-        if arg.startswith("-m"):
-            return arg[2:]
-        if arg in takes_value:
-            next(args, None)
-        elif arg in {"-c", "-"} or not arg.startswith("-"):
-            return None  # a command or a script: not -m
-    return None
-
-
-def enable_for_entry_point() -> bool:
-    """Call :func:`enable` when this process is ``python -m pyprovlib.<something>`` and
-    ``pyprovlib`` is being imported while Python locates that module; otherwise do nothing.
-
-    During that search ``sys.argv[0]`` is ``"-m"`` (documented for ``-m``), and the module
-    named on the command line is in ``sys.orig_argv``: so a user's process, or one started as
-    ``python -m theirpackage`` whose import pulls pyprovlib in, is left alone.
-    """
-    if sys.argv[:1] != ["-m"]:
-        return False
-    target = _main_module_argument(getattr(sys, "orig_argv", ()))
-    if target is None or not (target == "pyprovlib" or target.startswith("pyprovlib.")):
-        return False
-    return enable()

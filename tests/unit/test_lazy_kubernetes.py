@@ -1,6 +1,7 @@
-"""pyprovlib._lazy_kubernetes: on request (``pyprovlib.enable_lazy_kubernetes_imports()``, or
-a ``python -m pyprovlib...`` entry point), the kubernetes-asyncio client packages load their
-modules on use; ``import pyprovlib`` alone changes nothing.
+"""pyprovlib._lazy_kubernetes: on request (``pyprovlib.enable_lazy_kubernetes_imports()``, the
+first call of every ``python -m pyprovlib...`` entry point's ``__main__`` and console script),
+the kubernetes-asyncio client packages load their modules on use; importing pyprovlib or any of
+its entry-point packages alone reads no argv and changes nothing.
 
 Each import check runs in a fresh interpreter, since this one imported the client long ago.
 """
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +65,66 @@ def test_the_opt_in_loads_a_fraction_of_the_generated_modules() -> None:
     assert lazy["loaded"] < 150
 
 
-def test_importing_pyprovlib_changes_nothing_in_the_interpreter() -> None:
-    code = """
-        import json, sys
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _entry_points() -> list[str]:
+    """Every ``python -m`` entry point: each package with a ``__main__.py``."""
+    return sorted(
+        ".".join(path.parent.relative_to(SRC).parts)
+        for path in (SRC / "pyprovlib").rglob("__main__.py")
+    )
+
+
+def _console_scripts() -> dict[str, str]:
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    scripts: dict[str, str] = pyproject["project"].get("scripts", {})
+    return scripts
+
+
+def test_the_entry_points_are_found() -> None:
+    # The parametrized tests below must not pass by finding nothing.
+    assert {"pyprovlib.csi", "pyprovlib.csi.provisioner", "pyprovlib.testing"} <= set(
+        _entry_points()
+    )
+    assert "pyprovlib-apiserver" in _console_scripts()
+
+
+def test_importing_pyprovlib_and_its_entry_point_packages_changes_nothing() -> None:
+    # Every package Python imports on the way to an entry point's __main__: none may import
+    # kubernetes_asyncio (the __main__ could not turn the lazy imports on after that), touch
+    # sys.meta_path, or look at the command line (argv and orig_argv are replaced by lists
+    # that record any read; sys.argv[0] is "-m" while `python -m` locates the module).
+    code = f"""
+        import importlib, json, sys
+
+        reads = []
+
+        class Spy(list):
+            def __getitem__(self, index):
+                reads.append(repr(index))
+                return super().__getitem__(index)
+
+            def __iter__(self):
+                reads.append("iter")
+                return super().__iter__()
+
+            def __len__(self):
+                reads.append("len")
+                return super().__len__()
+
+        sys.argv = Spy(["-m"])
+        sys.orig_argv = Spy([sys.executable, "-m", "pyprovlib.csi"])
         meta_path = list(sys.meta_path)
-        modules = set(sys.modules)
-        import pyprovlib
-        new = sorted(m for m in set(sys.modules) - modules if not m.startswith("pyprovlib"))
-        print(json.dumps({
+        for name in {_entry_points()!r}:
+            importlib.import_module(name)
+        print(json.dumps({{
+            "reads": reads,
             "meta_path_unchanged": sys.meta_path == meta_path,
-            "kubernetes": [m for m in new if m.startswith("kubernetes_asyncio")],
-        }))
+            "kubernetes": sorted(m for m in sys.modules if m.startswith("kubernetes_asyncio")),
+        }}))
     """
-    assert _run(code, lazy=False) == {"meta_path_unchanged": True, "kubernetes": []}
+    assert _run(code, lazy=False) == {"reads": [], "meta_path_unchanged": True, "kubernetes": []}
 
 
 def test_the_opt_in_leaves_no_finder_behind() -> None:
@@ -100,35 +149,41 @@ def test_too_late_an_opt_in_is_a_no_op() -> None:
     assert _run(code, lazy=False) is False
 
 
-@pytest.mark.parametrize(
-    "module", ["pyprovlib.testing", "pyprovlib.examples.hostpath", "pyprovlib.csi.provisioner"]
-)
-def test_python_m_entry_points_turn_it_on(module: str) -> None:
-    # -X importtime lists every module the process imported: a lazy client loads no
-    # generated model for --help, the eager one all of them.
+def _generated_models_loaded(argv: list[str]) -> int:
+    """Run ``argv`` (a Python command line, ``--help`` at its end) under ``-X importtime``,
+    which lists every module the process imported; the number of kubernetes-asyncio's
+    generated model modules among them."""
     env = {k: v for k, v in os.environ.items() if k != _lazy_kubernetes.EAGER_ENV}
     out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", module, "--help"],
+        [sys.executable, "-X", "importtime", *argv],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
         check=True,
     )
-    models = [
-        line for line in out.stderr.splitlines() if "kubernetes_asyncio.client.models.v1" in line
-    ]
-    assert "kubernetes_asyncio.client" in out.stderr
-    assert len(models) < 50
+    imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()]
+    # The client was imported: the count below says whether lazily or not.
+    assert "kubernetes_asyncio.client" in imported, out.stderr[-2000:]
+    return sum(1 for m in imported if m.startswith("kubernetes_asyncio.client.models.v"))
 
 
-def test_only_pyprovlib_modules_count_as_entry_points() -> None:
-    argument = _lazy_kubernetes._main_module_argument
-    assert argument(["python", "-m", "pyprovlib.testing", "--port", "0"]) == "pyprovlib.testing"
-    assert argument(["python", "-X", "dev", "-mpyprovlib.x"]) == "pyprovlib.x"
-    assert argument(["python", "-c", "code", "-m", "pyprovlib.x"]) is None
-    assert argument(["python", "script.py", "-m", "pyprovlib.x"]) is None
-    assert argument(["python"]) is None
+@pytest.mark.parametrize("module", _entry_points())
+def test_python_m_entry_points_turn_it_on(module: str) -> None:
+    # A lazy client loads none of the ~750 generated models for --help, an eager one all:
+    # this fails when a package __init__ on the way imports the client before __main__ runs.
+    assert _generated_models_loaded(["-m", module, "--help"]) < 50
+
+
+@pytest.mark.parametrize(("script", "target"), sorted(_console_scripts().items()))
+def test_console_scripts_turn_it_on(script: str, target: str) -> None:
+    # What the wrapper pip writes for a console script does: import the target, call it.
+    module, function = target.split(":")
+    code = (
+        f"import sys; sys.argv = [{script!r}, '--help']\n"
+        f"from {module} import {function}\nsys.exit({function}())"
+    )
+    assert _generated_models_loaded(["-c", code]) < 50
 
 
 def test_every_exported_name_resolves_to_the_same_object_as_an_eager_import() -> None:

@@ -22,25 +22,54 @@ tests share: run a controller for a block, wait for a state, and the determinist
 ``python -m pyprovlib.testing --port 8080 --kubeconfig /tmp/kubeconfig`` serves it for kubectl.
 """
 
-from pyprovlib.testing.binder import PVBinder, set_selected_node
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.controlplane import ControlPlane, ControlPlaneError
-from pyprovlib.testing.faults import Faults, Requests
-from pyprovlib.testing.netproxy import PartitionMode, ProxyStats, TcpProxy
-from pyprovlib.testing.node import KubeletNode, NodeUnavailableError, node_unavailable
-from pyprovlib.testing.server import ApiServer, StorageView
-from pyprovlib.testing.support import (
-    ChildProcess,
-    child_env,
-    child_process,
-    events_of,
-    eventually,
-    running,
-    wait_bound,
-    wait_deleted,
-    wait_event,
-    wait_idle,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyprovlib._reexports import lazy_reexports
+
+if TYPE_CHECKING:
+    from pyprovlib.testing.binder import (
+        PVBinder,
+        set_selected_node,
+    )
+    from pyprovlib.testing.cluster import (
+        TestCluster,
+    )
+    from pyprovlib.testing.controlplane import (
+        ControlPlane,
+        ControlPlaneError,
+    )
+    from pyprovlib.testing.faults import (
+        Faults,
+        Requests,
+    )
+    from pyprovlib.testing.netproxy import (
+        PartitionMode,
+        ProxyStats,
+        TcpProxy,
+    )
+    from pyprovlib.testing.node import (
+        KubeletNode,
+        NodeUnavailableError,
+        node_unavailable,
+    )
+    from pyprovlib.testing.server import (
+        ApiServer,
+        StorageView,
+    )
+    from pyprovlib.testing.support import (
+        ChildProcess,
+        child_env,
+        child_process,
+        events_of,
+        eventually,
+        running,
+        wait_bound,
+        wait_deleted,
+        wait_event,
+        wait_idle,
+    )
 
 __all__ = [
     "ApiServer",
@@ -69,3 +98,29 @@ __all__ = [
     "wait_event",
     "wait_idle",
 ]
+
+# Imported on first use, so `python -m pyprovlib.testing` reaches its __main__ first.
+__getattr__, __dir__ = lazy_reexports(
+    __name__,
+    {
+        ".binder": ["PVBinder", "set_selected_node"],
+        ".cluster": ["TestCluster"],
+        ".controlplane": ["ControlPlane", "ControlPlaneError"],
+        ".faults": ["Faults", "Requests"],
+        ".netproxy": ["PartitionMode", "ProxyStats", "TcpProxy"],
+        ".node": ["KubeletNode", "NodeUnavailableError", "node_unavailable"],
+        ".server": ["ApiServer", "StorageView"],
+        ".support": [
+            "ChildProcess",
+            "child_env",
+            "child_process",
+            "events_of",
+            "eventually",
+            "running",
+            "wait_bound",
+            "wait_deleted",
+            "wait_event",
+            "wait_idle",
+        ],
+    },
+)

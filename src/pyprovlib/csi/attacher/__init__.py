@@ -14,14 +14,21 @@ Its modules follow the shape of every sidecar package here:
   the driver has LIST_VOLUMES and LIST_VOLUMES_PUBLISHED_NODES.
 """
 
-from pyprovlib.csi.attacher.controller import (
-    CSIAttacher,
-    UnsupportedAccessModeError,
-    csi_access_mode,
-    volume_capability,
-)
-from pyprovlib.csi.attacher.main import AttacherSidecar, build, build_controller, main
-from pyprovlib.csi.attacher.options import DEFAULT_CSI_ADDRESS, controller_options, parser
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyprovlib._reexports import lazy_reexports
+
+if TYPE_CHECKING:
+    from pyprovlib.csi.attacher.controller import (
+        CSIAttacher,
+        UnsupportedAccessModeError,
+        csi_access_mode,
+        volume_capability,
+    )
+    from pyprovlib.csi.attacher.main import AttacherSidecar, build, build_controller, main
+    from pyprovlib.csi.attacher.options import DEFAULT_CSI_ADDRESS, controller_options, parser
 
 __all__ = [
     "DEFAULT_CSI_ADDRESS",
@@ -36,3 +43,18 @@ __all__ = [
     "parser",
     "volume_capability",
 ]
+
+# Imported on first use, so `python -m pyprovlib.csi.attacher` reaches its __main__ first.
+__getattr__, __dir__ = lazy_reexports(
+    __name__,
+    {
+        ".controller": [
+            "CSIAttacher",
+            "UnsupportedAccessModeError",
+            "csi_access_mode",
+            "volume_capability",
+        ],
+        ".main": ["AttacherSidecar", "build", "build_controller", "main"],
+        ".options": ["DEFAULT_CSI_ADDRESS", "controller_options", "parser"],
+    },
+)

@@ -18,32 +18,39 @@ Its modules follow the shape of every sidecar package here:
   Lease.
 """
 
-from pyprovlib.csi.resizer.controller import (
-    CSIResizer,
-    DriverCannotExpandError,
-    TrivialResizer,
-    choose_resizer,
-)
-from pyprovlib.csi.resizer.main import (
-    ResizerSidecar,
-    build,
-    build_controller,
-    build_controllers,
-    build_modify_controller,
-    main,
-)
-from pyprovlib.csi.resizer.modifier import (
-    ANN_MODIFY_SECRET_NAME,
-    ANN_MODIFY_SECRET_NAMESPACE,
-    CSIModifier,
-    choose_modifier,
-)
-from pyprovlib.csi.resizer.options import (
-    DEFAULT_CSI_ADDRESS,
-    controller_options,
-    modify_controller_options,
-    parser,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyprovlib._reexports import lazy_reexports
+
+if TYPE_CHECKING:
+    from pyprovlib.csi.resizer.controller import (
+        CSIResizer,
+        DriverCannotExpandError,
+        TrivialResizer,
+        choose_resizer,
+    )
+    from pyprovlib.csi.resizer.main import (
+        ResizerSidecar,
+        build,
+        build_controller,
+        build_controllers,
+        build_modify_controller,
+        main,
+    )
+    from pyprovlib.csi.resizer.modifier import (
+        ANN_MODIFY_SECRET_NAME,
+        ANN_MODIFY_SECRET_NAMESPACE,
+        CSIModifier,
+        choose_modifier,
+    )
+    from pyprovlib.csi.resizer.options import (
+        DEFAULT_CSI_ADDRESS,
+        controller_options,
+        modify_controller_options,
+        parser,
+    )
 
 __all__ = [
     "ANN_MODIFY_SECRET_NAME",
@@ -65,3 +72,36 @@ __all__ = [
     "modify_controller_options",
     "parser",
 ]
+
+# Imported on first use, so `python -m pyprovlib.csi.resizer` reaches its __main__ first.
+__getattr__, __dir__ = lazy_reexports(
+    __name__,
+    {
+        ".controller": [
+            "CSIResizer",
+            "DriverCannotExpandError",
+            "TrivialResizer",
+            "choose_resizer",
+        ],
+        ".main": [
+            "ResizerSidecar",
+            "build",
+            "build_controller",
+            "build_controllers",
+            "build_modify_controller",
+            "main",
+        ],
+        ".modifier": [
+            "ANN_MODIFY_SECRET_NAME",
+            "ANN_MODIFY_SECRET_NAMESPACE",
+            "CSIModifier",
+            "choose_modifier",
+        ],
+        ".options": [
+            "DEFAULT_CSI_ADDRESS",
+            "controller_options",
+            "modify_controller_options",
+            "parser",
+        ],
+    },
+)

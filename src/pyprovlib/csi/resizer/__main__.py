@@ -2,7 +2,12 @@
 
 import sys
 
-from pyprovlib.csi.resizer.main import main
+import pyprovlib
 
 if __name__ == "__main__":
+    # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
+    # modules then load on first use (docs/operations.md, "Memory").
+    pyprovlib.enable_lazy_kubernetes_imports()
+    from pyprovlib.csi.resizer.main import main
+
     sys.exit(main())

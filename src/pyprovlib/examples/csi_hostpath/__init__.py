@@ -6,8 +6,48 @@ Volumes are directories in ``--statedir``; snapshots copies of them; staging and
 create the directories the CO names. It passes the CSI conformance suite (csi-sanity).
 """
 
-# The package exports what the driver module does: its ``__all__`` is the one list.
-from pyprovlib.examples.csi_hostpath import driver
-from pyprovlib.examples.csi_hostpath.driver import *  # noqa: F403
+from __future__ import annotations
 
-__all__ = driver.__all__
+from typing import TYPE_CHECKING
+
+from pyprovlib._reexports import lazy_reexports
+
+if TYPE_CHECKING:
+    from pyprovlib.examples.csi_hostpath.driver import (
+        DEFAULT_MUTABLE_PARAMETERS,
+        DEFAULT_VOLUME_SIZE,
+        TOPOLOGY_KEY,
+        DriverOptions,
+        HostPathController,
+        HostPathGroupController,
+        HostPathIdentity,
+        HostPathNode,
+    )
+
+__all__ = [
+    "DEFAULT_MUTABLE_PARAMETERS",
+    "DEFAULT_VOLUME_SIZE",
+    "TOPOLOGY_KEY",
+    "DriverOptions",
+    "HostPathController",
+    "HostPathGroupController",
+    "HostPathIdentity",
+    "HostPathNode",
+]
+
+# Imported on first use, so `python -m pyprovlib.examples.csi_hostpath` reaches its __main__ first.
+__getattr__, __dir__ = lazy_reexports(
+    __name__,
+    {
+        ".driver": [
+            "DEFAULT_MUTABLE_PARAMETERS",
+            "DEFAULT_VOLUME_SIZE",
+            "TOPOLOGY_KEY",
+            "DriverOptions",
+            "HostPathController",
+            "HostPathGroupController",
+            "HostPathIdentity",
+            "HostPathNode",
+        ],
+    },
+)

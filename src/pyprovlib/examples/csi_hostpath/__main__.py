@@ -2,7 +2,12 @@
 
 import sys
 
-from pyprovlib.examples.csi_hostpath.cli import main
+import pyprovlib
 
 if __name__ == "__main__":
+    # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
+    # modules then load on first use (docs/operations.md, "Memory").
+    pyprovlib.enable_lazy_kubernetes_imports()
+    from pyprovlib.examples.csi_hostpath.cli import main
+
     sys.exit(main())

@@ -3,7 +3,12 @@ flags, ``--demo`` for a self-contained tour)."""
 
 import sys
 
-from pyprovlib.examples.hostpath.cli import main
+import pyprovlib
 
 if __name__ == "__main__":
+    # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
+    # modules then load on first use (docs/operations.md, "Memory").
+    pyprovlib.enable_lazy_kubernetes_imports()
+    from pyprovlib.examples.hostpath.cli import main
+
     sys.exit(main())

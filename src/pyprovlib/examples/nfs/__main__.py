@@ -3,7 +3,12 @@ the flags)."""
 
 import sys
 
-from pyprovlib.examples.nfs.cli import main
+import pyprovlib
 
 if __name__ == "__main__":
+    # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
+    # modules then load on first use (docs/operations.md, "Memory").
+    pyprovlib.enable_lazy_kubernetes_imports()
+    from pyprovlib.examples.nfs.cli import main
+
     sys.exit(main())
