@@ -16,6 +16,7 @@ kubernetes-asyncio. A package ``__init__`` uses it so::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
@@ -61,7 +62,8 @@ def lazy_reexports(
     ``exports`` maps a module (absolute, or relative to ``package`` with a leading dot) to the
     names the package re-exports from it; ``submodules`` are the package's submodules that are
     its attributes from the start (as after an eager ``from pkg import submodule``), in
-    ``__all__`` or not. Nothing is imported by this call.
+    ``__all__`` or not. Any other public (not ``_``-prefixed) submodule is imported when it is
+    first asked for as an attribute. Nothing is imported by this call.
 
     Raises ReexportListError when a name is listed twice (two modules would claim it) or when
     these lists and the package's ``__all__`` (defined before this call; less the names the
@@ -99,6 +101,11 @@ def lazy_reexports(
             return importlib.import_module(f"{package}.{name}")
         module = where.get(name)
         if module is None:
+            # A public submodule is an attribute on first use, as it was once an eager
+            # ``__init__`` had imported it (``pyprovlib.testing.support`` after ``import
+            # pyprovlib.testing``).
+            if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+                return importlib.import_module(f"{package}.{name}")
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module), name)
         namespace[name] = value  # later lookups skip this hook

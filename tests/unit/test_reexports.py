@@ -8,6 +8,7 @@ Each test builds a small package of its own in a temporary directory.
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -118,3 +119,30 @@ def test_all_and_the_lists_must_agree(make_package: Callable[..., ModuleType]) -
         ReexportListError, match=r"only in __all__: \['Y'\]; only re-exported: \['X'\]"
     ):
         make_package("reexp_e", {".a": ["X"]}, {"a": "X = 1\n"}, public=["Y"])
+
+
+def test_any_public_submodule_is_an_attribute_on_first_use(
+    make_package: Callable[..., ModuleType],
+) -> None:
+    # An eager __init__ bound the submodules it imported (``testing.support`` after ``import
+    # pyprovlib.testing``); the lazy one imports a public submodule when it is asked for.
+    pkg = make_package("reexp_g", {}, {"support": "Z = 3\n", "_private": "P = 1\n"}, public=[])
+    assert "reexp_g.support" not in sys.modules
+    assert pkg.support.Z == 3
+    assert pkg.support is sys.modules["reexp_g.support"]
+    with pytest.raises(AttributeError, match="has no attribute '_private'"):
+        _ = pkg._private
+    with pytest.raises(AttributeError, match="has no attribute 'missing'"):
+        _ = pkg.missing
+
+
+def test_the_testing_package_keeps_its_submodules_as_attributes() -> None:
+    code = (
+        "import pyprovlib.testing as t, sys; "
+        "assert 'pyprovlib.testing.support' not in sys.modules; "
+        "print(t.support.Runnable.__name__, t.server.ApiServer.__name__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.split() == ["Runnable", "ApiServer"]
