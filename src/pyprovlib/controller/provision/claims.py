@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 
-from pyprovlib.controller._errors import is_user_bug, log_user_bug
+from pyprovlib.controller._errors import DelayRetryError, is_user_bug, log_user_bug
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.decisions import (
     ANN_ALPHA_SELECTED_NODE,
@@ -52,7 +52,6 @@ from pyprovlib.controller.provision.errors import (
     SAVED,
     STOP,
     ClassNotFoundError,
-    DelayRetryError,
     StopProvisionError,
     describe,
     is_infeasible_error,
@@ -104,8 +103,8 @@ class ClaimSync(ProtectedClaimSync):
         try:
             await self._sync_handler(key, self._ctx.deadline(self._ctx.options.provision_timeout))
         except DelayRetryError as err:
-            logger.debug("claim waits out an infeasible error", retry_in=err.remaining)
-            self.queue.add_after(key, err.remaining)
+            logger.debug("claim waits out an infeasible error", retry_in=err.delay)
+            self.queue.add_after(key, err.delay)
         except Exception as err:  # every failure is retried through the queue
             self._handle_error(key, err, logger)
         else:
@@ -183,7 +182,11 @@ class ClaimSync(ProtectedClaimSync):
             return
         remaining = self.slow_set.time_remaining(key)
         if remaining > 0:
-            raise DelayRetryError(key, remaining)
+            raise DelayRetryError(
+                f"skipping volume provisioning for pvc {key}, because provisioning previously "
+                "failed with infeasible error",
+                remaining,
+            )
 
     async def should_provision(self, claim: Obj) -> bool:
         """Whether ``claim`` should be provisioned now (upstream's ``shouldProvision``);

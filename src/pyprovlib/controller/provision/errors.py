@@ -26,17 +26,6 @@ class ClassNotFoundError(PyprovlibError, LookupError):
         self.class_name = class_name
 
 
-class DelayRetryError(PyprovlibError):
-    """A claim still waits out an infeasible error (upstream's ``DelayRetryError``)."""
-
-    def __init__(self, key: str, remaining: float) -> None:
-        super().__init__(
-            f"skipping volume provisioning for pvc {key}, because provisioning previously "
-            "failed with infeasible error"
-        )
-        self.remaining = remaining
-
-
 class StopProvisionError(PyprovlibError):
     """Provisioning is impossible or done; the claim must not be retried (``errStopProvision``)."""
 
