@@ -22,6 +22,7 @@ from pyprovlib.controller._lifecycle import EVENT_FLUSH_TIMEOUT, ControllerLifec
 from pyprovlib.controller.endpoint import EndpointServer, controller_checks
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
 from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision.attempt import ProvisionAttempt
 from pyprovlib.controller.provision.claims import ClaimSync
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.expectations import VolumeExpectations
@@ -53,7 +54,7 @@ from pyprovlib.kube.workqueue import (
     RateLimiter,
     RateLimitingQueue,
 )
-from pyprovlib.provisioner import Provisioner, ProvisioningState
+from pyprovlib.provisioner import Provisioner
 
 __all__ = ["EVENT_FLUSH_TIMEOUT", "STORE_DRAIN_TIMEOUT", "ProvisionController"]
 
@@ -358,15 +359,12 @@ class ProvisionController(ControllerLifecycle):
         await self._claims.sync_claim(claim, deadline)
 
     async def provision_claim_operation(
-        self, claim: Obj, deadline: float | None = None, *, undo: bool = False
-    ) -> tuple[ProvisioningState, Exception | None]:
-        """One provisioning attempt (upstream's ``provisionClaimOperation``). Returns the state
-        the backend is in and None on success, a stop marker when the claim must not be retried,
-        or the error to retry on.
-
-        With ``undo`` (a deleted claim whose volume may have been created meanwhile) the volume
-        is finished and then deleted with ``provisioner.delete`` instead of saved as a PV."""
-        return await self._claims.provision_claim_operation(claim, deadline, undo=undo)
+        self, claim: Obj, deadline: float | None = None
+    ) -> ProvisionAttempt:
+        """One provisioning attempt (upstream's ``provisionClaimOperation``): its
+        :class:`~pyprovlib.controller.provision.attempt.Outcome`, the state the backend is in
+        and, when it failed, the error to retry on."""
+        return await self._claims.provision_claim_operation(claim, deadline)
 
     async def sync_volume(self, volume: Obj, deadline: float | None = None) -> None:
         """Keep the finalizer right and delete the volume if it should be (``syncVolume``)."""
