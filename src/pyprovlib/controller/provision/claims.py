@@ -180,6 +180,8 @@ class ClaimSync:
             claim = in_progress
         await self.sync_claim(claim, deadline)
 
+    # -- one claim -----------------------------------------------------------------------------
+
     def _delay_if_recently_infeasible(self, claim: Obj) -> None:
         key = uid_of(claim)
         recorded = self.slow_set.class_uid(key)
@@ -228,8 +230,6 @@ class ClaimSync:
             model = to_model(claim, V1PersistentVolumeClaim)
             return await self._ctx.provisioner.should_provision(model)
         return True
-
-    # -- one claim -----------------------------------------------------------------------------
 
     async def sync_claim(self, claim: Obj, deadline: float | None = None) -> None:
         """Provision ``claim`` if it should be; raises when the claim must be retried."""
