@@ -49,6 +49,7 @@ from pyprovlib.controller.provision import (
     MountOptionsProvisioner,
     ProvisionController,
 )
+from pyprovlib.controller.provision.attempt import Outcome
 from pyprovlib.kube.objects import Obj, name_of
 from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
 from pyprovlib.kube.rest import ResourceClient
@@ -228,9 +229,9 @@ async def test_invalid_storage_request_is_refused(kube_cluster: TestCluster) -> 
                 **claim,
                 "spec": {**claim["spec"], "resources": {"requests": {"storage": hostile}}},
             }
-            state, err = await controller.provision_claim_operation(bad)
-            assert state is ProvisioningState.FINISHED
-            assert err is not None
+            attempt = await controller.provision_claim_operation(bad)
+            assert attempt.outcome is Outcome.STOPPED
+            assert attempt.state is ProvisioningState.FINISHED
             await wait_event(kube_cluster, claim["metadata"]["name"], "ProvisioningFailed", why)
         assert provisioner.calls == []
 

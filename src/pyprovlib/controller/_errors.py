@@ -45,7 +45,8 @@ __all__ = [
 
 class DelayRetryError(PyprovlibError):
     """A sync that must be retried after ``delay`` seconds, not with the usual backoff
-    (upstream's ``DelayRetryError``, for infeasible expansions and modifications)."""
+    (upstream's ``DelayRetryError``): a claim waiting out an infeasible provisioning error,
+    an infeasible expansion or modification. The one retry-later error of the controllers."""
 
     def __init__(self, message: str, delay: float) -> None:
         super().__init__(message)

@@ -36,7 +36,7 @@ from pyprovlib.csi.connection import (
     CSIMetrics,
     default_csi_metrics,
 )
-from pyprovlib.csi.provisioner.capacity import resolve_capacity
+from pyprovlib.csi.provisioner.capacity import CapacitySetup, resolve_capacity
 from pyprovlib.csi.provisioner.main import (
     DriverUnsupportedError,
     build_controller,
@@ -348,20 +348,7 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
     )
     clients: list[ApiClient] = [] if capacity is None else [capacity.client]
     try:
-        metrics: CSIMetrics = (
-            default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
-        )
-        connection_options = ConnectionOptions(
-            # The connection's default call timeout; the attacher and resizer pass their own.
-            timeout=primary.timeout,
-            exit_on_connection_loss=sidecar_args["provisioner"].exit_on_connection_loss,
-        )
-        check_csi_address(primary.csi_address)
-        connection = await CSIConnection.open(
-            primary.csi_address,
-            connection_options,
-            metrics=metrics,
-        )
+        connection = await _connect(ctx, primary, sidecar_args["provisioner"])
     except BaseException:
         for opened in clients:
             await opened.close()
@@ -385,27 +372,11 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
             # of its own. The shared informers and the Lease keep the runtime's client.
             view = dataclasses.replace(view, api_client=await _own_client(view, clients))
             try:
-                if name == "provisioner":
-                    # With its cloning-protection controller, snapshot-protection sweep and
-                    # (--enable-capacity) capacity controller beside it, under this process's
-                    # Lease (none with --node-deployment).
-                    node = await find_local_node(
-                        view, connection, leader_election=ctx.options.leader_election
+                controllers.update(
+                    await _build_sidecar(
+                        name, view, ctx, connection, factory, capacity=capacity, clients=clients
                     )
-                    controllers[name], _, _ = build_controller(
-                        view, connection, factory, node=node, capacity=capacity
-                    )
-                elif name == "attacher":
-                    controllers[name] = attacher.build_controller(view, connection, factory)
-                else:
-                    # The resize and modify controllers, as the resizer sidecar has them; the
-                    # modify controller with a client and budget of its own too.
-                    modify_view = dataclasses.replace(
-                        view, api_client=await _own_client(view, clients)
-                    )
-                    controllers.update(
-                        resizer.build_controllers(view, connection, factory, modify_ctx=modify_view)
-                    )
+                )
             except (DriverUnsupportedError, resizer.DriverCannotExpandError) as err:
                 others = ",".join(n for n in enabled if n != name)
                 hint = f"--controllers={others}" if others else "another driver"
@@ -432,6 +403,49 @@ async def build(ctx: RuntimeContext) -> CSIControllers:
         resync=format_duration(resync),
     )
     return combined
+
+
+async def _connect(
+    ctx: RuntimeContext, primary: argparse.Namespace, provisioner_args: argparse.Namespace
+) -> CSIConnection:
+    """The one connection to the driver, with the first enabled sidecar's address and timeout."""
+    metrics: CSIMetrics = (
+        default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
+    )
+    connection_options = ConnectionOptions(
+        # The connection's default call timeout; the attacher and resizer pass their own.
+        timeout=primary.timeout,
+        exit_on_connection_loss=provisioner_args.exit_on_connection_loss,
+    )
+    check_csi_address(primary.csi_address)
+    return await CSIConnection.open(primary.csi_address, connection_options, metrics=metrics)
+
+
+async def _build_sidecar(
+    name: str,
+    view: RuntimeContext,
+    ctx: RuntimeContext,
+    connection: CSIConnection,
+    factory: SharedInformerFactory,
+    *,
+    capacity: CapacitySetup | None,
+    clients: list[ApiClient],
+) -> dict[str, Controller]:
+    """The controllers of the sidecar ``name``, as its own process builds them, on the shared
+    connection and informer factory."""
+    if name == "provisioner":
+        # With its cloning-protection controller, snapshot-protection sweep and
+        # (--enable-capacity) capacity controller beside it, under this process's Lease (none
+        # with --node-deployment).
+        node = await find_local_node(view, connection, leader_election=ctx.options.leader_election)
+        controller, _, _ = build_controller(view, connection, factory, node=node, capacity=capacity)
+        return {name: controller}
+    if name == "attacher":
+        return {name: attacher.build_controller(view, connection, factory)}
+    # The resize and modify controllers, as the resizer sidecar has them; the modify controller
+    # with a client and budget of its own too.
+    modify_view = dataclasses.replace(view, api_client=await _own_client(view, clients))
+    return resizer.build_controllers(view, connection, factory, modify_ctx=modify_view)
 
 
 async def _own_client(view: RuntimeContext, clients: list[ApiClient]) -> ApiClient:

@@ -378,103 +378,141 @@ def _spec_causes(resource: Resource, obj: dict[str, Any]) -> list[Cause]:
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
     if resource is R.PERSISTENT_VOLUME_CLAIMS:
-        if not spec.get("accessModes"):
-            causes.append(required("spec.accessModes", "at least 1 access mode is required"))
-        causes.extend(_access_mode_causes(spec))
-        if not _has_storage_request(spec):
-            causes.append(required("spec.resources[storage]"))
-        else:
-            storage = spec["resources"]["requests"]["storage"]
-            if not _positive_quantity(storage):
-                # ValidatePersistentVolumeClaimSpec: ValidatePositiveQuantityValue
-                causes.append(
-                    invalid_value("spec.resources[storage]", storage, "must be greater than zero")
-                )
-        mode = spec.get("volumeMode")
-        if mode not in (None, "Filesystem", "Block"):
-            causes.append(unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))
-        causes.extend(_data_source_causes(spec))
-        causes.extend(pvc_vac_causes(spec))
+        causes.extend(_claim_spec_causes(spec))
     elif resource.custom:
         causes.extend(crd_schema_causes(resource, obj, status=False))
     elif resource is R.PERSISTENT_VOLUMES:
-        capacity = spec.get("capacity") or {}
-        if not capacity:
-            causes.append(required("spec.capacity"))
-        if "storage" not in capacity or len(capacity) > 1:
-            causes.append(unsupported("spec.capacity", ",".join(capacity), ["storage"]))
-        if not spec.get("accessModes"):
-            causes.append(required("spec.accessModes"))
-        causes.extend(_access_mode_causes(spec))
-        sources = [s for s in PV_SOURCES if spec.get(s) is not None]
-        if not sources:
-            causes.append(required("spec", "must specify a volume type"))
-        elif len(sources) > 1:
-            causes.append(
-                forbidden("spec." + sources[1], "may not specify more than 1 volume type")
-            )
-        policy = spec.get("persistentVolumeReclaimPolicy")
-        if policy not in (None, "Retain", "Delete", "Recycle"):
-            causes.append(
-                unsupported(
-                    "spec.persistentVolumeReclaimPolicy", policy, ["Delete", "Recycle", "Retain"]
-                )
-            )
-        causes.extend(pv_vac_causes(spec))
+        causes.extend(_volume_spec_causes(spec))
     elif resource is R.STORAGE_CLASSES:
-        if not obj.get("provisioner"):
-            causes.append(required("provisioner"))
-        policy = obj.get("reclaimPolicy")
-        if policy not in (None, "Retain", "Delete"):
-            causes.append(unsupported("reclaimPolicy", policy, ["Delete", "Retain"]))
-        mode = obj.get("volumeBindingMode")
-        if mode not in (None, "Immediate", "WaitForFirstConsumer"):
-            causes.append(
-                unsupported("volumeBindingMode", mode, ["Immediate", "WaitForFirstConsumer"])
-            )
+        causes.extend(_storage_class_causes(obj))
     elif resource is R.VOLUME_ATTRIBUTES_CLASSES:
         causes.extend(vac_causes(obj))
     elif resource is R.VOLUME_ATTACHMENTS:
-        if not spec.get("attacher"):
-            causes.append(required("spec.attacher"))
-        if not spec.get("nodeName"):
-            causes.append(required("spec.nodeName"))
-        source = spec.get("source") or {}
-        count = sum(1 for k in ("persistentVolumeName", "inlineVolumeSpec") if source.get(k))
-        if count != 1:
-            causes.append(
-                required(
-                    "spec.source",
-                    "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
-                )
-            )
+        causes.extend(_attachment_spec_causes(spec))
     elif resource is R.LEASES:
-        duration = spec.get("leaseDurationSeconds")
-        if duration is not None and duration <= 0:
-            causes.append(
-                invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0")
-            )
-        transitions = spec.get("leaseTransitions")
-        if transitions is not None and transitions < 0:
-            causes.append(
-                invalid_value(
-                    "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
-                )
-            )
+        causes.extend(_lease_spec_causes(spec))
     elif resource is R.PODS and not spec.get("containers"):
         causes.append(required("spec.containers"))
     elif resource is R.CSI_STORAGE_CAPACITIES:
-        causes.extend(label_selector_causes("nodeTopology", obj.get("nodeTopology")))
-        class_name = obj.get("storageClassName") or ""
-        if len(class_name) > 253 or not _SUBDOMAIN.match(class_name):
-            causes.append(invalid_value("storageClassName", class_name, _SUBDOMAIN_MSG))
-        capacity = obj.get("capacity")
-        if isinstance(capacity, str) and _negative_quantity(capacity):
-            causes.append(invalid_value("capacity", capacity, "must be greater than or equal to 0"))
+        causes.extend(_capacity_causes(obj))
     elif resource in (R.DEPLOYMENTS, R.REPLICA_SETS):
         causes.extend(_workload_causes(spec))
     elif resource is R.CSINODES and not isinstance(spec.get("drivers"), list):
         causes.append(required("spec.drivers"))
+    return causes
+
+
+def _claim_spec_causes(spec: dict[str, Any]) -> list[Cause]:
+    """A claim's spec (ValidatePersistentVolumeClaimSpec)."""
+    causes: list[Cause] = []
+    if not spec.get("accessModes"):
+        causes.append(required("spec.accessModes", "at least 1 access mode is required"))
+    causes.extend(_access_mode_causes(spec))
+    if not _has_storage_request(spec):
+        causes.append(required("spec.resources[storage]"))
+    else:
+        storage = spec["resources"]["requests"]["storage"]
+        if not _positive_quantity(storage):
+            # ValidatePersistentVolumeClaimSpec: ValidatePositiveQuantityValue
+            causes.append(
+                invalid_value("spec.resources[storage]", storage, "must be greater than zero")
+            )
+    mode = spec.get("volumeMode")
+    if mode not in (None, "Filesystem", "Block"):
+        causes.append(unsupported("spec.volumeMode", mode, ["Block", "Filesystem"]))
+    causes.extend(_data_source_causes(spec))
+    causes.extend(pvc_vac_causes(spec))
+    return causes
+
+
+def _volume_spec_causes(spec: dict[str, Any]) -> list[Cause]:
+    """A PV's spec (ValidatePersistentVolumeSpec)."""
+    causes: list[Cause] = []
+    capacity = spec.get("capacity") or {}
+    if not capacity:
+        causes.append(required("spec.capacity"))
+    if "storage" not in capacity or len(capacity) > 1:
+        causes.append(unsupported("spec.capacity", ",".join(capacity), ["storage"]))
+    if not spec.get("accessModes"):
+        causes.append(required("spec.accessModes"))
+    causes.extend(_access_mode_causes(spec))
+    sources = [s for s in PV_SOURCES if spec.get(s) is not None]
+    if not sources:
+        causes.append(required("spec", "must specify a volume type"))
+    elif len(sources) > 1:
+        causes.append(forbidden("spec." + sources[1], "may not specify more than 1 volume type"))
+    policy = spec.get("persistentVolumeReclaimPolicy")
+    if policy not in (None, "Retain", "Delete", "Recycle"):
+        causes.append(
+            unsupported(
+                "spec.persistentVolumeReclaimPolicy", policy, ["Delete", "Recycle", "Retain"]
+            )
+        )
+    causes.extend(pv_vac_causes(spec))
+    return causes
+
+
+def _storage_class_causes(obj: dict[str, Any]) -> list[Cause]:
+    """A StorageClass (ValidateStorageClass)."""
+    causes: list[Cause] = []
+    if not obj.get("provisioner"):
+        causes.append(required("provisioner"))
+    policy = obj.get("reclaimPolicy")
+    if policy not in (None, "Retain", "Delete"):
+        causes.append(unsupported("reclaimPolicy", policy, ["Delete", "Retain"]))
+    mode = obj.get("volumeBindingMode")
+    if mode not in (None, "Immediate", "WaitForFirstConsumer"):
+        causes.append(unsupported("volumeBindingMode", mode, ["Immediate", "WaitForFirstConsumer"]))
+    return causes
+
+
+def _attachment_spec_causes(spec: dict[str, Any]) -> list[Cause]:
+    """A VolumeAttachment's spec (upstream's validateVolumeAttachmentSpec)."""
+    causes: list[Cause] = []
+    if not spec.get("attacher"):
+        causes.append(required("spec.attacher"))
+    if not spec.get("nodeName"):
+        causes.append(required("spec.nodeName"))
+    source = spec.get("source") or {}
+    count = sum(1 for k in ("persistentVolumeName", "inlineVolumeSpec") if source.get(k))
+    if count != 1:
+        causes.append(
+            required(
+                "spec.source",
+                "must specify exactly one of inlineVolumeSpec and persistentVolumeName",
+            )
+        )
+    return causes
+
+
+def _lease_spec_causes(spec: dict[str, Any]) -> list[Cause]:
+    """A Lease's spec (ValidateLeaseSpec)."""
+    causes: list[Cause] = []
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and duration <= 0:
+        causes.append(
+            invalid_value("spec.leaseDurationSeconds", duration, "must be greater than 0")
+        )
+    transitions = spec.get("leaseTransitions")
+    if transitions is not None and transitions < 0:
+        causes.append(
+            invalid_value(
+                "spec.leaseTransitions", transitions, "must be greater than or equal to 0"
+            )
+        )
+    return causes
+
+
+def _capacity_causes(obj: dict[str, Any]) -> list[Cause]:
+    """A CSIStorageCapacity (ValidateCSIStorageCapacity)."""
+    causes: list[Cause] = []
+    causes.extend(label_selector_causes("nodeTopology", obj.get("nodeTopology")))
+    class_name = obj.get("storageClassName") or ""
+    if len(class_name) > 253 or not _SUBDOMAIN.match(class_name):
+        causes.append(invalid_value("storageClassName", class_name, _SUBDOMAIN_MSG))
+    capacity = obj.get("capacity")
+    if isinstance(capacity, str) and _negative_quantity(capacity):
+        causes.append(invalid_value("capacity", capacity, "must be greater than or equal to 0"))
     return causes
 
 

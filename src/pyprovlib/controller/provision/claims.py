@@ -11,7 +11,7 @@ Invariants:
   :class:`~pyprovlib.controller.provision.expectations.VolumeExpectations`) ends
   provisioning for good.
 - A claim whose volume may still be being created in the background stays in
-  :attr:`~pyprovlib.controller.provision.protected_claims.ProtectedClaimSync.in_progress`
+  :attr:`ClaimSync.in_progress`
   and is retried beyond the failure threshold, deleted or not, so its volume is never
   leaked.
 - User code receives kubernetes-asyncio models, each call converting the claim (or PV) it is
@@ -25,42 +25,44 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
 
 import structlog
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 
-from pyprovlib.controller._errors import is_user_bug, log_user_bug
+from pyprovlib.controller._errors import DelayRetryError, is_user_bug, log_user_bug
+from pyprovlib.controller.options import provisioned_volume_name
+from pyprovlib.controller.provision.attempt import Outcome, ProvisionAttempt
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.decisions import (
     ANN_ALPHA_SELECTED_NODE,
     ANN_SELECTED_NODE,
     EVENT_NORMAL,
     EVENT_WARNING,
-    claim_is_block,
     claim_key,
+    claim_refusal,
     claim_target,
     claim_wants_provisioning,
     complete_volume,
+    default_volume_name,
     get_claim_class,
     is_known,
+    requested_provisioner,
     source_kind,
-    storage_request,
-    storage_request_bytes,
 )
 from pyprovlib.controller.provision.errors import (
-    SAVED,
-    STOP,
     ClassNotFoundError,
-    DelayRetryError,
-    StopProvisionError,
     describe,
     is_infeasible_error,
 )
 from pyprovlib.controller.provision.expectations import VolumeExpectations
 from pyprovlib.controller.provision.node_deployment import NodeOwnership
-from pyprovlib.controller.provision.protected_claims import ProtectedClaimSync
-from pyprovlib.controller.provision.protection import is_deleting
+from pyprovlib.controller.provision.protected_claims import ClaimFinalizer
+from pyprovlib.controller.provision.protection import (
+    FINALIZER_PROVISIONING,
+    ClaimProtection,
+    is_deleting,
+)
 from pyprovlib.controller.provision.slowset import SlowSet
 from pyprovlib.controller.volume_store import VolumeStore
 from pyprovlib.kube.convert import ConversionError, copy_json, from_model, to_model
@@ -80,8 +82,23 @@ from pyprovlib.provisioner import (
 __all__ = ["ClaimSync"]
 
 
-class ClaimSync(ProtectedClaimSync):
-    """Processes the keys (claim UIDs) of the claim queue."""
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What an attempt asks the provisioner for: the PV's name and the claim's class."""
+
+    pv_name: str
+    storage_class: Obj
+    logger: structlog.typing.FilteringBoundLogger
+
+
+class ClaimSync:
+    """Processes the keys (claim UIDs) of the claim queue.
+
+    ``in_progress`` is upstream's ``claimsInProgress``: claims (by UID) whose volume may still
+    be being created in the background, kept with the last version seen so a claim deleted
+    meanwhile is still processed. Only workers read or write it; the claim-deleted handler
+    reads it to leave such a claim's queue timing alone.
+    """
 
     def __init__(
         self,
@@ -91,11 +108,18 @@ class ClaimSync(ProtectedClaimSync):
         volume_store: VolumeStore,
         node: NodeOwnership | None = None,
     ) -> None:
-        super().__init__(ctx, expectations, volume_store)
+        self._ctx = ctx
+        self._expectations = expectations
+        self._volume_store = volume_store
         self.queue = queue
+        self.in_progress: dict[str, Obj] = {}
+        self.protection = ClaimProtection()
+        self._finalizer = ClaimFinalizer(ctx, self.protection, expectations, volume_store)
         self.slow_set = SlowSet(ctx.options.retry_interval_max, ctx.clock)
         self.node = node
         """With a node deployment, which claims are this node's (and the race for them)."""
+
+    # -- the queue -----------------------------------------------------------------------------
 
     async def process(self, key: str) -> None:
         """Sync the claim with UID ``key``, retrying failures through the queue (upstream's
@@ -104,8 +128,8 @@ class ClaimSync(ProtectedClaimSync):
         try:
             await self._sync_handler(key, self._ctx.deadline(self._ctx.options.provision_timeout))
         except DelayRetryError as err:
-            logger.debug("claim waits out an infeasible error", retry_in=err.remaining)
-            self.queue.add_after(key, err.remaining)
+            logger.debug("claim waits out an infeasible error", retry_in=err.delay)
+            self.queue.add_after(key, err.delay)
         except Exception as err:  # every failure is retried through the queue
             self._handle_error(key, err, logger)
         else:
@@ -156,18 +180,7 @@ class ClaimSync(ProtectedClaimSync):
             claim = in_progress
         await self.sync_claim(claim, deadline)
 
-    def _unpreparable(
-        self, claim: Obj, err: Exception, logger: Any
-    ) -> tuple[ProvisioningState, Exception]:
-        """Report a claim that cannot be provisioned as it is (malformed, or a broken volume
-        name hook): an event and an error log, never a crash."""
-        message = f"cannot provision claim {claim_key(claim)}: {describe(err)}"
-        if is_user_bug(err):
-            log_user_bug(logger, "cannot prepare provisioning", err)
-        else:
-            logger.error("cannot prepare provisioning", error=describe(err))
-        self._ctx.recorder.event(claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
-        return ProvisioningState.FINISHED, err
+    # -- one claim -----------------------------------------------------------------------------
 
     def _delay_if_recently_infeasible(self, claim: Obj) -> None:
         key = uid_of(claim)
@@ -183,7 +196,11 @@ class ClaimSync(ProtectedClaimSync):
             return
         remaining = self.slow_set.time_remaining(key)
         if remaining > 0:
-            raise DelayRetryError(key, remaining)
+            raise DelayRetryError(
+                f"skipping volume provisioning for pvc {key}, because provisioning previously "
+                "failed with infeasible error",
+                remaining,
+            )
 
     async def should_provision(self, claim: Obj) -> bool:
         """Whether ``claim`` should be provisioned now (upstream's ``shouldProvision``);
@@ -227,18 +244,31 @@ class ClaimSync(ProtectedClaimSync):
                 # the claim was released: either way nothing is left to do.
                 return
         self._delay_if_recently_infeasible(claim)
+        if not await self._counted_should_provision(claim):
+            return
+        start = self._ctx.clock.monotonic()
+        attempt = await self.provision_claim_operation(claim, deadline)
+        if attempt.outcome is Outcome.PROVISIONED:
+            self._ctx.metrics.provision_succeeded(
+                get_claim_class(claim), source_kind(claim), self._ctx.clock.monotonic() - start
+            )
+        else:
+            self._ctx.metrics.provision_failed(get_claim_class(claim), source_kind(claim))
+        await self._settle(claim, attempt)
+
+    async def _counted_should_provision(self, claim: Obj) -> bool:
+        """:meth:`should_provision`, its failures counted and reported."""
         class_name = get_claim_class(claim)
-        source = source_kind(claim)
         try:
-            should = await self.should_provision(claim)
+            return await self.should_provision(claim)
         except ClassNotFoundError as err:
-            self._ctx.metrics.provision_failed(class_name, source)
+            self._ctx.metrics.provision_failed(class_name, source_kind(claim))
             self._ctx.recorder.event(
                 claim_target(claim), EVENT_WARNING, "ProvisioningFailed", str(err)
             )
             raise
         except Exception as err:
-            self._ctx.metrics.provision_failed(class_name, source)
+            self._ctx.metrics.provision_failed(class_name, source_kind(claim))
             if is_user_bug(err):
                 log_user_bug(
                     self._ctx.log.bind(claim=claim_key(claim), **{"class": class_name}),
@@ -246,69 +276,199 @@ class ClaimSync(ProtectedClaimSync):
                     err,
                 )
             raise
-        if not should:
-            return
-        start = self._ctx.clock.monotonic()
-        state, error = await self.provision_claim_operation(claim, deadline)
-        if error is None:
-            self._ctx.metrics.provision_succeeded(
-                class_name, source, self._ctx.clock.monotonic() - start
-            )
-        else:
-            self._ctx.metrics.provision_failed(class_name, source)
+
+    async def _settle(self, claim: Obj, attempt: ProvisionAttempt) -> None:
+        """Keep or drop the claim from :attr:`in_progress` after ``attempt``, release it when
+        nothing is being created for it any more, and raise the error to retry on."""
         uid = uid_of(claim)
-        if error is None or state is ProvisioningState.FINISHED:
+        if attempt.finished:
             self.in_progress.pop(uid, None)
-            if error is not None and error is not SAVED and self.protection.is_protected(claim):
+            if not attempt.left_volume and self.protection.is_protected(claim):
                 # Nothing is being created for the claim any more: let it be deleted freely.
-                await self._release_claim(claim, "provisioning ended without a volume")
-            if error is None or isinstance(error, StopProvisionError):
-                return
-            raise error
-        if state is ProvisioningState.IN_BACKGROUND:
+                await self._finalizer.release(claim, "provisioning ended without a volume")
+        elif attempt.state is ProvisioningState.IN_BACKGROUND:
             self._ctx.log.info(
                 "provisioning in the background; claim kept in progress", claim_uid=uid
             )
             self.in_progress[uid] = claim
         # NO_CHANGE keeps whatever the previous attempt left in claims-in-progress.
-        raise error
+        if attempt.error is not None:
+            raise attempt.error
+
+    # -- a claim carrying the provisioning-protection finalizer ----------------------------------
+
+    async def _sync_protected_claim(self, claim: Obj, deadline: float | None) -> bool:
+        """A claim carrying the provisioning-protection finalizer: release it once bound; finish
+        and delete the volume of a deleted one. Returns False when the claim is to be provisioned
+        as usual."""
+        if not is_known(requested_provisioner(claim), self._ctx.names):
+            return True  # another provisioner's claim (and finalizer)
+        if spec_of(claim).get("volumeName"):
+            uid = uid_of(claim)
+            if not self.protection.released_while_bound(uid):  # else: predates our removal
+                await self._finalizer.release(claim, "claim is bound")
+                self.protection.mark_released_while_bound(uid)
+            return True
+        if not is_deleting(claim):
+            return False
+        if self.protection.was_cleaned_up(uid_of(claim)):
+            # A deleting claim never gets a finalizer back: this version predates our release.
+            return True
+        if isinstance(self._ctx.provisioner, Qualifier):
+            model = to_model(claim, V1PersistentVolumeClaim)
+            if not await self._ctx.provisioner.should_provision(model):
+                return True  # the instance the claim qualifies for cleans up
+        await self._clean_up_deleted_claim(claim, deadline)
+        return True
+
+    async def _clean_up_deleted_claim(self, claim: Obj, deadline: float | None) -> None:
+        """The claim was deleted before it was bound, while its volume may have been (or still
+        be being) created: with a saved PV there is nothing to do (reclaiming the released PV
+        deletes the volume); otherwise ask the provisioner for the volume again — provisioning
+        is idempotent by PV name, so this finishes the one already started — and delete it
+        (with a Retain class: save its PV instead). Then release the claim. Raises to retry."""
+        uid = uid_of(claim)
+        logger = self._ctx.log.bind(claim=claim_key(claim))
+        try:
+            pv_name = self.volume_name(claim)
+        except Exception as err:  # no name now means no volume could be requested before
+            logger.warning("cannot name the volume of a deleted claim", error=describe(err))
+            await self._finalizer.release(claim, "claim cannot be provisioned")
+            return
+        if await self._finalizer.volume_saved(pv_name):
+            await self._finalizer.release(claim, "claim deleted after its PV was saved")
+            return
+        storage_class = self._class_for_clean_up(claim, logger)
+        delete = (storage_class.get("reclaimPolicy") or "Delete") == "Delete"
+        logger.info("claim deleted before it was bound; finishing its volume", delete=delete)
+        if delete:
+            attempt = await self.provision_and_delete(claim, deadline)
+        else:
+            attempt = await self.provision_claim_operation(claim, deadline)
+        if attempt.finished:
+            self.in_progress.pop(uid, None)
+            await self._finalizer.release(claim, "volume of the deleted claim dealt with")
+            if attempt.error is not None:
+                logger.info(
+                    "provisioning for the deleted claim ended without a volume",
+                    error=describe(attempt.error),
+                )
+            return
+        # The volume may still be being created: keep trying, however often it fails.
+        self.in_progress[uid] = claim
+        if attempt.error is not None:
+            raise attempt.error
+
+    def _class_for_clean_up(self, claim: Obj, logger: structlog.typing.FilteringBoundLogger) -> Obj:
+        """The deleted claim's StorageClass; without it the volume cannot be finished, so the
+        claim stays in progress and is retried."""
+        class_name = get_claim_class(claim)
+        storage_class = self._ctx.storage_class(class_name)
+        if storage_class is not None:
+            return storage_class
+        message = (
+            f"claim {claim_key(claim)} was deleted while its volume may have been being "
+            f'created, but StorageClass "{class_name}" is gone, so the volume cannot be '
+            "finished and deleted: recreate the class, or remove the finalizer "
+            f"{FINALIZER_PROVISIONING} from the claim to let it go (a volume created "
+            "meanwhile would then leak)"
+        )
+        logger.error("cannot clean up after a deleted claim", reason=message)
+        self._ctx.recorder.event(
+            claim_target(claim), EVENT_WARNING, "ProvisioningCleanupFailed", message
+        )
+        self.in_progress[uid_of(claim)] = claim
+        raise ClassNotFoundError(class_name)
+
+    # -- one provisioning attempt (upstream's provisionClaimOperation) --------------------------
 
     async def provision_claim_operation(
-        self, claim: Obj, deadline: float | None = None, *, undo: bool = False
-    ) -> tuple[ProvisioningState, Exception | None]:
+        self, claim: Obj, deadline: float | None = None
+    ) -> ProvisionAttempt:
         """Does the work of :meth:`ProvisionController.provision_claim_operation
         <pyprovlib.controller.provision.ProvisionController.provision_claim_operation>`
         (documented there)."""
-        class_name = get_claim_class(claim)
-        key = claim_key(claim)
-        logger = self._ctx.log.bind(claim=key, **{"class": class_name})
+        plan = self._plan(claim)
+        if isinstance(plan, ProvisionAttempt):
+            return plan
+        if self._ctx.options.provisioning_finalizer and not self.protection.is_protected(claim):
+            protected = await self._finalizer.protect(claim, plan.logger)
+            if isinstance(protected, ProvisionAttempt):
+                return protected
+            claim = protected
+        self._announce(
+            claim, f'External provisioner is provisioning volume for claim "{claim_key(claim)}"'
+        )
+        volume = await self._provision_volume(claim, plan, deadline)
+        if isinstance(volume, ProvisionAttempt):
+            return volume
+        return await self._save_volume(claim, volume, plan.logger)
 
+    async def provision_and_delete(
+        self, claim: Obj, deadline: float | None = None
+    ) -> ProvisionAttempt:
+        """The attempt for a claim deleted before it was bound: the same steps, but the volume
+        is finished and then deleted with ``provisioner.delete`` instead of saved as a PV."""
+        plan = self._plan(claim)
+        if isinstance(plan, ProvisionAttempt):
+            return plan
+        self._announce(
+            claim,
+            f'External provisioner is finishing the volume of deleted claim "{claim_key(claim)}" '
+            "to delete it",
+        )
+        volume = await self._provision_volume(claim, plan, deadline)
+        if isinstance(volume, ProvisionAttempt):
+            return volume
+        return await self._finalizer.delete_volume(claim, volume, deadline, plan.logger)
+
+    def volume_name(self, claim: Obj) -> str:
+        """The PV name for ``claim`` from the volume name hook. The default hook reads only the
+        UID, so the claim is converted to a model only for a hook of the user's."""
+        hook = self._ctx.options.volume_name_hook
+        if hook is provisioned_volume_name:
+            return default_volume_name(claim)
+        name = hook(to_model(claim, V1PersistentVolumeClaim))
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"the volume name hook returned {name!r}")
+        return name
+
+    def _plan(self, claim: Obj) -> _Plan | ProvisionAttempt:
+        """Name the volume and check the claim and its class before anything is requested;
+        the attempt's outcome when there is nothing to request."""
+        class_name = get_claim_class(claim)
+        logger = self._ctx.log.bind(claim=claim_key(claim), **{"class": class_name})
         try:
             pv_name = self.volume_name(claim)
         except Exception as err:  # malformed claim or broken hook: report, never crash
             return self._unpreparable(claim, err, logger)
         logger = logger.bind(pv=pv_name)
-
         # A previous attempt may have finished meanwhile: the PV name is deterministic.
         if (
             self._expectations.saved_not_seen(pv_name)
             or self._ctx.volumes.get_by_key(pv_name) is not None
         ):
             logger.debug("PersistentVolume already exists, skipping")
-            return ProvisioningState.FINISHED, SAVED
-
-        refusal = self._refuse_claim(claim)
+            return ProvisionAttempt(Outcome.VOLUME_EXISTS)
+        refusal = claim_refusal(claim, self._supports_block, self._ctx.provisioner_name)
         if refusal is not None:
-            self._ctx.recorder.event(
-                claim_target(claim), EVENT_WARNING, "ProvisioningFailed", refusal
-            )
+            self._warn(claim, refusal)
             logger.error("failed to provision volume", reason=refusal)
-            return ProvisioningState.FINISHED, STOP
+            return ProvisionAttempt(Outcome.STOPPED)
+        storage_class = self._usable_class(claim, class_name, logger)
+        if isinstance(storage_class, ProvisionAttempt):
+            return storage_class
+        return _Plan(pv_name, storage_class, logger)
 
+    def _usable_class(
+        self, claim: Obj, class_name: str, logger: structlog.typing.FilteringBoundLogger
+    ) -> Obj | ProvisionAttempt:
+        """The claim's StorageClass, if it exists, names us and has no mount options a
+        provisioner without their support would ignore."""
         storage_class = self._ctx.storage_class(class_name)
         if storage_class is None:
             # Fixable by creating the class: retry.
-            return ProvisioningState.FINISHED, ClassNotFoundError(class_name)
+            return ProvisionAttempt.failed(ClassNotFoundError(class_name))
         class_provisioner = storage_class.get("provisioner")
         if not is_known(class_provisioner, self._ctx.names):
             # The class changed since the claim was annotated, or names another provisioner.
@@ -316,8 +476,7 @@ class ClaimSync(ProtectedClaimSync):
                 "unknown provisioner requested in claim's StorageClass",
                 requested=class_provisioner,
             )
-            return ProvisioningState.FINISHED, STOP
-
+            return ProvisionAttempt(Outcome.STOPPED)
         mount_options = storage_class.get("mountOptions")
         if (
             mount_options
@@ -329,62 +488,76 @@ class ClaimSync(ProtectedClaimSync):
                 f'"{class_name}" has mount options {list(mount_options)}: remove them from '
                 "the class, or use a class without them"
             )
-            self._ctx.recorder.event(
-                claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message
-            )
-            return ProvisioningState.FINISHED, ProvisioningError(message)
+            self._warn(claim, message)
+            return ProvisionAttempt.failed(ProvisioningError(message))
+        return storage_class
 
-        if (
-            self._ctx.options.provisioning_finalizer
-            and not undo
-            and not self.protection.is_protected(claim)
-        ):
-            protected = await self._protect_claim(claim, logger)
-            if protected is None:
-                return ProvisioningState.FINISHED, STOP
-            if isinstance(protected, Exception):
-                return ProvisioningState.FINISHED, protected
-            claim = protected
+    def _unpreparable(
+        self, claim: Obj, err: Exception, logger: structlog.typing.FilteringBoundLogger
+    ) -> ProvisionAttempt:
+        """Report a claim that cannot be provisioned as it is (malformed, or a broken volume
+        name hook): an event and an error log, never a crash."""
+        if is_user_bug(err):
+            log_user_bug(logger, "cannot prepare provisioning", err)
+        else:
+            logger.error("cannot prepare provisioning", error=describe(err))
+        self._warn(claim, f"cannot provision claim {claim_key(claim)}: {describe(err)}")
+        return ProvisionAttempt.failed(err)
 
+    def _supports_block(self) -> bool:
+        provisioner = self._ctx.provisioner
+        return isinstance(provisioner, BlockProvisioner) and provisioner.supports_block()
+
+    def _announce(self, claim: Obj, message: str) -> None:
+        self._ctx.recorder.event(claim_target(claim), EVENT_NORMAL, "Provisioning", message)
+
+    def _warn(self, claim: Obj, message: str) -> None:
+        self._ctx.recorder.event(claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
+
+    async def _provision_volume(
+        self, claim: Obj, plan: _Plan, deadline: float | None
+    ) -> Obj | ProvisionAttempt:
+        """Ask the provisioner for the volume and complete the PV it returns; the attempt's
+        outcome when it failed."""
         annotations = annotations_of(claim)
         selected = annotations.get(ANN_SELECTED_NODE) or annotations.get(ANN_ALPHA_SELECTED_NODE)
         # The cached dicts: the options convert them to models only if the provisioner asks.
         options = ProvisionOptions(
-            storage_class=storage_class,
-            pv_name=pv_name,
+            storage_class=plan.storage_class,
+            pv_name=plan.pv_name,
             pvc=claim,
             selected_node_name=selected or None,
-        )
-
-        self._ctx.recorder.event(
-            claim_target(claim),
-            EVENT_NORMAL,
-            "Provisioning",
-            f'External provisioner is provisioning volume for claim "{key}"'
-            if not undo
-            else f'External provisioner is finishing the volume of deleted claim "{key}" '
-            "to delete it",
         )
         try:
             async with asyncio.timeout_at(deadline):
                 result = await self._ctx.provisioner.provision(options)
-        except IgnoredError as err:
-            logger.info("volume provision ignored", reason=err.reason)
-            return ProvisioningState.FINISHED, STOP
+        except Exception as err:
+            return await self._provision_failed(claim, plan, err)
+        try:
+            volume = _volume_dict(result)
         except ConversionError as err:
+            # The asset may exist: keep retrying so a fixed provisioner finishes it.
+            return await self._provision_error(claim, plan, ProvisioningState.IN_BACKGROUND, err)
+        self._complete_volume(claim, plan, volume)
+        return volume
+
+    async def _provision_failed(self, claim: Obj, plan: _Plan, err: Exception) -> ProvisionAttempt:
+        """The outcome of a provisioner's call that raised ``err``."""
+        logger = plan.logger
+        if isinstance(err, IgnoredError):
+            logger.info("volume provision ignored", reason=err.reason)
+            return ProvisionAttempt(Outcome.STOPPED)
+        if isinstance(err, ConversionError):
             # The claim or its class could not be read as a model: nothing was created with
             # it, and only a change to the object can fix that.
-            message = f'claim "{key}" or its StorageClass "{class_name}" is malformed: {err}'
-            logger.error("cannot provision volume", error=message)
-            self._ctx.recorder.event(
-                claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message
+            message = (
+                f'claim "{claim_key(claim)}" or its StorageClass "{get_claim_class(claim)}" '
+                f"is malformed: {err}"
             )
-            return ProvisioningState.FINISHED, err
-        except ProvisioningError as err:
-            if is_infeasible_error(err):
-                return self._infeasible(claim, storage_class, err, logger)
-            return await self._provision_error(claim, class_name, err.state, err, logger)
-        except TimeoutError as err:
+            logger.error("cannot provision volume", error=message)
+            self._warn(claim, message)
+            return ProvisionAttempt.failed(err)
+        if isinstance(err, TimeoutError) and not isinstance(err, ProvisioningError):
             timeout = ProvisioningError(
                 f"provisioning did not finish within {self._ctx.options.provision_timeout}s; the "
                 "backend may still be creating the volume",
@@ -392,38 +565,24 @@ class ClaimSync(ProtectedClaimSync):
             )
             timeout.__cause__ = err
             return await self._provision_error(
-                claim, class_name, ProvisioningState.IN_BACKGROUND, timeout, logger
+                claim, plan, ProvisioningState.IN_BACKGROUND, timeout
             )
-        except Exception as err:  # unknown failure: the backend may have done part of the work
-            if is_infeasible_error(err):
-                return self._infeasible(claim, storage_class, err, logger)
-            return await self._provision_error(
-                claim, class_name, ProvisioningState.IN_BACKGROUND, err, logger
-            )
+        if is_infeasible_error(err):
+            return self._infeasible(claim, plan, err)
+        # Unless the provisioner said otherwise, the backend may have done part of the work.
+        state = err.state if isinstance(err, ProvisioningError) else ProvisioningState.IN_BACKGROUND
+        return await self._provision_error(claim, plan, state, err)
 
-        try:
-            if isinstance(result, Mapping):
-                # Ours from here on (it is completed below): the provisioner may keep its own.
-                volume = copy_json(result)
-            elif isinstance(result, V1PersistentVolume):
-                volume = from_model(result)
-            else:
-                raise ConversionError(
-                    f"the provisioner returned {type(result).__name__}, not a "
-                    "V1PersistentVolume or its JSON mapping"
-                )
-        except ConversionError as err:
-            # The asset may exist: keep retrying so a fixed provisioner finishes it.
-            return await self._provision_error(
-                claim, class_name, ProvisioningState.IN_BACKGROUND, err, logger
-            )
+    def _complete_volume(self, claim: Obj, plan: _Plan, volume: Obj) -> None:
+        """Name, type and complete the PV the provisioner returned (claimRef, class, policy,
+        annotations, finalizer)."""
         volume.setdefault("apiVersion", "v1")
         volume.setdefault("kind", "PersistentVolume")
         volume_meta = volume.setdefault("metadata", {})
         if not volume_meta.get("name"):
-            volume_meta["name"] = pv_name
-        elif volume_meta["name"] != pv_name:
-            logger.warning(
+            volume_meta["name"] = plan.pv_name
+        elif volume_meta["name"] != plan.pv_name:
+            plan.logger.warning(
                 "the provisioner named the PV differently from options.pv_name; after a crash "
                 "its asset will not be found again",
                 returned=volume_meta["name"],
@@ -431,11 +590,13 @@ class ClaimSync(ProtectedClaimSync):
         complete_volume(
             volume,
             claim=claim,
-            storage_class=storage_class,
+            storage_class=plan.storage_class,
             add_finalizer_enabled=self._ctx.options.add_finalizer,
         )
-        if undo:
-            return await self._undo_volume(claim, volume, deadline, logger)
+
+    async def _save_volume(
+        self, claim: Obj, volume: Obj, logger: structlog.typing.FilteringBoundLogger
+    ) -> ProvisionAttempt:
         logger.info("volume provisioned")
         # Before the save: the informer may show the PV before store_volume returns.
         self._expectations.expect_saved(name_of(volume))
@@ -443,69 +604,29 @@ class ClaimSync(ProtectedClaimSync):
             await self._volume_store.store_volume(claim, volume)
         except Exception as err:  # the store reported and cleaned up; retry from scratch
             self._expectations.save_failed(name_of(volume))
-            return ProvisioningState.FINISHED, err
-        return ProvisioningState.FINISHED, None
+            return ProvisionAttempt.failed(err)
+        return ProvisionAttempt(Outcome.PROVISIONED)
 
-    def _refuse_claim(self, claim: Obj) -> str | None:
-        """Why this claim cannot be provisioned by us at all, or None."""
-        if claim_is_block(claim) and not (
-            isinstance(self._ctx.provisioner, BlockProvisioner)
-            and self._ctx.provisioner.supports_block()
-        ):
-            return f"{self._ctx.provisioner_name} does not support block volume provisioning"
-        if spec_of(claim).get("selector") is not None:
-            return (
-                "claim Selector is not supported: dynamically provisioned volumes cannot match "
-                "a label selector; remove spec.selector from the claim"
-            )
-        # kube-apiserver refuses such claims; a cache can still hold one (another server, a
-        # relaxed validator), and a volume of no size must never reach the provisioner.
-        request = storage_request(claim)
-        if request is None:
-            return (
-                f"claim {claim_key(claim)} has no spec.resources.requests.storage; "
-                "set the size the volume should have"
-            )
-        try:
-            size = storage_request_bytes(request)
-        except ValueError as err:
-            return f"claim {claim_key(claim)} has an invalid {err}"
-        if size == 0:
-            return (
-                f"claim {claim_key(claim)} requests {request!r} of storage; "
-                "the request must be greater than zero"
-            )
-        return None
-
-    def _infeasible(
-        self,
-        claim: Obj,
-        storage_class: Obj,
-        err: Exception,
-        logger: structlog.typing.FilteringBoundLogger,
-    ) -> tuple[ProvisioningState, Exception | None]:
-        logger.info("detected infeasible volume provisioning request", error=describe(err))
-        self.slow_set.add(uid_of(claim), uid_of(storage_class))
-        self._ctx.recorder.event(
-            claim_target(claim),
-            EVENT_WARNING,
-            "ProvisioningFailed",
+    def _infeasible(self, claim: Obj, plan: _Plan, err: Exception) -> ProvisionAttempt:
+        plan.logger.info("detected infeasible volume provisioning request", error=describe(err))
+        self.slow_set.add(uid_of(claim), uid_of(plan.storage_class))
+        self._warn(
+            claim,
             "Volume provisioning failed with infeasible error. Retries will be delayed. "
             f"{describe(err)}",
         )
-        return ProvisioningState.FINISHED, err
+        return ProvisionAttempt.failed(err)
 
     async def _provision_error(
-        self,
-        claim: Obj,
-        class_name: str,
-        state: ProvisioningState,
-        err: Exception,
-        logger: structlog.typing.FilteringBoundLogger,
-    ) -> tuple[ProvisioningState, Exception | None]:
+        self, claim: Obj, plan: _Plan, state: ProvisioningState, err: Exception
+    ) -> ProvisionAttempt:
         """Upstream's ``provisionVolumeErrorHandling``: event, and rescheduling when asked."""
-        message = f'failed to provision volume with StorageClass "{class_name}": {describe(err)}'
-        self._ctx.recorder.event(claim_target(claim), EVENT_WARNING, "ProvisioningFailed", message)
+        logger = plan.logger
+        class_name = get_claim_class(claim)
+        self._warn(
+            claim,
+            f'failed to provision volume with StorageClass "{class_name}": {describe(err)}',
+        )
         if is_user_bug(err):
             log_user_bug(
                 logger,
@@ -515,19 +636,19 @@ class ClaimSync(ProtectedClaimSync):
             )
         else:
             logger.warning("provisioning failed", state=state.name, error=describe(err))
-        if state is ProvisioningState.RESCHEDULE:
-            if ANN_SELECTED_NODE in annotations_of(claim):
-                # The selected node cannot host the volume: let the scheduler pick again.
-                try:
-                    await self._reschedule(claim)
-                except Exception as update_err:  # retried as if the state were FINISHED
-                    logger.info("volume rescheduling failed", error=describe(update_err))
-                    return ProvisioningState.FINISHED, err
-                logger.info("volume rescheduled", error=describe(err))
-                return ProvisioningState.FINISHED, STOP
+        if state is not ProvisioningState.RESCHEDULE:
+            return ProvisionAttempt.failed(err, state)
+        if ANN_SELECTED_NODE not in annotations_of(claim):
             # Nothing to reschedule without a selected node.
-            state = ProvisioningState.FINISHED
-        return state, err
+            return ProvisionAttempt.failed(err)
+        # The selected node cannot host the volume: let the scheduler pick again.
+        try:
+            await self._reschedule(claim)
+        except Exception as update_err:  # retried as if the state were FINISHED
+            logger.info("volume rescheduling failed", error=describe(update_err))
+            return ProvisionAttempt.failed(err)
+        logger.info("volume rescheduled", error=describe(err))
+        return ProvisionAttempt(Outcome.STOPPED)
 
     async def _reschedule(self, claim: Obj) -> None:
         """Remove the selected-node annotation (an update guarded by resourceVersion)."""
@@ -540,3 +661,17 @@ class ClaimSync(ProtectedClaimSync):
         store = self._ctx.claims
         if store.get_by_key(claim_key(result)) is not None:
             store.update(result)
+
+
+def _volume_dict(result: object) -> Obj:
+    """The PV a provisioner returned, as a dict of our own (it is completed in place)."""
+    if isinstance(result, Mapping):
+        # Ours from here on: the provisioner may keep its own.
+        volume: Obj = copy_json(result)
+        return volume
+    if isinstance(result, V1PersistentVolume):
+        return from_model(result)
+    raise ConversionError(
+        f"the provisioner returned {type(result).__name__}, not a "
+        "V1PersistentVolume or its JSON mapping"
+    )

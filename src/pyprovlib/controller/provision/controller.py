@@ -22,6 +22,7 @@ from pyprovlib.controller._lifecycle import EVENT_FLUSH_TIMEOUT, ControllerLifec
 from pyprovlib.controller.endpoint import EndpointServer, controller_checks
 from pyprovlib.controller.metrics import ProvisionMetrics, default_metrics
 from pyprovlib.controller.options import ProvisionControllerOptions
+from pyprovlib.controller.provision.attempt import ProvisionAttempt
 from pyprovlib.controller.provision.claims import ClaimSync
 from pyprovlib.controller.provision.context import ProvisionContext
 from pyprovlib.controller.provision.expectations import VolumeExpectations
@@ -53,7 +54,7 @@ from pyprovlib.kube.workqueue import (
     RateLimiter,
     RateLimitingQueue,
 )
-from pyprovlib.provisioner import Provisioner, ProvisioningState
+from pyprovlib.provisioner import Provisioner
 
 __all__ = ["EVENT_FLUSH_TIMEOUT", "STORE_DRAIN_TIMEOUT", "ProvisionController"]
 
@@ -121,42 +122,8 @@ class ProvisionController(ControllerLifecycle):
             "volumes", limiter, clock=self._clock
         )
 
-        self.claim_informer: SharedInformer = self.informer_factory.informer_for(
-            PERSISTENT_VOLUME_CLAIMS
-        )
-        self.claim_informer.add_event_handler(
-            on_add=self._enqueue_claim,
-            on_update=self._claim_updated,
-            # A worker finds the claim gone and forgets what it remembered of it; a claim
-            # being provisioned is in claims-in-progress, so it is still processed.
-            on_delete=self._enqueue_deleted_claim,
-        )
-        self.volume_informer: SharedInformer = self.informer_factory.informer_for(
-            PERSISTENT_VOLUMES
-        )
-        self.volume_informer.add_event_handler(
-            on_add=self._enqueue_volume,
-            on_update=lambda _old, new: self._enqueue_volume(new),
-            on_delete=self._forget_volume,
-        )
-        self.class_informer: SharedInformer = self.informer_factory.informer_for(STORAGE_CLASSES)
-
-        self.volume_store: VolumeStore
-        if self.options.create_provisioned_pv_limiter is not None:
-            self._log.debug("saving PVs to the API server in the background")
-            self.volume_store = QueueStore(
-                client,
-                self.options.create_provisioned_pv_limiter,
-                self.claim_informer.store,
-                self.recorder,
-                clock=self._clock,
-            )
-        else:
-            self._log.debug("saving PVs to the API server with blocking retries")
-            self.volume_store = BackoffStore(
-                client, self.recorder, self.options.pv_backoff, provisioner, clock=self._clock
-            )
-
+        self._watch_claims_volumes_classes()
+        self.volume_store: VolumeStore = self._volume_store(client, provisioner)
         context = ProvisionContext(
             provisioner_name=provisioner_name,
             provisioner=provisioner,
@@ -185,7 +152,46 @@ class ProvisionController(ControllerLifecycle):
         self._volumes = VolumeSync(context, self.volume_queue, expectations, self.node_ownership)
         self._beside: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {}
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- construction --------------------------------------------------------------------------
+
+    def _watch_claims_volumes_classes(self) -> None:
+        """The informers on claims, PVs and StorageClasses, and the handlers that enqueue keys."""
+        self.claim_informer: SharedInformer = self.informer_factory.informer_for(
+            PERSISTENT_VOLUME_CLAIMS
+        )
+        self.claim_informer.add_event_handler(
+            on_add=self._enqueue_claim,
+            on_update=self._claim_updated,
+            # A worker finds the claim gone and forgets what it remembered of it; a claim
+            # being provisioned is in claims-in-progress, so it is still processed.
+            on_delete=self._enqueue_deleted_claim,
+        )
+        self.volume_informer: SharedInformer = self.informer_factory.informer_for(
+            PERSISTENT_VOLUMES
+        )
+        self.volume_informer.add_event_handler(
+            on_add=self._enqueue_volume,
+            on_update=lambda _old, new: self._enqueue_volume(new),
+            on_delete=self._forget_volume,
+        )
+        self.class_informer: SharedInformer = self.informer_factory.informer_for(STORAGE_CLASSES)
+
+    def _volume_store(self, client: ApiClient, provisioner: Provisioner) -> VolumeStore:
+        """Where provisioned PVs are saved: in the background with a limiter, or with blocking
+        retries."""
+        if self.options.create_provisioned_pv_limiter is not None:
+            self._log.debug("saving PVs to the API server in the background")
+            return QueueStore(
+                client,
+                self.options.create_provisioned_pv_limiter,
+                self.claim_informer.store,
+                self.recorder,
+                clock=self._clock,
+            )
+        self._log.debug("saving PVs to the API server with blocking retries")
+        return BackoffStore(
+            client, self.recorder, self.options.pv_backoff, provisioner, clock=self._clock
+        )
 
     def _queue_rate_limiter(self) -> RateLimiter:
         if self.options.rate_limiter is not None:
@@ -195,6 +201,8 @@ class ProvisionController(ControllerLifecycle):
             ItemExponentialFailureRateLimiter(15.0, max_delay),
             BucketRateLimiter(10.0, 100, clock=self._clock),
         )
+
+    # -- lifecycle -----------------------------------------------------------------------------
 
     def run_beside(self, name: str, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``work()`` beside the control loops: started once the caches synced (with leader
@@ -358,15 +366,12 @@ class ProvisionController(ControllerLifecycle):
         await self._claims.sync_claim(claim, deadline)
 
     async def provision_claim_operation(
-        self, claim: Obj, deadline: float | None = None, *, undo: bool = False
-    ) -> tuple[ProvisioningState, Exception | None]:
-        """One provisioning attempt (upstream's ``provisionClaimOperation``). Returns the state
-        the backend is in and None on success, a stop marker when the claim must not be retried,
-        or the error to retry on.
-
-        With ``undo`` (a deleted claim whose volume may have been created meanwhile) the volume
-        is finished and then deleted with ``provisioner.delete`` instead of saved as a PV."""
-        return await self._claims.provision_claim_operation(claim, deadline, undo=undo)
+        self, claim: Obj, deadline: float | None = None
+    ) -> ProvisionAttempt:
+        """One provisioning attempt (upstream's ``provisionClaimOperation``): its
+        :class:`~pyprovlib.controller.provision.attempt.Outcome`, the state the backend is in
+        and, when it failed, the error to retry on."""
+        return await self._claims.provision_claim_operation(claim, deadline)
 
     async def sync_volume(self, volume: Obj, deadline: float | None = None) -> None:
         """Keep the finalizer right and delete the volume if it should be (``syncVolume``)."""

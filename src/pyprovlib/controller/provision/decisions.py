@@ -6,7 +6,7 @@ with Kubernetes (annotations, the PV finalizer): upstream's helpers of ``control
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from pyprovlib.controller.provision.errors import ClassNotFoundError
@@ -298,3 +298,35 @@ def storage_request_bytes(request: object) -> int:
     if isinstance(request, str):
         return _storage_request_bytes(request)
     return parse_storage_size(request, what="storage request")
+
+
+def claim_refusal(
+    claim: Mapping[str, Any], supports_block: Callable[[], bool], provisioner_name: str
+) -> str | None:
+    """Why ``claim`` cannot be provisioned by us at all (block mode without
+    ``supports_block()``, a selector, no or a bad size), or None."""
+    if claim_is_block(claim) and not supports_block():
+        return f"{provisioner_name} does not support block volume provisioning"
+    if spec_of(claim).get("selector") is not None:
+        return (
+            "claim Selector is not supported: dynamically provisioned volumes cannot match "
+            "a label selector; remove spec.selector from the claim"
+        )
+    # kube-apiserver refuses such claims; a cache can still hold one (another server, a
+    # relaxed validator), and a volume of no size must never reach the provisioner.
+    request = storage_request(claim)
+    if request is None:
+        return (
+            f"claim {claim_key(claim)} has no spec.resources.requests.storage; "
+            "set the size the volume should have"
+        )
+    try:
+        size = storage_request_bytes(request)
+    except ValueError as err:
+        return f"claim {claim_key(claim)} has an invalid {err}"
+    if size == 0:
+        return (
+            f"claim {claim_key(claim)} requests {request!r} of storage; "
+            "the request must be greater than zero"
+        )
+    return None

@@ -1,6 +1,6 @@
-"""The provisioning controller's errors and outcome markers: what a failed or refused attempt
-tells the claim worker (retry, wait out an infeasible error, stop), and how an error is
-described in events and logs without leaking what user code put in its message.
+"""The provisioning controller's errors: a claim naming an unknown class, which failures are
+infeasible (their retries are delayed), and how an error is described in events and logs
+without leaking what user code put in its message.
 """
 
 from __future__ import annotations
@@ -24,27 +24,6 @@ class ClassNotFoundError(PyprovlibError, LookupError):
             "storageClassName"
         )
         self.class_name = class_name
-
-
-class DelayRetryError(PyprovlibError):
-    """A claim still waits out an infeasible error (upstream's ``DelayRetryError``)."""
-
-    def __init__(self, key: str, remaining: float) -> None:
-        super().__init__(
-            f"skipping volume provisioning for pvc {key}, because provisioning previously "
-            "failed with infeasible error"
-        )
-        self.remaining = remaining
-
-
-class StopProvisionError(PyprovlibError):
-    """Provisioning is impossible or done; the claim must not be retried (``errStopProvision``)."""
-
-
-STOP = StopProvisionError("stop provisioning")
-SAVED = StopProvisionError("the volume's PersistentVolume exists")
-"""Like :data:`STOP`, but the claim's PV exists: its provisioning-protection finalizer stays
-until the claim is bound."""
 
 
 def is_infeasible_error(err: BaseException) -> bool:

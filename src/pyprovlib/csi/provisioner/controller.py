@@ -467,17 +467,7 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         data_source = claim_data_source(claim)
         if data_source is not None:
             self._data_sources.check(claim, data_source, self.recorder)
-        attributes_class = str(spec.get("volumeAttributesClassName") or "")
-        if (
-            attributes_class
-            and ControllerCap.MODIFY_VOLUME not in self.connection.controller_capabilities
-        ):
-            raise ProvisioningError(
-                "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME "
-                f"capability is not reported (claim {metadata.get('name')!r} names class "
-                f'"{attributes_class}"; remove it, or use a driver that modifies volumes)',
-                ProvisioningState.FINISHED,
-            )
+        attributes_class = self._attributes_class(claim)
         class_name = (storage_class.get("metadata") or {}).get("name", "")
         parameters: dict[str, str] = dict(storage_class.get("parameters") or {})
         try:
@@ -516,21 +506,9 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             raise ProvisioningError(f"claim {metadata.get('name')!r}: {err}") from None
 
         # Secret templates and the PV's secret references are validated before any call.
-        try:
-            provisioner_secret = secret_reference(
-                PROVISIONER_SECRET, parameters, options.pv_name, claim
-            )
-            # Resolved here once; the PV built after CreateVolume records them as they are.
-            pv_secrets: list[tuple[str, SecretRef]] = []
-            for field, params in PV_SECRETS:
-                ref = secret_reference(params, parameters, options.pv_name, claim)
-                if ref is not None:
-                    pv_secrets.append((field, ref))
-            modify_secret = secret_reference(
-                CONTROLLER_MODIFY_SECRET, parameters, options.pv_name, claim
-            )
-        except ValueError as err:
-            raise PreparationError(f"StorageClass {class_name!r}: {err}") from None
+        provisioner_secret, pv_secrets, modify_secret = _secret_references(
+            class_name, parameters, options.pv_name, claim
+        )
         secrets = await read_secret(self._secrets, provisioner_secret) if provisioner_secret else {}
 
         request = v1.CreateVolumeRequest(
@@ -572,6 +550,20 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             attributes_class=attributes_class,
             modify_secret=modify_secret,
         )
+
+    def _attributes_class(self, claim: Mapping[str, Any]) -> str:
+        """The VolumeAttributesClass the claim names ("" for none); a driver that cannot modify
+        volumes cannot honour one."""
+        name = str((claim.get("spec") or {}).get("volumeAttributesClassName") or "")
+        if name and ControllerCap.MODIFY_VOLUME not in self.connection.controller_capabilities:
+            claim_name = (claim.get("metadata") or {}).get("name")
+            raise ProvisioningError(
+                "CSI driver does not support VolumeAttributesClass: controller MODIFY_VOLUME "
+                f"capability is not reported (claim {claim_name!r} names class "
+                f'"{name}"; remove it, or use a driver that modifies volumes)',
+                ProvisioningState.FINISHED,
+            )
+        return name
 
     async def _mutable_parameters(self, claim: Mapping[str, Any], name: str) -> dict[str, str]:
         """The parameters of the claim's VolumeAttributesClass ``name``, which must be for
@@ -792,3 +784,22 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
             (pv.get("metadata") or {}).get("name", ""),
             None,
         )
+
+
+def _secret_references(
+    class_name: str, parameters: Mapping[str, str], pv_name: str, claim: Mapping[str, Any]
+) -> tuple[SecretRef | None, list[tuple[str, SecretRef]], SecretRef | None]:
+    """The provisioner secret, the PV's secret references (by PV field) and the modify secret
+    the class's templates name for ``claim``; a bad template is the class's error."""
+    try:
+        provisioner_secret = secret_reference(PROVISIONER_SECRET, parameters, pv_name, claim)
+        # Resolved here once; the PV built after CreateVolume records them as they are.
+        pv_secrets: list[tuple[str, SecretRef]] = []
+        for field, params in PV_SECRETS:
+            ref = secret_reference(params, parameters, pv_name, claim)
+            if ref is not None:
+                pv_secrets.append((field, ref))
+        modify_secret = secret_reference(CONTROLLER_MODIFY_SECRET, parameters, pv_name, claim)
+    except ValueError as err:
+        raise PreparationError(f"StorageClass {class_name!r}: {err}") from None
+    return provisioner_secret, pv_secrets, modify_secret
