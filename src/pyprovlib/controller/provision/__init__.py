@@ -31,8 +31,11 @@ The package, by concern (a reader of upstream's ``controller.go`` finds each par
   only enqueue, workers, leader election, the metrics and health endpoint.
 - ``claims`` — the claim worker: ``should_provision``, the provisioning operation, refusals,
   infeasible errors, rescheduling and retries.
-- ``protected_claims`` — the provisioning-protection finalizer's life cycle on a claim, and
-  finishing and deleting the volume of a claim deleted before it was bound.
+- ``attempt`` — :class:`ProvisionAttempt`, what one provisioning attempt ended in
+  (:class:`Outcome`), instead of errors returned as values.
+- ``protected_claims`` — :class:`~pyprovlib.controller.provision.protected_claims.ClaimFinalizer`:
+  the provisioning-protection finalizer's life cycle on a claim, and finishing and deleting the
+  volume of a claim deleted before it was bound; ``ClaimSync`` uses it.
 - ``volumes`` — the volume worker: the PV finalizer, ``DeletionGuard``, deleting the asset and
   the PV.
 - ``node_deployment`` — distributed provisioning (:class:`NodeDeployment`): which claims and
@@ -41,7 +44,7 @@ The package, by concern (a reader of upstream's ``controller.go`` finds each par
 - ``protection`` — the claim finalizer's API writes and ``ClaimProtection``, what the
   controller did with it that its cache may not show yet.
 - ``decisions`` — pure decisions over the cached dicts, the annotations, ``complete_volume``.
-- ``errors``, ``slowset``, ``context`` — errors and outcome markers, the claims held back
+- ``errors``, ``slowset``, ``context`` — the claim errors, the claims held back
   after an infeasible error, the wiring the parts share.
 """
 
@@ -50,6 +53,7 @@ from __future__ import annotations
 from pyprovlib.controller._lifecycle import LeaderElectionLostError
 from pyprovlib.controller.options import NodeDeployment
 from pyprovlib.controller.provision import decisions
+from pyprovlib.controller.provision.attempt import Outcome, ProvisionAttempt
 from pyprovlib.controller.provision.controller import ProvisionController
 from pyprovlib.controller.provision.decisions import *  # noqa: F403 - the package exports decisions' names
 from pyprovlib.controller.provision.errors import ClassNotFoundError, is_infeasible_error
@@ -68,6 +72,8 @@ __all__ = [
     "LeaderElectionLostError",
     "MountOptionsProvisioner",
     "NodeDeployment",
+    "Outcome",
+    "ProvisionAttempt",
     "ProvisionController",
     "SlowSet",
     "allowed_topologies_match",
