@@ -27,9 +27,11 @@ PROTO_OUT = ROOT / "src" / "pyprovlib" / "csi" / "_proto"
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """The default test suite (add ``-- -m heavy`` for the process-level, docs-build and
-    bench-smoke tests CI runs as a step of its own, ``-- -m slow`` for the heavier variants)."""
+    bench-smoke tests CI runs as a step of its own, ``-- -m slow`` for the heavier variants).
+    The default suite runs on every core (``-n auto``); the marked steps pass their own
+    arguments and run serially."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *(session.posargs or ["-n", "auto"]))
 
 
 @nox.session(python="3.11")
