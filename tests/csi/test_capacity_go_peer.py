@@ -167,6 +167,41 @@ def summary(items: list[Obj]) -> list[tuple[Any, ...]]:
     )
 
 
+async def reach_stage(
+    api: Any, namespace: str, name: str, want: list[tuple[Any, ...]]
+) -> list[str]:
+    """Wait until the objects in ``namespace`` are ``want`` (see :func:`summary`); returns
+    them normalised."""
+
+    async def reached() -> list[Obj] | None:
+        items = await objects(api, namespace)
+        return items if summary(items) == want else None
+
+    try:
+        items = await testing.eventually(reached, timeout=60, message=f"stage {name}")
+    except AssertionError:
+        have = summary(await objects(api, namespace))
+        raise AssertionError(f"stage {name}: want {want}, have {have}") from None
+    return sorted(normalised(o) for o in items)
+
+
+async def delete_claim_and_volume(scene: Scene, claim: str, volume: str) -> None:
+    """Delete the claim and wait until the provisioner deleted its volume."""
+    api = scene.api
+    await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(claim, scene.cluster.namespace)
+
+    async def volume_gone() -> bool:
+        try:
+            await ResourceClient(api, PERSISTENT_VOLUMES).get(volume)
+        except Exception as err:
+            if is_not_found(err):
+                return True
+            raise
+        return False
+
+    await testing.eventually(volume_gone, timeout=60, message="the volume deleted")
+
+
 Runner = Callable[[str], contextlib.AbstractAsyncContextManager[Any]]
 
 
@@ -178,16 +213,7 @@ async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, 
     nodes = list(scene.nodes)
 
     async def stage(name: str, want: list[tuple[Any, ...]]) -> None:
-        async def reached() -> list[Obj] | None:
-            items = await objects(api, namespace)
-            return items if summary(items) == want else None
-
-        try:
-            items = await testing.eventually(reached, timeout=60, message=f"stage {name}")
-        except AssertionError:
-            have = summary(await objects(api, namespace))
-            raise AssertionError(f"stage {name}: want {want}, have {have}") from None
-        seen[name] = sorted(normalised(o) for o in items)
+        seen[name] = await reach_stage(api, namespace, name, want)
 
     async with runner(namespace):
         await stage("initial", scene.expected(nodes))
@@ -215,20 +241,7 @@ async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, 
 
         # Back to the start for the next run: the volume deleted (by this provisioner), the
         # class gone, the node back.
-        await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(
-            claim_name, scene.cluster.namespace
-        )
-
-        async def volume_gone() -> bool:
-            try:
-                await ResourceClient(api, PERSISTENT_VOLUMES).get(bound["spec"]["volumeName"])
-            except Exception as err:
-                if is_not_found(err):
-                    return True
-                raise
-            return False
-
-        await testing.eventually(volume_gone, timeout=60, message="the volume deleted")
+        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
         await scene.remove_class(added)
     await scene.add_node(gone)
     return seen
@@ -370,16 +383,7 @@ async def run_node_stages(
     nodes = list(scene.nodes)
 
     async def stage(name: str, want: list[tuple[Any, ...]]) -> None:
-        async def reached() -> list[Obj] | None:
-            items = await objects(api, namespace)
-            return items if summary(items) == want else None
-
-        try:
-            items = await testing.eventually(reached, timeout=60, message=f"stage {name}")
-        except AssertionError:
-            have = summary(await objects(api, namespace))
-            raise AssertionError(f"stage {name}: want {want}, have {have}") from None
-        seen[name] = sorted(normalised(o) for o in items)
+        seen[name] = await reach_stage(api, namespace, name, want)
 
     async with contextlib.AsyncExitStack() as stack:
         for node in nodes:
@@ -404,20 +408,7 @@ async def run_node_stages(
         want = sorted(row for node in nodes for row in scene.expected([node], used.get(node)))
         await stage("capacity changed", want)
 
-        await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(
-            claim_name, scene.cluster.namespace
-        )
-
-        async def volume_gone() -> bool:
-            try:
-                await ResourceClient(api, PERSISTENT_VOLUMES).get(bound["spec"]["volumeName"])
-            except Exception as err:
-                if is_not_found(err):
-                    return True
-                raise
-            return False
-
-        await testing.eventually(volume_gone, timeout=60, message="the volume deleted")
+        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
         await scene.remove_class(scene.added_class)
     return seen
 
