@@ -10,47 +10,10 @@ from __future__ import annotations
 
 import warnings
 
-from pyprovlib.controller.attach.options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RECONCILE_SYNC,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RESYNC,
-    DEFAULT_RETRY_INTERVAL_MAX,
-    DEFAULT_RETRY_INTERVAL_START,
-    DEFAULT_RETRY_PERIOD,
-    DEFAULT_TIMEOUT,
-    DEFAULT_WORKER_THREADS,
-    DEFAULT_WORKERS,
-    FINALIZER_PREFIX,
-    LEASE_NAME_PREFIX,
-    AttachControllerOptions,
-    InvalidAttachOptionsError,
-    SidecarControllerOptions,
-    finalizer_name,
-    lease_name,
-    sanitize_driver_name,
-)
+from pyprovlib.controller.attach import options as _options
+from pyprovlib.controller.attach.options import *  # noqa: F403 - the same names, re-exported
 
-__all__ = [
-    "DEFAULT_LEASE_DURATION",
-    "DEFAULT_RECONCILE_SYNC",
-    "DEFAULT_RENEW_DEADLINE",
-    "DEFAULT_RESYNC",
-    "DEFAULT_RETRY_INTERVAL_MAX",
-    "DEFAULT_RETRY_INTERVAL_START",
-    "DEFAULT_RETRY_PERIOD",
-    "DEFAULT_TIMEOUT",
-    "DEFAULT_WORKERS",
-    "DEFAULT_WORKER_THREADS",
-    "FINALIZER_PREFIX",
-    "LEASE_NAME_PREFIX",
-    "AttachControllerOptions",
-    "InvalidAttachOptionsError",
-    "SidecarControllerOptions",
-    "finalizer_name",
-    "lease_name",
-    "sanitize_driver_name",
-]
+__all__ = list(_options.__all__)
 
 warnings.warn(
     "pyprovlib.controller.attach_options is deprecated: import from pyprovlib.controller.attach"

@@ -10,37 +10,10 @@ from __future__ import annotations
 
 import warnings
 
-from pyprovlib.controller.resize.options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RESYNC,
-    DEFAULT_RETRY_INTERVAL_MAX,
-    DEFAULT_RETRY_INTERVAL_START,
-    DEFAULT_RETRY_PERIOD,
-    DEFAULT_TIMEOUT,
-    DEFAULT_WORKERS,
-    LEASE_NAME_PREFIX,
-    InvalidResizeOptionsError,
-    ResizeControllerOptions,
-    SidecarControllerOptions,
-    lease_name,
-)
+from pyprovlib.controller.resize import options as _options
+from pyprovlib.controller.resize.options import *  # noqa: F403 - the same names, re-exported
 
-__all__ = [
-    "DEFAULT_LEASE_DURATION",
-    "DEFAULT_RENEW_DEADLINE",
-    "DEFAULT_RESYNC",
-    "DEFAULT_RETRY_INTERVAL_MAX",
-    "DEFAULT_RETRY_INTERVAL_START",
-    "DEFAULT_RETRY_PERIOD",
-    "DEFAULT_TIMEOUT",
-    "DEFAULT_WORKERS",
-    "LEASE_NAME_PREFIX",
-    "InvalidResizeOptionsError",
-    "ResizeControllerOptions",
-    "SidecarControllerOptions",
-    "lease_name",
-]
+__all__ = list(_options.__all__)
 
 warnings.warn(
     "pyprovlib.controller.resize_options is deprecated: import from pyprovlib.controller.resize"
