@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: a real node — containerd and a kubelet (pyprovlib.testing.node.KubeletNode) joined to a
+# CI: a real node — containerd and a kubelet (pyprovlib.testing._node.KubeletNode) joined to a
 # real control plane from ../shared/kube — then
 #   1. the node tests (pytest -m node tests/node): pods write into volumes that the hostpath
 #      example and python -m pyprovlib.csi provision, on the Go hostpath driver and on

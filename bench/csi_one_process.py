@@ -7,7 +7,7 @@ Processes, so each figure is its own:
 
 - the API server (``python -m pyprovlib.testing``, with its PV binder, as ``provision.py``
   starts it);
-- the CSI driver (``--role driver``): a Python driver on :mod:`pyprovlib.csi.server` answering
+- the CSI driver (``--role driver``): a Python driver on :mod:`pyprovlib.csi._server` answering
   CreateVolume, DeleteVolume, ControllerPublishVolume, ControllerUnpublishVolume and
   ControllerExpandVolume at once from a dict (the in-repo test driver's behaviour; not the Go
   hostpathplugin, whose own cost and disk work would only add noise to both sides alike);
@@ -82,7 +82,7 @@ async def run_driver(args: argparse.Namespace) -> None:
     from grpclib.const import Status
 
     from pyprovlib.csi._proto.csi import v1
-    from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, IdentityService
+    from pyprovlib.csi._server import ControllerService, CSIError, CSIServer, IdentityService
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     caps = v1.ControllerServiceCapabilityRpcType
@@ -288,8 +288,8 @@ async def workload(
     started: list[tuple[str, asyncio.subprocess.Process]],
     startup_cpu: dict[str, float],
 ) -> dict[str, float]:
-    from pyprovlib.kube.config import ClientSettings, new_client
-    from pyprovlib.kube.resources import (
+    from pyprovlib.kube._config import ClientSettings, new_client
+    from pyprovlib.kube._resources import (
         CSINODES,
         LEASES,
         PERSISTENT_VOLUME_CLAIMS,
@@ -297,7 +297,7 @@ async def workload(
         STORAGE_CLASSES,
         VOLUME_ATTACHMENTS,
     )
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._rest import ResourceClient
 
     phases: dict[str, float] = {}
     api = await new_client(ClientSettings(kubeconfig=str(kubeconfig), qps=0, burst=0))

@@ -7,7 +7,7 @@ CreateVolume/DeleteVolume over a unix socket. Comparing the two shows the gRPC c
 Four processes, so the controller's figures are its own:
 
 - the API server (``python -m pyprovlib.testing``, with its PV binder) or a real cluster;
-- the CSI driver (``--role driver``): a Python driver built on :mod:`pyprovlib.csi.server`
+- the CSI driver (``--role driver``): a Python driver built on :mod:`pyprovlib.csi._server`
   answering CreateVolume/DeleteVolume at once from a dict;
 - the controller (``--role controller``): CSIConnection + CSIProvisioner + ProvisionController;
 - this process, which reuses ``provision.py``'s driver half (claims, watches, timestamps).
@@ -79,7 +79,7 @@ provision = _load_provision_bench()
 
 async def run_driver(args: argparse.Namespace) -> None:
     from pyprovlib.csi._proto.csi import v1
-    from pyprovlib.csi.server import ControllerService, CSIServer, IdentityService
+    from pyprovlib.csi._server import ControllerService, CSIServer, IdentityService
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
@@ -139,9 +139,9 @@ class InProcessConnection:
     gRPC (``--transport none``). Volumes are kept in a dict like the driver role's."""
 
     def __init__(self, driver_name: str) -> None:
+        from pyprovlib.csi._connection import PluginCapabilities
         from pyprovlib.csi._proto.csi import v1
-        from pyprovlib.csi.connection import PluginCapabilities
-        from pyprovlib.kube.clock import RealClock
+        from pyprovlib.kube._clock import RealClock
 
         self.driver_name = driver_name
         self.plugin_capabilities = PluginCapabilities(
@@ -180,7 +180,7 @@ class InProcessConnection:
 
 def counting_provisioner(base: Any) -> Any:
     """``base`` (CSIProvisioner) counting its provision attempts and how each ended."""
-    from pyprovlib.provisioner import ProvisioningError
+    from pyprovlib._provisioner import ProvisioningError
 
     class Counting(base):  # type: ignore[misc, valid-type]
         def __init__(self, *a: Any, **kw: Any) -> None:
@@ -262,11 +262,11 @@ async def run_controller(args: argparse.Namespace) -> None:
     from kubernetes_asyncio.client import Configuration
     from kubernetes_asyncio.config import load_kube_config
 
-    from pyprovlib.controller.options import ProvisionControllerOptions
-    from pyprovlib.controller.provision import ProvisionController
-    from pyprovlib.csi.connection import CSIConnection
+    from pyprovlib.controller._options import ProvisionControllerOptions
+    from pyprovlib.controller._provision import ProvisionController
+    from pyprovlib.csi._connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
-    from pyprovlib.kube.informer import SharedInformerFactory
+    from pyprovlib.kube._informer import SharedInformerFactory
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     driver: asyncio.subprocess.Process | None = None
@@ -436,9 +436,9 @@ async def run_isolated(args: argparse.Namespace) -> dict[str, Any]:
 
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from pyprovlib.csi.connection import CSIConnection
+    from pyprovlib._provisioner import ProvisionOptions
+    from pyprovlib.csi._connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
-    from pyprovlib.provisioner import ProvisionOptions
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     driver: asyncio.subprocess.Process | None = None

@@ -107,8 +107,8 @@ class PVWatch:
     """This process's watch on PersistentVolumes: the time each claim's PV first arrived."""
 
     def __init__(self, api: Any) -> None:
-        from pyprovlib.kube.resources import PERSISTENT_VOLUMES
-        from pyprovlib.kube.rest import ResourceClient
+        from pyprovlib.kube._resources import PERSISTENT_VOLUMES
+        from pyprovlib.kube._rest import ResourceClient
 
         self.client = ResourceClient(api, PERSISTENT_VOLUMES)
         self.seen: dict[tuple[str, str], float] = {}
@@ -154,8 +154,8 @@ class PVWatch:
 
 
 async def _prepare_cluster(api: Any, node: str) -> None:
-    from pyprovlib.kube.resources import CSIDRIVERS, CSINODES, NODES, STORAGE_CLASSES
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import CSIDRIVERS, CSINODES, NODES, STORAGE_CLASSES
+    from pyprovlib.kube._rest import ResourceClient
 
     await ResourceClient(api, NODES).patch(node, {"metadata": {"labels": {TOPOLOGY_KEY: node}}})
     await ResourceClient(api, CSIDRIVERS).create(
@@ -291,8 +291,8 @@ async def _events_settled(
     """Wait until the run's events are written: two per claim (Provisioning and
     ProvisioningSucceeded; repeats are counted by the API server, not created), or no new one
     for ``--settle`` seconds. Returns their number and when the last count was reached."""
-    from pyprovlib.kube.resources import EVENTS
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import EVENTS
+    from pyprovlib.kube._rest import ResourceClient
 
     events = ResourceClient(api, EVENTS)
     wanted = 2 * (args.volumes + 1)  # the warm-up claim's too
@@ -312,9 +312,9 @@ async def _events_settled(
 
 async def _cleanup(api: Any, namespace: str) -> None:
     """Remove the run's claims and PVs without a provisioner: strip finalizers, delete."""
-    from pyprovlib.kube.errors import is_not_found
-    from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._errors import is_not_found
+    from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+    from pyprovlib.kube._rest import ResourceClient
 
     pvs = ResourceClient(api, PERSISTENT_VOLUMES)
     claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
@@ -349,8 +349,8 @@ async def _cleanup(api: Any, namespace: str) -> None:
 async def run_once(
     peer: str, run: int, args: argparse.Namespace, api: Any, plane: Any, watch: PVWatch
 ) -> dict[str, Any]:
-    from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS
+    from pyprovlib.kube._rest import ResourceClient
 
     node = plane.node_names[0]
     kind = _parse_peer(peer)[0]
@@ -490,7 +490,7 @@ async def _scrape_sidecar(run: int) -> str:
 
 
 async def _scrape_apiserver(api: Any) -> Buckets:
-    from pyprovlib.kube.config import send_request
+    from pyprovlib.kube._config import send_request
 
     response = await send_request(api, "GET", "/metrics")
     try:
@@ -637,8 +637,8 @@ def _order(peers: list[str], runs: int) -> list[str]:
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from pyprovlib.kube.config import ClientSettings, new_client
-    from pyprovlib.testing.controlplane import ControlPlane
+    from pyprovlib.kube._config import ClientSettings, new_client
+    from pyprovlib.testing._controlplane import ControlPlane
 
     async with ControlPlane.start(
         args.assets, controller_manager=True, scheduler=False, nodes=1, snapshot_crds=False

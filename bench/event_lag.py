@@ -61,7 +61,7 @@ def _event_observer(base: type) -> type:
                 await super().watch_claims()
 
         async def watch_events(self) -> None:
-            from pyprovlib.kube.resources import EVENTS
+            from pyprovlib.kube._resources import EVENTS
 
             async for now, event in self.watch(EVENTS, self.namespace):
                 obj = event["object"]

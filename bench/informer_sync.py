@@ -33,11 +33,11 @@ from typing import Any
 import structlog
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.kube.config import ClientSettings, new_client
-from pyprovlib.kube.informer import ResourceListerWatcher, SharedInformer
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube._config import ClientSettings, new_client
+from pyprovlib.kube._informer import ResourceListerWatcher, SharedInformer
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
 
 LABEL = "bench.pyprovlib.io/run"
 

@@ -147,7 +147,7 @@ async def _api_calls(args: argparse.Namespace, kubeconfig: Path, node: str) -> d
     from kubernetes_asyncio import config
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from pyprovlib.kube.config import use_resolved_proxy
+    from pyprovlib.kube._config import use_resolved_proxy
 
     configuration = Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
@@ -273,7 +273,7 @@ def _summary(rounds: list[tuple[float, float]]) -> dict[str, Any]:
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from pyprovlib.testing.controlplane import ControlPlane
+    from pyprovlib.testing._controlplane import ControlPlane
 
     async with ControlPlane.start(
         args.assets, controller_manager=False, scheduler=False, nodes=1, snapshot_crds=False

@@ -86,8 +86,8 @@ class Volumes:
     Bound and when it was deleted."""
 
     def __init__(self, api: Any) -> None:
-        from pyprovlib.kube.resources import PERSISTENT_VOLUMES
-        from pyprovlib.kube.rest import ResourceClient
+        from pyprovlib.kube._resources import PERSISTENT_VOLUMES
+        from pyprovlib.kube._rest import ResourceClient
 
         self.client = ResourceClient(api, PERSISTENT_VOLUMES)
         self.added: dict[tuple[str, str], float] = {}
@@ -145,8 +145,8 @@ class Volumes:
 
 
 async def _prepare_cluster(api: Any) -> None:
-    from pyprovlib.kube.resources import STORAGE_CLASSES
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import STORAGE_CLASSES
+    from pyprovlib.kube._rest import ResourceClient
 
     for kind in ("go", "py"):
         await ResourceClient(api, STORAGE_CLASSES).create(
@@ -291,8 +291,8 @@ class Audit:
 
 
 async def _events_settled(api: Any, namespace: str, wanted: int, settle: float) -> int:
-    from pyprovlib.kube.resources import EVENTS
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import EVENTS
+    from pyprovlib.kube._rest import ResourceClient
 
     events = ResourceClient(api, EVENTS)
     count, changed = -1, time.monotonic()
@@ -344,8 +344,8 @@ async def run_once(
     watch: Volumes,
     audit: Audit,
 ) -> dict[str, Any]:
-    from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS
+    from pyprovlib.kube._rest import ResourceClient
 
     node = plane.node_names[0]
     kind = _parse_peer(peer)[0]
@@ -479,7 +479,7 @@ async def floor(args: argparse.Namespace, kubeconfig: Path, round_: int) -> dict
     from kubernetes_asyncio import config
     from kubernetes_asyncio.client import ApiClient, Configuration
 
-    from pyprovlib.kube.config import use_resolved_proxy
+    from pyprovlib.kube._config import use_resolved_proxy
 
     configuration = Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
@@ -555,8 +555,8 @@ def _floor_per_volume(f: dict[str, float], watch_lines: int) -> tuple[float, flo
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from pyprovlib.kube.config import ClientSettings, new_client
-    from pyprovlib.testing.controlplane import ControlPlane
+    from pyprovlib.kube._config import ClientSettings, new_client
+    from pyprovlib.testing._controlplane import ControlPlane
 
     work = Path(tempfile.mkdtemp(prefix="library-real-", dir=args.workdir))
     (work / "audit-policy.yaml").write_text(AUDIT_POLICY)
@@ -672,7 +672,7 @@ def run_py_nfs(variants: list[str], argv: list[str]) -> int:
         import variants as changes  # bench/variants.py
 
         changes.install(variants)
-    from pyprovlib.examples.nfs.cli import main as nfs_main
+    from pyprovlib.examples.nfs._cli import main as nfs_main
 
     return nfs_main(argv)
 

@@ -1,7 +1,7 @@
 """Time to a running pod on a real node: ``python -m pyprovlib.csi`` against the Go sidecars.
 
 One run of this script starts a control plane and a real node (containerd + kubelet,
-:class:`pyprovlib.testing.node.KubeletNode`) from an assets directory (``--assets``, default
+:class:`pyprovlib.testing._node.KubeletNode`) from an assets directory (``--assets``, default
 ``$PYPROVLIB_KUBE_ASSETS``), then measures, interleaved (go, py, py, go, ...), each stack of
 ``tests/node/stacks.py`` on the same Go hostpath driver:
 
@@ -14,7 +14,7 @@ to the pod's ``Running`` (the scheduler picks the node, the provisioner creates 
 attacher attaches it, the kubelet stages and publishes it and starts the container). The
 controller processes' CPU (user + system) is read over that phase and over the deletion phase
 (pods and claims deleted, until every PV and VolumeAttachment is gone). Needs root and what
-:func:`pyprovlib.testing.node.node_unavailable` asks for.
+:func:`pyprovlib.testing._node.node_unavailable` asks for.
 
 Usage::
 
@@ -41,9 +41,9 @@ sys.path.insert(0, str(HERE.parent / "tests" / "node"))
 
 import stacks  # noqa: E402
 
-from pyprovlib.testing.binder import HttpTransport  # noqa: E402
-from pyprovlib.testing.controlplane import ControlPlane  # noqa: E402
-from pyprovlib.testing.node import KubeletNode, node_unavailable  # noqa: E402
+from pyprovlib.testing._binder import HttpTransport  # noqa: E402
+from pyprovlib.testing._controlplane import ControlPlane  # noqa: E402
+from pyprovlib.testing._node import KubeletNode, node_unavailable  # noqa: E402
 
 BUSYBOX = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
 PEERS = {"go": stacks.GO, "py": stacks.PYPROVLIB}

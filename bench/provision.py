@@ -70,11 +70,11 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.config import load_kube_config
 
-from pyprovlib.controller.provision import FINALIZER_PROVISIONING
+from pyprovlib.controller._provision import FINALIZER_PROVISIONING
 
 if TYPE_CHECKING:
-    from pyprovlib.kube.objects import Obj
-    from pyprovlib.kube.resources import Resource
+    from pyprovlib.kube._objects import Obj
+    from pyprovlib.kube._resources import Resource
 
 PROVISIONER = "bench.pyprovlib.io/memory"
 HERE = Path(__file__).resolve()
@@ -90,8 +90,8 @@ def counting_client(configuration: Configuration) -> Any:
     unthrottled like the Go reference), counting the requests it sends by (verb, resource).
     Counting overrides ``request``, kubernetes-asyncio's public method every request of the
     controller (typed or raw JSON) goes through."""
-    from pyprovlib.kube.config import LimitedApiClient
-    from pyprovlib.kube.ratelimit import TokenBucket
+    from pyprovlib.kube._config import LimitedApiClient
+    from pyprovlib.kube._ratelimit import TokenBucket
 
     host = configuration.host
 
@@ -216,9 +216,9 @@ def _sys_cpu() -> float:
 
 
 async def run_controller(args: argparse.Namespace) -> None:
-    from pyprovlib.controller.options import ProvisionControllerOptions
-    from pyprovlib.controller.provision import ProvisionController
-    from pyprovlib.provisioner import Provisioner
+    from pyprovlib._provisioner import Provisioner
+    from pyprovlib.controller._options import ProvisionControllerOptions
+    from pyprovlib.controller._provision import ProvisionController
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
@@ -228,7 +228,7 @@ async def run_controller(args: argparse.Namespace) -> None:
     if args.object_deleter:
         from collections.abc import Mapping
 
-        from pyprovlib.provisioner import ObjectDeleter
+        from pyprovlib._provisioner import ObjectDeleter
 
         class JsonBackend(MemoryProvisioner, Provisioner, ObjectDeleter):
             """Deletes from the PV's JSON: the controller converts no model for delete."""
@@ -422,7 +422,7 @@ class Observer:
     ) -> AsyncIterator[tuple[float, Obj]]:
         """Every watch event of ``kind`` (in ``namespace``) from now on, bookmarks aside,
         with the monotonic time it arrived; the watch is resumed when the server ends it."""
-        from pyprovlib.kube.rest import ResourceClient
+        from pyprovlib.kube._rest import ResourceClient
 
         client = ResourceClient(self.api, kind)
         listed = await client.list(namespace)
@@ -436,7 +436,7 @@ class Observer:
                         yield now, event
 
     async def watch_claims(self) -> None:
-        from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
+        from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS
 
         async for now, event in self.watch(PERSISTENT_VOLUME_CLAIMS, self.namespace):
             obj = event["object"]
@@ -459,7 +459,7 @@ class Observer:
                 self.all_settled.set()
 
     async def watch_volumes(self) -> None:
-        from pyprovlib.kube.resources import PERSISTENT_VOLUMES
+        from pyprovlib.kube._resources import PERSISTENT_VOLUMES
 
         async for now, event in self.watch(PERSISTENT_VOLUMES, None):
             obj = event["object"]
@@ -496,8 +496,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def drive(args: argparse.Namespace) -> dict[str, Any]:
-    from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+    from pyprovlib.kube._rest import ResourceClient
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with contextlib.ExitStack() as stack:
@@ -814,7 +814,7 @@ def add_client_arguments(p: argparse.ArgumentParser) -> None:
         "--aiohttp-trust-env",
         action="store_true",
         help="keep kubernetes-asyncio's trust_env=True session (netrc/proxy lookups per request) "
-        "instead of pyprovlib.kube.config.use_resolved_proxy",
+        "instead of pyprovlib.kube._config.use_resolved_proxy",
     )
 
 

@@ -35,11 +35,11 @@ def _uid_of_pv_name(name: str) -> str:
 
 
 def install(path: str) -> None:
-    from pyprovlib.controller.provision import ProvisionController
-    from pyprovlib.controller.provision.claims import ClaimSync
-    from pyprovlib.csi.connection import CSIConnection
+    from pyprovlib.controller._provision import ProvisionController
+    from pyprovlib.controller._provision.claims import ClaimSync
+    from pyprovlib.csi._connection import CSIConnection
     from pyprovlib.csi.provisioner import CSIProvisioner
-    from pyprovlib.kube.rest import ResourceClient
+    from pyprovlib.kube._rest import ResourceClient
 
     enqueue_claim = ProvisionController._enqueue_claim
     process_claim = ClaimSync.process

@@ -56,7 +56,7 @@ class _JsonOptions:
 def _noconv() -> None:
     from kubernetes_asyncio.client import V1PersistentVolume
 
-    import pyprovlib.csi.provisioner as module
+    import pyprovlib.csi.provisioner._controller as module
 
     from_model = module.from_model
     to_model = module.to_model
@@ -103,7 +103,7 @@ def _quietlogs() -> None:
 
 
 def _writers(count: int) -> None:
-    from pyprovlib.kube.events import EventRecorder
+    from pyprovlib.kube._events import EventRecorder
 
     init = EventRecorder.__init__
 
@@ -119,7 +119,7 @@ def _clientgo_events() -> None:
     """client-go's event sink: one writer and a 1,000-event buffer that drops when full
     (``watch.NewLongQueueBroadcaster(1000, DropIfChannelFull)``), instead of 16 writers and
     2,000 events."""
-    from pyprovlib.kube.events import EventRecorder
+    from pyprovlib.kube._events import EventRecorder
 
     init = EventRecorder.__init__
 
@@ -136,7 +136,7 @@ def _busy_writers(count: int) -> None:
     """The recorder's writers while the controller has claims waiting for a worker:
     ``busy_writers`` (default 1; 0 holds every event back until the queue runs dry or
     ``hold_limit`` events wait)."""
-    from pyprovlib.kube.events import EventRecorder
+    from pyprovlib.kube._events import EventRecorder
 
     init = EventRecorder.__init__
 
@@ -151,7 +151,7 @@ def _busy_writers(count: int) -> None:
 def _noevents() -> None:
     """Upper bound of what writing events costs the provisioning: every event is taken
     from the buffer and discarded without a request (not a behaviour to adopt)."""
-    from pyprovlib.kube.events import EventRecorder
+    from pyprovlib.kube._events import EventRecorder
 
     async def discard(self: Any, event: Any) -> None:
         return None
@@ -217,7 +217,7 @@ def _pool(size: int) -> None:
 
     # Trees whose new_client sets the pool from ClientSettings.max_connections: the client's
     # configuration is set just before its connector is made.
-    from pyprovlib.kube import config
+    from pyprovlib.kube import _config as config
 
     client_init = config.LimitedApiClient.__init__
 

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.workqueue import ShutDownError, WorkQueue
+from pyprovlib.kube._workqueue import ShutDownError, WorkQueue
 
 
 async def _worker(q: WorkQueue[str], seen: list[str]) -> None:

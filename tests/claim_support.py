@@ -1,4 +1,4 @@
-"""Claims and volumes as raw JSON on a :class:`~pyprovlib.testing.cluster.TestCluster`: the
+"""Claims and volumes as raw JSON on a :class:`~pyprovlib.testing._cluster.TestCluster`: the
 create/get/delete helpers the provisioning tests of tests/integration and tests/csi share
 (here at the root of ``tests/``, which pytest puts on ``sys.path``)."""
 
@@ -8,11 +8,11 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ApiException, ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._errors import is_not_found
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ApiException, ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 
 async def create_claim(

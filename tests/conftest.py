@@ -17,9 +17,9 @@ from inventory_support import inventory, left_behind
 from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.config import load_kube_config
 
-from pyprovlib.runtime import logging as runtime_logging
-from pyprovlib.testing.cluster import ENV_KUBECONFIG
-from pyprovlib.testing.controlplane import assets_from_environment, shared_control_plane
+from pyprovlib.runtime import _logging as runtime_logging
+from pyprovlib.testing._cluster import ENV_KUBECONFIG
+from pyprovlib.testing._controlplane import assets_from_environment, shared_control_plane
 
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from grpclib.const import Status
 
-from pyprovlib.csi.server import CSIError
+from pyprovlib.csi._server import CSIError
 
 
 @dataclass

@@ -11,7 +11,7 @@ import time
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.testing.binder import HttpTransport
+from pyprovlib.testing._binder import HttpTransport
 
 # (kind, collection path); namespaced collections are listed across all namespaces.
 KINDS: tuple[tuple[str, str], ...] = (

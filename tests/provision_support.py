@@ -18,16 +18,16 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.metrics import ProvisionMetrics
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib._provisioner import Provisioner, ProvisionOptions
+from pyprovlib.controller._metrics import ProvisionMetrics
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import PERSISTENT_VOLUMES, STORAGE_CLASSES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.testing import eventually, wait_bound, wait_deleted
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 
 class MemoryProvisioner(Provisioner):

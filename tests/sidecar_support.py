@@ -18,11 +18,13 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.runtime import RuntimeContext, parse_common
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.runtime import RuntimeContext
+from pyprovlib.runtime._flags import parse_common
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._support import Runnable
 
 T = TypeVar("T")
-C = TypeVar("C", bound=testing.support.Runnable)
+C = TypeVar("C", bound=Runnable)
 
 
 def running(controller: C) -> contextlib.AbstractAsyncContextManager[C]:

@@ -5,7 +5,7 @@ runs it (``python tools/generate_proto.py [--check]``).
 
 Runs protoc (from grpcio-tools) with the betterproto2 plugin for async clients and servers, and
 derives from the same ``.proto`` the table of fields marked ``[(csi_secret) = true]`` that
-:mod:`pyprovlib.csi.redact` uses, so the redaction list can never drift from the spec.
+:mod:`pyprovlib.csi._redact` uses, so the redaction list can never drift from the spec.
 ``--check`` regenerates into a temporary directory and fails, naming the files, when the
 committed bindings differ.
 

@@ -1,7 +1,7 @@
 """mkdocs hook: turn the Sphinx roles of the project's docstrings into links.
 
 The docstrings use Sphinx cross-reference roles (``:class:`ProvisioningError```,
-``:meth:`~pyprovlib.controller.provision.ProvisionController.run```). mkdocstrings renders
+``:meth:`~pyprovlib.controller._provision.ProvisionController.run```). mkdocstrings renders
 docstrings as Markdown, where such a role arrives as the literal text ``:class:`` before a code
 span. This hook replaces each one with an optional autorefs cross-reference, resolved by
 mkdocs-autorefs after every page is rendered: a dotted target is used as it is, a bare name is

@@ -1,13 +1,15 @@
 """pyprovlib: write Kubernetes storage controllers (provisioners, attachers, resizers) in Python.
 
-This module only re-exports the public API::
+This module is the user contract and the controllers that drive it::
 
     from pyprovlib import ProvisionController, Provisioner, ProvisionOptions
 
-See the documentation for the tour: the user contracts live in :mod:`pyprovlib.provisioner`
-and :mod:`pyprovlib.attacher`, the controllers in :mod:`pyprovlib.controller`, client-go's
-machinery in :mod:`pyprovlib.kube`, process wiring in :mod:`pyprovlib.runtime` and the
-in-memory API server for tests in :mod:`pyprovlib.testing`.
+The rest of the public API lives in five packages, each listing its names in ``__all__``:
+:mod:`pyprovlib.controller` (capacity, volume stores, metrics, annotations),
+:mod:`pyprovlib.kube` (client-go's machinery), :mod:`pyprovlib.runtime` (process wiring),
+:mod:`pyprovlib.csi` (CSI over gRPC, the sidecars in its subpackages) and
+:mod:`pyprovlib.testing` (the in-memory API server). Every module whose name starts with ``_``
+is internal and may change without notice; docs/reference lists the whole public surface.
 
 ``import pyprovlib`` changes nothing in the interpreter and imports nothing heavy: each name
 below is imported from its module the first time it is used (PEP 562), so an application can
@@ -25,17 +27,10 @@ from pyprovlib._reexports import lazy_reexports
 from pyprovlib._version import __version__
 
 if TYPE_CHECKING:
-    from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
-    from pyprovlib.controller.attach import AttachController, AttachControllerOptions
-    from pyprovlib.controller.options import (
-        Backoff,
-        InvalidOptionsError,
-        ProvisionControllerOptions,
-    )
-    from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
-    from pyprovlib.controller.resize import ResizeController, ResizeControllerOptions
-    from pyprovlib.errors import PyprovlibError
-    from pyprovlib.provisioner import (
+    from pyprovlib._attacher import Attacher, AttachError, AttachNode, AttachVolume
+    from pyprovlib._errors import InvalidOptionsError, PyprovlibError
+    from pyprovlib._modifier import Modifier, ModifyError, NotModifiable
+    from pyprovlib._provisioner import (
         BlockProvisioner,
         DeletionGuard,
         IgnoredError,
@@ -48,7 +43,13 @@ if TYPE_CHECKING:
         ProvisionOptions,
         Qualifier,
     )
-    from pyprovlib.resizer import ExpansionResult, NotExpandable, ResizeError, Resizer
+    from pyprovlib._resizer import ExpansionResult, NotExpandable, ResizeError, Resizer
+    from pyprovlib.controller._attach import AttachController, AttachControllerOptions
+    from pyprovlib.controller._lifecycle import LeaderElectionLostError
+    from pyprovlib.controller._modify import ModifyController, ModifyControllerOptions
+    from pyprovlib.controller._options import Backoff, ProvisionControllerOptions
+    from pyprovlib.controller._provision import ProvisionController
+    from pyprovlib.controller._resize import ResizeController, ResizeControllerOptions
 
 __all__ = [
     "AttachController",
@@ -65,8 +66,13 @@ __all__ = [
     "InfeasibleError",
     "InvalidOptionsError",
     "LeaderElectionLostError",
+    "Modifier",
+    "ModifyController",
+    "ModifyControllerOptions",
+    "ModifyError",
     "MountOptionsProvisioner",
     "NotExpandable",
+    "NotModifiable",
     "ObjectDeleter",
     "ProvisionController",
     "ProvisionControllerOptions",
@@ -88,17 +94,10 @@ __all__ = [
 __getattr__, __dir__ = lazy_reexports(
     __name__,
     {
-        "pyprovlib.attacher": ["Attacher", "AttachError", "AttachNode", "AttachVolume"],
-        "pyprovlib.controller.attach": ["AttachController", "AttachControllerOptions"],
-        "pyprovlib.controller.options": [
-            "Backoff",
-            "InvalidOptionsError",
-            "ProvisionControllerOptions",
-        ],
-        "pyprovlib.controller.provision": ["LeaderElectionLostError", "ProvisionController"],
-        "pyprovlib.controller.resize": ["ResizeController", "ResizeControllerOptions"],
-        "pyprovlib.errors": ["PyprovlibError"],
-        "pyprovlib.provisioner": [
+        "pyprovlib._attacher": ["Attacher", "AttachError", "AttachNode", "AttachVolume"],
+        "pyprovlib._errors": ["InvalidOptionsError", "PyprovlibError"],
+        "pyprovlib._modifier": ["Modifier", "ModifyError", "NotModifiable"],
+        "pyprovlib._provisioner": [
             "BlockProvisioner",
             "DeletionGuard",
             "IgnoredError",
@@ -111,6 +110,12 @@ __getattr__, __dir__ = lazy_reexports(
             "ProvisionOptions",
             "Qualifier",
         ],
-        "pyprovlib.resizer": ["ExpansionResult", "NotExpandable", "ResizeError", "Resizer"],
+        "pyprovlib._resizer": ["ExpansionResult", "NotExpandable", "ResizeError", "Resizer"],
+        "pyprovlib.controller._attach": ["AttachController", "AttachControllerOptions"],
+        "pyprovlib.controller._lifecycle": ["LeaderElectionLostError"],
+        "pyprovlib.controller._modify": ["ModifyController", "ModifyControllerOptions"],
+        "pyprovlib.controller._options": ["Backoff", "ProvisionControllerOptions"],
+        "pyprovlib.controller._provision": ["ProvisionController"],
+        "pyprovlib.controller._resize": ["ResizeController", "ResizeControllerOptions"],
     },
 )

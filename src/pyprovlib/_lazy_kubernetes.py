@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
 
 __all__ = ["EAGER_ENV", "LAZY_PACKAGES", "enable", "enabled"]
 

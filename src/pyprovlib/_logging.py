@@ -8,7 +8,7 @@ module configures nothing.
 
 The stdlib logger's level is checked first, so a disabled debug call costs no rendering. The
 processors are then structlog's configured ones when the application (or
-:func:`pyprovlib.runtime.logging.configure_logging`) configured structlog; otherwise a small
+:func:`pyprovlib.runtime.configure_logging`) configured structlog; otherwise a small
 chain that hands stdlib one ``event key=value`` line. ``structlog.testing.capture_logs`` sees
 every event, whatever the level, as it does for structlog's own loggers.
 A failure while processing a record costs that record's details, never the caller: the
@@ -26,7 +26,7 @@ import structlog
 import structlog.testing
 from structlog.typing import EventDict
 
-from pyprovlib.redaction import redact
+from pyprovlib._redaction import redact
 
 __all__ = ["get_logger"]
 

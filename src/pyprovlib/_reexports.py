@@ -7,7 +7,7 @@ to call ``pyprovlib.enable_lazy_kubernetes_imports()`` before anything imports
 kubernetes-asyncio. A package ``__init__`` uses it so::
 
     if TYPE_CHECKING:  # what type checkers and readers see
-        from pyprovlib.csi.attacher.controller import CSIAttacher
+        from pyprovlib.csi.attacher._controller import CSIAttacher
 
     __all__ = ["CSIAttacher"]
     __getattr__, __dir__ = lazy_reexports(__name__, {".controller": ["CSIAttacher"]})
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any
 
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
 
 __all__ = ["ReexportListError", "lazy_reexports"]
 
@@ -102,7 +102,7 @@ def lazy_reexports(
         module = where.get(name)
         if module is None:
             # A public submodule is an attribute on first use, as it was once an eager
-            # ``__init__`` had imported it (``pyprovlib.testing.support`` after ``import
+            # ``__init__`` had imported it (``pyprovlib.testing._support`` after ``import
             # pyprovlib.testing``).
             if not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
                 return importlib.import_module(f"{package}.{name}")

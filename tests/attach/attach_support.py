@@ -14,18 +14,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 from sidecar_support import wait_for
 
-from pyprovlib.attacher import Attacher, AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach.options import AttachControllerOptions, finalizer_name
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib._attacher import Attacher, AttachNode, AttachVolume
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._attach.options import AttachControllerOptions, finalizer_name
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     PERSISTENT_VOLUMES,
     SECRETS,
     VOLUME_ATTACHMENTS,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 T = TypeVar("T")
 

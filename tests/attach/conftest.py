@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from attach_support import Scenario
 
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 
 @pytest.fixture

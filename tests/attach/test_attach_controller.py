@@ -30,17 +30,17 @@ from attach_support import (
 from sidecar_support import running, wait_for
 
 from pyprovlib import testing
-from pyprovlib.attacher import AttachError, GrpcCode
-from pyprovlib.controller.attach import (
+from pyprovlib._attacher import AttachError, GrpcCode
+from pyprovlib.controller._attach import (
     NODE_ID_ANNOTATION,
     AttachController,
     LeaderElectionLostError,
 )
-from pyprovlib.controller.attach.options import lease_name
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.resources import LEASES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.controller._attach.options import lease_name
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._resources import LEASES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 
 async def test_attach_then_detach_with_finalizers_in_order(sc: Scenario) -> None:

@@ -14,12 +14,12 @@ from kubernetes_asyncio.client import V1PersistentVolumeSpec
 from prometheus_client import CollectorRegistry
 from sidecar_support import running
 
-from pyprovlib.attacher import AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
+from pyprovlib._attacher import AttachNode, AttachVolume
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.attacher import CSIAttacher
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.kube.convert import ConversionError
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._convert import ConversionError
+from pyprovlib.testing._cluster import TestCluster
 
 SPEC = {
     "capacity": {"storage": "1Gi"},

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
-from pyprovlib.controller.attach import should_enqueue_va_change
-from pyprovlib.controller.attach.options import (
+from pyprovlib._attacher import Attacher, AttachError, AttachNode, AttachVolume, GrpcCode
+from pyprovlib.controller._attach import should_enqueue_va_change
+from pyprovlib.controller._attach.options import (
     AttachControllerOptions,
     InvalidAttachOptionsError,
     finalizer_name,

@@ -19,21 +19,17 @@ from prometheus_client import CollectorRegistry
 from sidecar_support import running, sidecar_context, sidecar_process, wait_for
 
 from pyprovlib import testing
-from pyprovlib.attacher import AttachError, AttachVolume, GrpcCode
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach.options import finalizer_name
+from pyprovlib._attacher import AttachError, AttachVolume, GrpcCode
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._attach.options import finalizer_name
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.attacher import (
-    AttacherSidecar,
-    CSIAttacher,
-    build,
-    csi_access_mode,
-    parser,
-    volume_capability,
-)
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.runtime import parse_common
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi.attacher import CSIAttacher
+from pyprovlib.csi.attacher._controller import csi_access_mode, volume_capability
+from pyprovlib.csi.attacher._main import AttacherSidecar, build
+from pyprovlib.csi.attacher._options import parser
+from pyprovlib.runtime._flags import parse_common
+from pyprovlib.testing._cluster import TestCluster
 
 Mode = v1.VolumeCapabilityAccessModeMode
 

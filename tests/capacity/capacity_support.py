@@ -16,24 +16,24 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.controller.capacity import (
+from pyprovlib.controller._capacity import (
     Capacity,
     CapacityController,
     CapacityControllerOptions,
     Segment,
 )
-from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._clock import Clock
+from pyprovlib.kube._errors import is_not_found
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     NAMESPACES,
     NODES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube._rest import ResourceClient
 
 TOPOLOGY_KEY = "topology.capacity.test/node"
 GI = 1 << 30

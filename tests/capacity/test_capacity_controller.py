@@ -18,18 +18,18 @@ from capacity_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.controller.capacity import Capacity, CapacityControllerOptions
-from pyprovlib.controller.capacity.options import InvalidCapacityOptionsError
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.resources import (
+from pyprovlib.controller._capacity import Capacity, CapacityControllerOptions
+from pyprovlib.controller._capacity.options import InvalidCapacityOptionsError
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._resources import (
     CONFIGMAPS,
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     NODES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

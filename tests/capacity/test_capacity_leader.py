@@ -14,13 +14,13 @@ from capacity_support import FakeSource, cluster_for
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.controller.capacity import Capacity, CapacityController, CapacityControllerOptions
-from pyprovlib.controller.metrics import ProvisionMetrics
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.provisioner import IgnoredError, Provisioner, ProvisionOptions
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib._provisioner import IgnoredError, Provisioner, ProvisionOptions
+from pyprovlib.controller._capacity import Capacity, CapacityController, CapacityControllerOptions
+from pyprovlib.controller._metrics import ProvisionMetrics
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from pyprovlib import testing
-from pyprovlib.controller.capacity import OwnerLookupError, lookup_owner
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import DEPLOYMENTS, PODS, REPLICA_SETS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.controller._capacity import OwnerLookupError, lookup_owner
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import DEPLOYMENTS, PODS, REPLICA_SETS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

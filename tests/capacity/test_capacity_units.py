@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyprovlib.controller.capacity.controller import WorkItem, item_of
-from pyprovlib.controller.capacity.topology import (
+from pyprovlib.controller._capacity.controller import WorkItem, item_of
+from pyprovlib.controller._capacity.topology import (
     driver_topology_keys,
     segment_from_node_selector_term,
     segment_from_selector,

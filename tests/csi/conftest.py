@@ -11,7 +11,7 @@ import pytest
 from csi_driver import short_socket_dir
 from csi_e2e import find_hostpathplugin
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 
 @pytest.fixture

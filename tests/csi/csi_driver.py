@@ -21,7 +21,7 @@ from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import (
+from pyprovlib.csi._server import (
     ControllerService,
     CSIError,
     CSIServer,

@@ -24,25 +24,25 @@ from csi_driver import DriverState, serve_driver
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.controller.metrics import ProvisionMetrics
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
+from pyprovlib.controller._metrics import ProvisionMetrics
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
-from pyprovlib.csi.provisioner.clone_controller import CloningProtectionController
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.csi.provisioner._clone_controller import CloningProtectionController
+from pyprovlib.kube._errors import is_not_found
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     EVENTS,
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_SNAPSHOT_CONTENTS,
     VOLUME_SNAPSHOTS,
 )
-from pyprovlib.kube.rest import ApiException, ResourceClient
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ApiException, ResourceClient
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing._cluster import TestCluster
 
 # -- the Go hostpathplugin ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from csi_driver import DriverState, TestController, TestIdentity
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import CSIError, CSIServer
+from pyprovlib.csi._server import CSIError, CSIServer
 
 Caps = v1.ControllerServiceCapabilityRpcType
 

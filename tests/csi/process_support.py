@@ -15,10 +15,10 @@ from csi_driver import DRIVER_NAME
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib import testing
-from pyprovlib.kube import resources
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube import _resources as resources
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube._rest import ResourceClient
 
 DEADLINE = 30.0
 T = TypeVar("T")

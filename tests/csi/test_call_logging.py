@@ -29,17 +29,17 @@ import structlog
 from grpclib.client import Channel, UnaryUnaryMethod
 from structlog.typing import EventDict
 
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection
-from pyprovlib.csi.redact import STRIPPED, is_secret_field, sanitize, strip_secrets
-from pyprovlib.csi.server import (
+from pyprovlib.csi._redact import STRIPPED, is_secret_field, sanitize, strip_secrets
+from pyprovlib.csi._server import (
     ControllerService,
     CSIServer,
     GroupControllerService,
     IdentityService,
     NodeService,
 )
-from pyprovlib.runtime.logging import configure_logging
+from pyprovlib.runtime._logging import configure_logging
 
 WHEN = datetime.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC)
 SECRET = "hunter2-very-secret"
@@ -176,7 +176,7 @@ def test_every_csi_message_renders_with_every_field_set(cls: type[betterproto2.M
 def test_durations_and_other_values_render() -> None:
     # No CSI message has a Duration today (betterproto2 would make it a timedelta); its
     # rendering is protobuf JSON's all the same.
-    from pyprovlib.csi import redact
+    from pyprovlib.csi import _redact as redact
 
     assert redact._plain(datetime.timedelta(seconds=90, microseconds=500)) == "90.0005s"
     assert redact._plain(datetime.timedelta(0)) == "0s"

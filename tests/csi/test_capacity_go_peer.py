@@ -27,10 +27,10 @@ from claim_support import create_claim
 from csi_e2e import HOSTPATH_TOPOLOGY_KEY, find_go_binary, go_hostpath
 
 from pyprovlib import testing
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.quantity import parse_quantity
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._errors import is_not_found
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._quantity import parse_quantity
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     NAMESPACES,
@@ -39,8 +39,8 @@ from pyprovlib.kube.resources import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

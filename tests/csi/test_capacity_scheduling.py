@@ -22,9 +22,9 @@ from claim_support import create_claim
 from csi_driver import TOPOLOGY_KEY, DriverState, serve_driver
 
 from pyprovlib import testing
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._errors import is_not_found
+from pyprovlib.kube._objects import Obj, name_of
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     CSIDRIVERS,
     CSINODES,
@@ -35,8 +35,8 @@ from pyprovlib.kube.resources import (
     PODS,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -27,10 +27,10 @@ from process_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._config import DEFAULT_USER_AGENT, LimitedApiClient
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     DEPLOYMENTS,
@@ -40,8 +40,8 @@ from pyprovlib.kube.resources import (
     REPLICA_SETS,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 GI = 1 << 30
 POD = "csi-hostpath-7c9d5-x2x9k"
@@ -358,11 +358,12 @@ async def test_capacity_writes_with_a_client_and_budget_of_its_own(
     --kube-api-qps/-burst budget (nor in front of it); in the sidecar and in one process.
     The client is closed when the controller's run ends."""
     from pyprovlib._logging import get_logger
-    from pyprovlib.csi import combined
-    from pyprovlib.csi.provisioner.main import make_controller
-    from pyprovlib.csi.provisioner.options import build_parser as sidecar_parser
-    from pyprovlib.kube.config import new_client
-    from pyprovlib.runtime import RuntimeContext, parse_common
+    from pyprovlib.csi import _combined as combined
+    from pyprovlib.csi.provisioner._main import make_controller
+    from pyprovlib.csi.provisioner._options import build_parser as sidecar_parser
+    from pyprovlib.kube._config import new_client
+    from pyprovlib.runtime import RuntimeContext
+    from pyprovlib.runtime._flags import parse_common
 
     monkeypatch.setenv("NAMESPACE", NAMESPACE)
     argv = [

@@ -32,15 +32,14 @@ from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
 from pyprovlib._logging import get_logger
-from pyprovlib.csi.provisioner import CLONE_FINALIZER
-from pyprovlib.csi.provisioner.clone_controller import CloningProtectionController
-from pyprovlib.csi.provisioner.data_source import SourceGuard
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import CSINODES, PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi.provisioner._clone_controller import CloningProtectionController
+from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER, SourceGuard
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import CSINODES, PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -30,13 +30,15 @@ from process_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.csi import attacher, provisioner, resizer
+from pyprovlib.csi._combined import CONTROLLERS, build_parser, lease_name
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.combined import CONTROLLERS, build_parser, lease_name
-from pyprovlib.kube.config import DEFAULT_USER_AGENT, LimitedApiClient
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import (
+from pyprovlib.csi.attacher import _options as attacher
+from pyprovlib.csi.provisioner import _options as provisioner
+from pyprovlib.csi.resizer import _options as resizer
+from pyprovlib.kube._config import DEFAULT_USER_AGENT, LimitedApiClient
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.kube._resources import (
     CSINODES,
     LEASES,
     PERSISTENT_VOLUME_CLAIMS,
@@ -44,9 +46,9 @@ from pyprovlib.kube.resources import (
     VOLUME_ATTACHMENTS,
     VOLUME_ATTRIBUTES_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.runtime import parse_common
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.runtime._flags import parse_common
+from pyprovlib.testing._server import ApiServer
 
 NOT_EXERCISED: dict[tuple[str, str, str], str] = {
     # What examples/csi-hostpath/rbac.yaml grants that the end-to-end run does not ask for,
@@ -575,8 +577,8 @@ async def test_each_controller_writes_with_its_sidecars_api_budget(
     their volumes as with the Go sidecars, bench/node_pod_start.py). The shared informers and
     the Lease keep the process's client."""
     from pyprovlib._logging import get_logger
-    from pyprovlib.csi.combined import build
-    from pyprovlib.kube.config import new_client
+    from pyprovlib.csi._combined import build
+    from pyprovlib.kube._config import new_client
     from pyprovlib.runtime import RuntimeContext
 
     async with serve_full_driver(sock_dir):

@@ -14,8 +14,7 @@ from grpclib.const import Status
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
-from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import (
+from pyprovlib.csi._connection import (
     ConnectionOptions,
     CSICallError,
     CSIConnection,
@@ -24,8 +23,9 @@ from pyprovlib.csi.connection import (
     DriverNotReadyError,
     parse_endpoint,
 )
-from pyprovlib.csi.server import CSIServer, IdentityService
-from pyprovlib.kube.clock import FakeClock
+from pyprovlib.csi._proto.csi import v1
+from pyprovlib.csi._server import CSIServer, IdentityService
+from pyprovlib.kube._clock import FakeClock
 
 FAST = ConnectionOptions(backoff_start=0.01, backoff_max=0.05)
 
@@ -288,7 +288,7 @@ async def test_lost_connection_reconnects_when_configured(sock_dir: pathlib.Path
 async def test_tcp_endpoint() -> None:
     from grpclib.server import Server
 
-    from pyprovlib.csi.server import IdentityService
+    from pyprovlib.csi._server import IdentityService
 
     server = Server([IdentityService("tcp.driver", "1")])
     await server.start("127.0.0.1", 0)
@@ -309,7 +309,7 @@ async def test_tcp_endpoint() -> None:
 def test_default_metrics_are_registered_once() -> None:
     from prometheus_client import REGISTRY
 
-    from pyprovlib.csi.connection import default_csi_metrics
+    from pyprovlib.csi._connection import default_csi_metrics
 
     first = CSIConnection("unix:///nonexistent/a.sock").metrics
     second = CSIConnection("unix:///nonexistent/b.sock").metrics

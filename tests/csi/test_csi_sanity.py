@@ -28,8 +28,8 @@ SHARED_XZ = REPO.parent / "shared" / "kube" / "csi-sanity.xz"
 # The driver with nothing configured: the library's own defaults decide what is written.
 UNCONFIGURED = """
 import asyncio, sys
-from pyprovlib.examples.csi_hostpath.cli import serve
-from pyprovlib.examples.csi_hostpath.driver import DriverOptions
+from pyprovlib.examples.csi_hostpath._cli import serve
+from pyprovlib.examples.csi_hostpath._driver import DriverOptions
 options = DriverOptions(nodeid="sanity-node", statedir=sys.argv[2], enable_attach=True)
 asyncio.run(serve(options, sys.argv[1]))
 """

@@ -28,21 +28,21 @@ from csi_e2e import (
 )
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach.options import AttachControllerOptions
-from pyprovlib.controller.resize import ResizeController, ResizeControllerOptions
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._attach.options import AttachControllerOptions
+from pyprovlib.controller._resize import ResizeController, ResizeControllerOptions
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.attacher import CSIAttacher
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.resizer import CSIResizer
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     PERSISTENT_VOLUME_CLAIMS,
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -26,9 +26,9 @@ import pytest
 from csi_e2e import HOSTPATH_TOPOLOGY_KEY, GoHostpath, go_hostpath
 
 from pyprovlib import testing
-from pyprovlib.csi.provisioner import CLONE_FINALIZER
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     EVENTS,
     NODES,
@@ -36,8 +36,8 @@ from pyprovlib.kube.resources import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

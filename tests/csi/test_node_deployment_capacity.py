@@ -14,19 +14,19 @@ from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, sho
 from process_support import entry_point, until
 
 from pyprovlib import testing
-from pyprovlib.controller.provision import ANN_SELECTED_NODE
-from pyprovlib.csi.provisioner.capacity import managed_by_for_node
-from pyprovlib.kube.config import LimitedApiClient
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import (
+from pyprovlib.controller._provision import ANN_SELECTED_NODE
+from pyprovlib.csi.provisioner._capacity import managed_by_for_node
+from pyprovlib.kube._config import LimitedApiClient
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 GI = 1 << 30
 NAMESPACE = "default"

@@ -14,15 +14,15 @@ from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, sho
 from process_support import until
 
 from pyprovlib import testing
-from pyprovlib.controller.provision import ANN_SELECTED_NODE
-from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import (
+from pyprovlib.controller._provision import ANN_SELECTED_NODE
+from pyprovlib.kube._objects import Obj, name_of
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 NODE_NAMES = ("node-a", "node-b")
 
@@ -211,7 +211,7 @@ async def test_leader_election_is_refused(kubeconfig: pathlib.Path, sock_dir: pa
 
 
 def test_flags_have_upstream_defaults() -> None:
-    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.provisioner._options import build_parser
 
     args = build_parser().parse_args([])
     assert args.node_deployment is False

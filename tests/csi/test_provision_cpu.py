@@ -11,9 +11,9 @@ import pytest
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.provision.decisions import storage_request_bytes
-from pyprovlib.csi.connection import CSIMetrics
-from pyprovlib.kube.convert import copy_json
+from pyprovlib.controller._provision.decisions import storage_request_bytes
+from pyprovlib.csi._connection import CSIMetrics
+from pyprovlib.kube._convert import copy_json
 
 
 def test_copy_json_copies_every_container_and_shares_leaves() -> None:

@@ -22,11 +22,11 @@ from csi_e2e import Env, all_events, create_claim, create_class, csi_env, get_cl
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.metrics import ProvisionMetrics
+from pyprovlib.controller._metrics import ProvisionMetrics
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.kube.objects import Obj
+from pyprovlib.kube._objects import Obj
 from pyprovlib.testing import wait_idle
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

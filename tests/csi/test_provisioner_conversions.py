@@ -18,17 +18,18 @@ from csi_e2e import (
     wait_volume_gone,
 )
 
-from pyprovlib.csi.provisioner import PROVISIONER_SECRET, CSIProvisionerOptions
-from pyprovlib.kube import convert
-from pyprovlib.provisioner import ProvisionOptions
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib._provisioner import ProvisionOptions
+from pyprovlib.csi.provisioner import CSIProvisionerOptions
+from pyprovlib.csi.provisioner._secrets import PROVISIONER_SECRET
+from pyprovlib.kube import _convert as convert
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 
 
 def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Counts every call of :mod:`pyprovlib.kube.convert`'s conversions, wherever pyprovlib
-    imported them (``from pyprovlib.kube.convert import to_model`` binds the name in the
+    """Counts every call of :mod:`pyprovlib.kube._convert`'s conversions, wherever pyprovlib
+    imported them (``from pyprovlib.kube._convert import to_model`` binds the name in the
     importing module, so each binding is wrapped)."""
     calls: list[str] = []
     for name in ("to_model", "from_model"):

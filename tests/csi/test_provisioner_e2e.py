@@ -23,15 +23,15 @@ from csi_e2e import (
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.provisioner import (
+from pyprovlib.csi.provisioner import CSIProvisionerOptions
+from pyprovlib.csi.provisioner._controller import PROVISIONER_ID_KEY
+from pyprovlib.csi.provisioner._secrets import (
     ANN_DELETION_SECRET_NAME,
     ANN_DELETION_SECRET_NAMESPACE,
-    PROVISIONER_ID_KEY,
-    CSIProvisionerOptions,
 )
-from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._resources import EVENTS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

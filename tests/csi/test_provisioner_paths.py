@@ -23,18 +23,19 @@ from csi_e2e import (
 )
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.provisioner import CLONE_FINALIZER, CSIProvisionerOptions
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.csi.provisioner import CSIProvisionerOptions
+from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     EVENTS,
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     VOLUME_ATTACHMENTS,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.binder import ANN_SELECTED_NODE
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._binder import ANN_SELECTED_NODE
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -7,27 +7,25 @@ from typing import Any
 import pytest
 from grpclib.const import Status
 
-from pyprovlib.controller.provision import FINALIZER_PROVISIONING
+from pyprovlib._provisioner import ProvisioningState
+from pyprovlib.controller._provision import FINALIZER_PROVISIONING
+from pyprovlib.csi._connection import CSICallError
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import CSICallError
-from pyprovlib.csi.provisioner import (
+from pyprovlib.csi.provisioner._controller import check_error
+from pyprovlib.csi.provisioner._data_source import (
     CLONE_FINALIZER,
-    PROVISIONER_SECRET,
-    TopologyError,
-    check_error,
-    generate_accessibility_requirements,
-    make_volume_name,
-    resolve_template,
-    secret_reference,
-    volume_capabilities,
-)
-from pyprovlib.csi.provisioner.data_source import (
     clone_holds_source,
     clone_source_key,
     requested_before_deletion,
 )
-from pyprovlib.kube.objects import Obj
-from pyprovlib.provisioner import ProvisioningState
+from pyprovlib.csi.provisioner._request import make_volume_name, volume_capabilities
+from pyprovlib.csi.provisioner._secrets import (
+    PROVISIONER_SECRET,
+    resolve_template,
+    secret_reference,
+)
+from pyprovlib.csi.provisioner._topology import TopologyError, generate_accessibility_requirements
+from pyprovlib.kube._objects import Obj
 
 UID = "6a1c4033-5d21-4b52-8cf8-e3233a8f3054"
 Mode = v1.VolumeCapabilityAccessModeMode

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from csi_e2e import create_claim, create_class, csi_env, get_volume, wait_bound, wait_event
 
-from pyprovlib.csi.provisioner import ANN_MODIFY_SECRET_NAME, ANN_MODIFY_SECRET_NAMESPACE
-from pyprovlib.kube.resources import VOLUME_ATTRIBUTES_CLASSES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi.provisioner._secrets import ANN_MODIFY_SECRET_NAME, ANN_MODIFY_SECRET_NAMESPACE
+from pyprovlib.kube._resources import VOLUME_ATTRIBUTES_CLASSES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -25,10 +25,10 @@ from csi_e2e import (
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.redact import STRIPPED, sanitize, strip_secrets, strip_secrets_dict
-from pyprovlib.kube.resources import EVENTS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi._redact import STRIPPED, sanitize, strip_secrets, strip_secrets_dict
+from pyprovlib.kube._resources import EVENTS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 SECRET = "Zq9-TOPSECRET-value-7"
 

@@ -15,7 +15,7 @@ from grpclib.exceptions import GRPCError
 from raw_grpc import raw_call
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import (
+from pyprovlib.csi._server import (
     CapabilityError,
     ControllerService,
     CSIError,
@@ -25,7 +25,7 @@ from pyprovlib.csi.server import (
     NodeService,
     unix_socket_path,
 )
-from pyprovlib.csi.validate import (
+from pyprovlib.csi._validate import (
     capacity_from_range,
     check_volume_capabilities,
     check_volume_capability,
@@ -269,7 +269,8 @@ async def test_server_streaming_methods_are_served_and_checked(sock_dir: pathlib
 
 
 def test_status_and_csierror_come_from_the_kit() -> None:
-    from pyprovlib.csi import server, validate
+    from pyprovlib.csi import _server as server
+    from pyprovlib.csi import _validate as validate
 
     assert server.Status is Status
     assert server.CSIError is validate.CSIError

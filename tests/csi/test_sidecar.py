@@ -23,9 +23,10 @@ from process_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.csi.provisioner import CLONE_FINALIZER, build_parser
-from pyprovlib.kube.objects import Obj
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER
+from pyprovlib.csi.provisioner._options import build_parser
+from pyprovlib.kube._objects import Obj
+from pyprovlib.testing._server import ApiServer
 
 Sidecar = testing.ChildProcess  # the sidecar process; its JSON log lines are collected
 
@@ -70,7 +71,7 @@ def test_controller_options_are_external_provisioners() -> None:
     """external-provisioner builds its ProvisionController with FailedProvisionThreshold(0),
     FailedDeleteThreshold(0) and CreateProvisionedPVLimiter(DefaultControllerRateLimiter()),
     and a 5 s leader election retry period."""
-    from pyprovlib.csi.provisioner.options import controller_options
+    from pyprovlib.csi.provisioner._options import controller_options
     from pyprovlib.runtime import CommonOptions, RuntimeContext
 
     args = build_parser().parse_args(["--leader-election"])

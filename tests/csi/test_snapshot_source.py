@@ -33,17 +33,14 @@ from csi_e2e import (
 )
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.provisioner import (
-    ANN_ALLOW_VOLUME_MODE_CHANGE,
-    SNAPSHOT_FINALIZER,
-    CSIProvisionerOptions,
-    build_parser,
-)
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.controlplane import ControlPlane
+from pyprovlib.csi.provisioner import CSIProvisionerOptions
+from pyprovlib.csi.provisioner._data_source import ANN_ALLOW_VOLUME_MODE_CHANGE, SNAPSHOT_FINALIZER
+from pyprovlib.csi.provisioner._options import build_parser
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import VOLUME_SNAPSHOT_CONTENTS, VOLUME_SNAPSHOTS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e
 

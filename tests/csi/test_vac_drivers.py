@@ -34,9 +34,9 @@ from csi_e2e import HOSTPATH_TOPOLOGY_KEY, go_hostpath
 from sidecar_support import kubeconfig_of, wait_for
 
 from pyprovlib import testing
-from pyprovlib.controller.modify import PV_NAME_KEY, PVC_NAME_KEY, PVC_NAMESPACE_KEY
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.controller._modify import PV_NAME_KEY, PVC_NAME_KEY, PVC_NAMESPACE_KEY
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     EVENTS,
     NODES,
@@ -45,8 +45,8 @@ from pyprovlib.kube.resources import (
     STORAGE_CLASSES,
     VOLUME_ATTRIBUTES_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

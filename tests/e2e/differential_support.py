@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 # A real kube-apiserver comes from a kubeconfig or from the launcher of an assets directory.
 _REAL_CLUSTER_ENV = ("PYPROVLIB_E2E_KUBECONFIG", "PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS")

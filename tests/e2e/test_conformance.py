@@ -23,14 +23,14 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
     VOLUME_ATTACHMENTS,
 )
 from pyprovlib.testing import wait_deleted
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -844,7 +844,7 @@ async def test_wait_for_reports_what_it_waited_for(kube_cluster: TestCluster) ->
 
 
 async def test_cluster_on_a_kubeconfig_cleans_up(tmp_path: Any) -> None:
-    from pyprovlib.testing.server import ApiServer
+    from pyprovlib.testing._server import ApiServer
 
     async with ApiServer() as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
@@ -887,8 +887,8 @@ async def test_status_writes_and_metadata(
     strategies copy only the spec from the stored object (labels, annotations and finalizers
     of the request are kept; a pod's owner references are not), VolumeAttachment's resets the
     metadata to the stored one (ResetObjectMetaForStatus)."""
-    from pyprovlib.kube.resources import NODES, PODS
-    from pyprovlib.testing.binder import _Http
+    from pyprovlib.kube._resources import NODES, PODS
+    from pyprovlib.testing._binder import _Http
 
     http = _Http(kube_cluster.api_client)
     ns = kube_cluster.namespace
@@ -1008,7 +1008,7 @@ async def test_claim_data_sources_are_normalized_or_dropped(
     dropped; a dataSourceRef of any kind is kept and mirrored; a core-group reference comes back
     with "apiGroup": null; a cross-namespace dataSourceRef is dropped without the alpha
     CrossNamespaceVolumeDataSource gate (off by default)."""
-    from pyprovlib.testing.binder import _Http
+    from pyprovlib.testing._binder import _Http
 
     http = _Http(kube_cluster.api_client)
     name = kube_cluster.unique_name("source")

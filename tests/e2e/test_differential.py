@@ -36,8 +36,8 @@ from differential_support import (
     volume,
 )
 
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._server import ApiServer
 
 # ---------------------------------------------------------------------------------------------
 # Rows. Each takes a Side and records its observations.

@@ -26,8 +26,8 @@ from differential_support import (
     require_real_apiserver,
 )
 
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._server import ApiServer
 
 VACS = "/apis/storage.k8s.io/v1/volumeattributesclasses"
 PVS = "/api/v1/persistentvolumes"

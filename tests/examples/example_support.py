@@ -27,12 +27,12 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib import testing
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES, STORAGE_CLASSES
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.provisioner import Provisioner
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib._provisioner import Provisioner
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._resources import PERSISTENT_VOLUMES, STORAGE_CLASSES
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing._cluster import TestCluster
 
 
 def fast_options(**kw: Any) -> ProvisionControllerOptions:

@@ -11,7 +11,7 @@ import pytest
 from example_support import help_documents_every_flag, run_module
 
 from pyprovlib import __version__
-from pyprovlib.examples.csi_hostpath.cli import PROG, build_parser, main
+from pyprovlib.examples.csi_hostpath._cli import PROG, build_parser, main
 
 MODULE = "pyprovlib.examples.csi_hostpath"
 

@@ -13,10 +13,13 @@ from typing import Any
 import pytest
 from manifest_support import Manifests
 
-from pyprovlib.csi import attacher, provisioner, resizer
-from pyprovlib.csi.combined import build_parser as combined_parser
-from pyprovlib.examples.csi_hostpath.cli import build_parser as driver_parser
-from pyprovlib.runtime import parse_common, parse_http_address
+from pyprovlib.csi._combined import build_parser as combined_parser
+from pyprovlib.csi.attacher import _options as attacher
+from pyprovlib.csi.provisioner import _options as provisioner
+from pyprovlib.csi.resizer import _options as resizer
+from pyprovlib.examples.csi_hostpath._cli import build_parser as driver_parser
+from pyprovlib.runtime._flag_values import parse_http_address
+from pyprovlib.runtime._flags import parse_common
 
 CSI_HOSTPATH = Manifests("csi-hostpath")
 DRIVER = "hostpath.csi.pyprovlib.io"

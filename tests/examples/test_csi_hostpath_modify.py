@@ -19,8 +19,8 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.examples.csi_hostpath.cli import build_parser, serve
-from pyprovlib.examples.csi_hostpath.driver import DriverOptions
+from pyprovlib.examples.csi_hostpath._cli import build_parser, serve
+from pyprovlib.examples.csi_hostpath._driver import DriverOptions
 
 MOUNT = v1.VolumeCapability(
     mount=v1.VolumeCapabilityMountVolume(),

@@ -18,10 +18,10 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import CSIError
-from pyprovlib.examples.csi_hostpath import cli
-from pyprovlib.examples.csi_hostpath.driver import DriverOptions
-from pyprovlib.examples.csi_hostpath.mounter import (
+from pyprovlib.csi._server import CSIError
+from pyprovlib.examples.csi_hostpath import _cli as cli
+from pyprovlib.examples.csi_hostpath._driver import DriverOptions
+from pyprovlib.examples.csi_hostpath._mounter import (
     BindMounter,
     RecordingMounter,
     is_mount_point,

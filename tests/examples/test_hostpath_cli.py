@@ -18,9 +18,9 @@ from example_support import (
 )
 from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1Node, V1ObjectMeta, V1StorageClass
 
-from pyprovlib.examples.hostpath.cli import build_parser, main
-from pyprovlib.testing.binder import set_selected_node
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.hostpath._cli import build_parser, main
+from pyprovlib.testing._binder import set_selected_node
+from pyprovlib.testing._server import ApiServer
 
 
 async def test_help_documents_every_flag() -> None:
@@ -97,7 +97,7 @@ async def test_demo_binds_three_claims() -> None:
 async def test_demo_needs_no_test_dependencies() -> None:
     script = (
         "import sys\n"
-        "from pyprovlib.examples.hostpath.cli import main\n"
+        "from pyprovlib.examples.hostpath._cli import main\n"
         "rc = main(['--demo'])\n"
         "test_only = ('pytest', 'hypothesis', 'pytest_asyncio')\n"
         "leaked = sorted(m for m in test_only if m in sys.modules)\n"
@@ -147,7 +147,7 @@ async def test_demo_reports_failure_with_nonzero_exit() -> None:
     # No time to bind anything: the demo must say so and exit 1, not pretend success.
     script = (
         "import asyncio, sys\n"
-        "from pyprovlib.examples.hostpath.demo import run_demo\n"
+        "from pyprovlib.examples.hostpath._demo import run_demo\n"
         "sys.exit(asyncio.run(run_demo(wait_seconds=0)))\n"
     )
     code, out, err = await run_module("-c", script)

@@ -27,18 +27,17 @@ from kubernetes_asyncio.client import (
     CoreV1Api,
 )
 
-from pyprovlib.controller.options import NodeDeployment
-from pyprovlib.examples.hostpath import (
+from pyprovlib.controller._options import NodeDeployment
+from pyprovlib.examples.hostpath import HostPathProvisioner, NodeHostPathProvisioner
+from pyprovlib.examples.hostpath._provisioner import (
     ANNOTATION_NODE,
     HOSTNAME_LABEL,
-    HostPathProvisioner,
     LocalDirectories,
-    NodeHostPathProvisioner,
 )
-from pyprovlib.kube.objects import name_of
-from pyprovlib.kube.resources import NODES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._objects import name_of
+from pyprovlib.kube._resources import NODES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -36,18 +36,19 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from pyprovlib._provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
 from pyprovlib.examples._paths import UnsafePathError
-from pyprovlib.examples.hostpath import HelperPodDirectories, HostPathProvisioner, NodeInfo
-from pyprovlib.examples.hostpath.helper_pod import (
+from pyprovlib.examples.hostpath import HostPathProvisioner
+from pyprovlib.examples.hostpath._helper_pod import (
     HELPER_MOUNT_PATH,
     LABEL_MANAGED_BY,
+    HelperPodDirectories,
     helper_command,
     helper_pod_name,
 )
-from pyprovlib.examples.hostpath.provisioner import ANNOTATION_NODE, ANNOTATION_ON_DELETE
-from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.examples.hostpath._provisioner import ANNOTATION_NODE, ANNOTATION_ON_DELETE, NodeInfo
+from pyprovlib.kube._resources import STORAGE_CLASSES
+from pyprovlib.testing._cluster import TestCluster
 
 NAMESPACE = "default"
 NODE = "worker-1"

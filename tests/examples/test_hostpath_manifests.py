@@ -26,10 +26,11 @@ from manifest_support import (
     parse_container_args,
 )
 
-from pyprovlib.examples.hostpath import NodeHostPathProvisioner, parse_parameters
-from pyprovlib.examples.hostpath.cli import build_parser
-from pyprovlib.testing.binder import set_selected_node
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.hostpath import NodeHostPathProvisioner
+from pyprovlib.examples.hostpath._cli import build_parser
+from pyprovlib.examples.hostpath._provisioner import parse_parameters
+from pyprovlib.testing._binder import set_selected_node
+from pyprovlib.testing._server import ApiServer
 
 HOSTPATH = Manifests("hostpath")
 

@@ -26,22 +26,19 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
-from pyprovlib.examples.hostpath import (
-    HostPathProvisioner,
-    LocalDirectories,
-    NodeHostPathProvisioner,
-    parse_parameters,
-)
-from pyprovlib.examples.hostpath.provisioner import (
-    ANNOTATION_NODE,
-    ANNOTATION_ON_DELETE,
-    ANNOTATION_SELECTED_NODE,
-)
-from pyprovlib.provisioner import (
+from pyprovlib._provisioner import (
     IgnoredError,
     ProvisioningError,
     ProvisioningState,
     ProvisionOptions,
+)
+from pyprovlib.examples.hostpath import HostPathProvisioner, NodeHostPathProvisioner
+from pyprovlib.examples.hostpath._provisioner import (
+    ANNOTATION_NODE,
+    ANNOTATION_ON_DELETE,
+    ANNOTATION_SELECTED_NODE,
+    LocalDirectories,
+    parse_parameters,
 )
 
 NODE = "worker-1"

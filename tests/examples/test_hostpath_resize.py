@@ -21,20 +21,21 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib import testing
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.controller.resize import REASON_VOLUME_RESIZE_FAILED
-from pyprovlib.examples.hostpath.cli import build_parser, make_controller
-from pyprovlib.examples.hostpath.resize import (
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.controller._resize import REASON_VOLUME_RESIZE_FAILED
+from pyprovlib.examples.hostpath._cli import build_parser, make_controller
+from pyprovlib.examples.hostpath._resize import (
     NOT_EXPANDABLE_REASON,
     HostPathResizeController,
     HostPathResizer,
     volume_node,
 )
-from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.runtime import CompositeController, Controller, RuntimeContext, parse_common
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._objects import Obj, name_of
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.runtime import CompositeController, Controller, RuntimeContext
+from pyprovlib.runtime._flags import parse_common
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

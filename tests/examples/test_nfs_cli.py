@@ -16,8 +16,8 @@ from example_support import (
 )
 from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1ObjectMeta, V1StorageClass
 
-from pyprovlib.examples.nfs.cli import build_parser, main
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.nfs._cli import build_parser, main
+from pyprovlib.testing._server import ApiServer
 
 
 async def test_help_documents_every_flag() -> None:

@@ -22,7 +22,7 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib.examples.nfs import NFSProvisioner
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

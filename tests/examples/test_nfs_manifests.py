@@ -15,9 +15,10 @@ from manifest_support import (
     parse_container_args,
 )
 
-from pyprovlib.examples.nfs import NFSProvisioner, parse_parameters
-from pyprovlib.examples.nfs.cli import build_parser
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.nfs import NFSProvisioner
+from pyprovlib.examples.nfs._cli import build_parser
+from pyprovlib.examples.nfs._provisioner import parse_parameters
+from pyprovlib.testing._server import ApiServer
 
 NFS = Manifests("nfs")
 

@@ -22,8 +22,9 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
-from pyprovlib.examples.nfs import NFSProvisioner, expand_path_pattern, parse_parameters
-from pyprovlib.provisioner import ProvisioningError, ProvisionOptions
+from pyprovlib._provisioner import ProvisioningError, ProvisionOptions
+from pyprovlib.examples.nfs import NFSProvisioner
+from pyprovlib.examples.nfs._provisioner import expand_path_pattern, parse_parameters
 
 
 def claim(

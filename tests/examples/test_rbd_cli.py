@@ -29,8 +29,8 @@ from kubernetes_asyncio.client import (
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib import testing
-from pyprovlib.examples.rbd.cli import build_parser, main
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.rbd._cli import build_parser, main
+from pyprovlib.testing._server import ApiServer
 
 
 async def test_help_documents_every_flag() -> None:

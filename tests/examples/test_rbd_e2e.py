@@ -28,13 +28,14 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize.options import ResizeControllerOptions
-from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer, RbdRunner, image_name_for
-from pyprovlib.examples.rbd.rbd_cli import MIB
-from pyprovlib.kube.quantity import parse_storage_size
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.controller._resize.options import ResizeControllerOptions
+from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer
+from pyprovlib.examples.rbd._provisioner import image_name_for
+from pyprovlib.examples.rbd._rbd_cli import MIB, RbdRunner
+from pyprovlib.kube._quantity import parse_storage_size
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ceph]
 

@@ -19,9 +19,11 @@ from manifest_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.examples.rbd import RBDProvisioner, RbdRunner, parse_parameters
-from pyprovlib.examples.rbd.cli import build_parser
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.examples.rbd import RBDProvisioner
+from pyprovlib.examples.rbd._cli import build_parser
+from pyprovlib.examples.rbd._provisioner import parse_parameters
+from pyprovlib.examples.rbd._rbd_cli import RbdRunner
+from pyprovlib.testing._server import ApiServer
 
 RBD = Manifests("rbd")
 

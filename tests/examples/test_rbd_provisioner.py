@@ -26,22 +26,17 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
-from pyprovlib.examples.rbd import (
-    RBDProvisioner,
-    RBDResizer,
-    RbdRunner,
-    image_name_for,
-    parse_parameters,
-)
-from pyprovlib.examples.rbd.rbd_cli import RbdNotFoundError
-from pyprovlib.provisioner import (
+from pyprovlib._provisioner import (
     IgnoredError,
     ProvisioningError,
     ProvisioningState,
     ProvisionOptions,
 )
-from pyprovlib.resizer import ResizeError
-from pyprovlib.testing.server import ApiServer
+from pyprovlib._resizer import ResizeError
+from pyprovlib.examples.rbd import RBDProvisioner, RBDResizer
+from pyprovlib.examples.rbd._provisioner import image_name_for, parse_parameters
+from pyprovlib.examples.rbd._rbd_cli import RbdNotFoundError, RbdRunner
+from pyprovlib.testing._server import ApiServer
 
 KEY = "AQBd2jxnAAAAABAAtQTe0p6RRhW1ffhc9c3LkA=="
 

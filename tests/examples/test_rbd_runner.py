@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from pyprovlib import testing
-from pyprovlib.examples.rbd.rbd_cli import (
+from pyprovlib.examples.rbd._rbd_cli import (
     CephCredentials,
     InvalidValueError,
     RbdBinaryNotFoundError,

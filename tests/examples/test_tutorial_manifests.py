@@ -19,9 +19,9 @@ from kubernetes_asyncio.client import CoreV1Api, StorageV1Api
 from manifest_support import LEADER_ELECTION_RULE, PROVISIONER_RULES, Manifests, Rule
 
 from pyprovlib import testing
-from pyprovlib.kube import resources
-from pyprovlib.kube.config import DEFAULT_USER_AGENT
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube import _resources as resources
+from pyprovlib.kube._config import DEFAULT_USER_AGENT
+from pyprovlib.testing._server import ApiServer
 
 TUTORIAL = Manifests("tutorial")
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,8 @@ import sys
 from kubernetes_asyncio.client import CoreV1Api
 from prometheus_client import Counter
 
-from pyprovlib.runtime import RuntimeContext, add_bool_flag, add_duration_flag, common_parser, run
+from pyprovlib.runtime import RuntimeContext, common_parser, run
+from pyprovlib.runtime._flag_parser import add_bool_flag, add_duration_flag
 
 OPERATIONS = Counter("runtime_prog_operations_total", "Operations started by the demo controller")
 

@@ -16,8 +16,8 @@ import aiohttp.web
 import pytest
 import yaml
 
-from pyprovlib.kube.config import ClientSettings, new_client, request_json
-from pyprovlib.kube.ratelimit import TokenBucket
+from pyprovlib.kube._config import ClientSettings, new_client, request_json
+from pyprovlib.kube._ratelimit import TokenBucket
 
 PLUGIN = """
 import json, pathlib, sys

@@ -1,4 +1,4 @@
-"""Clients from pyprovlib.kube.config.new_client reach the API server through the proxy the
+"""Clients from pyprovlib.kube._config.new_client reach the API server through the proxy the
 environment or the kubeconfig names (client-go's rules), with aiohttp's per-request
 environment lookups (trust_env) off."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from pyprovlib.kube.config import ClientSettings, new_client, request_json
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._config import ClientSettings, new_client, request_json
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.testing._server import ApiServer
 
 
 class ForwardProxy:

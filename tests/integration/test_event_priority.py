@@ -17,13 +17,13 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from provision_support import MemoryProvisioner, create_class, fast_options
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.config import request_json
-from pyprovlib.kube.events import EventRecorder
-from pyprovlib.kube.objects import Obj
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._config import request_json
+from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._objects import Obj
 from pyprovlib.testing import eventually, running, wait_bound
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._server import ApiServer
 
 NS = "prio"
 

@@ -11,10 +11,10 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.config import request_json
-from pyprovlib.kube.events import EventRecorder
-from pyprovlib.kube.objects import Obj
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._config import request_json
+from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._objects import Obj
+from pyprovlib.testing._server import ApiServer
 
 
 def claim(i: int) -> dict[str, Any]:

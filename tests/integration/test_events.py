@@ -12,11 +12,11 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, V1ObjectMeta, V1PersistentVolumeClaim
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.config import request_json
-from pyprovlib.kube.errors import ApiException, is_already_exists
-from pyprovlib.kube.events import EventRecorder
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._config import request_json
+from pyprovlib.kube._errors import ApiException, is_already_exists
+from pyprovlib.kube._events import EventRecorder
+from pyprovlib.testing._server import ApiServer
 
 PVC: dict[str, Any] = {
     "apiVersion": "v1",

@@ -14,11 +14,12 @@ import pytest
 from provision_support import MemoryProvisioner, fast_options, provisioner_name
 
 from pyprovlib.controller._leader_health import leader_renewal_overdue
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.leaderelection import format_micro_time
-from pyprovlib.runtime import HttpServer, LeaderElected, controller_checks
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._leaderelection import format_micro_time
+from pyprovlib.runtime import LeaderElected
+from pyprovlib.runtime._http import HttpServer, controller_checks
 from pyprovlib.testing import running
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -12,12 +12,12 @@ import pytest
 from claim_support import volume_body
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.kube.informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube.objects import Obj, meta_namespace_key
-from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.store import DeletedFinalStateUnknown
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
+from pyprovlib.kube._objects import Obj, meta_namespace_key
+from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._store import DeletedFinalStateUnknown
+from pyprovlib.testing._server import ApiServer
 
 PVC = "persistentvolumeclaims"
 

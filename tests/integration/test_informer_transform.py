@@ -16,19 +16,19 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from provision_support import MemoryProvisioner
 
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.kube import strip_managed_fields as exported_strip
-from pyprovlib.kube.informer import (
+from pyprovlib.kube._informer import (
     SharedInformerFactory,
     TransformError,
     strip_managed_fields,
 )
-from pyprovlib.kube.objects import Obj, meta_namespace_key
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.store import DeletedFinalStateUnknown
+from pyprovlib.kube._objects import Obj, meta_namespace_key
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._store import DeletedFinalStateUnknown
 from pyprovlib.testing import eventually
 
 MANAGED = [

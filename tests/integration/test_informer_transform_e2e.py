@@ -11,14 +11,14 @@ import contextlib
 import pytest
 from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.config import request_json
-from pyprovlib.kube.informer import SharedInformerFactory, strip_managed_fields
-from pyprovlib.kube.objects import Obj, meta_namespace_key, namespace_of
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, Resource
-from pyprovlib.kube.rest import ApiException, ResourceClient
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._config import request_json
+from pyprovlib.kube._informer import SharedInformerFactory, strip_managed_fields
+from pyprovlib.kube._objects import Obj, meta_namespace_key, namespace_of
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, Resource
+from pyprovlib.kube._rest import ApiException, ResourceClient
 from pyprovlib.testing import eventually, running, wait_bound
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

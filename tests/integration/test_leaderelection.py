@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.config import LimitedApiClient, request_json
-from pyprovlib.kube.leaderelection import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._config import LimitedApiClient, request_json
+from pyprovlib.kube._leaderelection import (
     LeaderElectionConfig,
     LeaderElector,
     format_micro_time,
 )
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.testing._server import ApiServer
 
 NS = "kube-system"
 LEASE = "pyprovlib-test"

@@ -29,14 +29,14 @@ from kubernetes_asyncio.client import (
 )
 from provision_support import create_class, fast_options
 
-from pyprovlib.controller.options import NodeDeployment
-from pyprovlib.controller.provision import ANN_SELECTED_NODE, ProvisionController
-from pyprovlib.kube.objects import Obj, annotations_of, name_of
-from pyprovlib.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib._provisioner import Provisioner, ProvisionOptions
+from pyprovlib.controller._options import NodeDeployment
+from pyprovlib.controller._provision import ANN_SELECTED_NODE, ProvisionController
+from pyprovlib.kube._objects import Obj, annotations_of, name_of
+from pyprovlib.kube._resources import NODES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing import eventually, running, wait_bound
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -27,13 +27,13 @@ from provision_support import (
     provisioner_name,
 )
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES
-from pyprovlib.provisioner import ProvisionOptions
+from pyprovlib._provisioner import ProvisionOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import PERSISTENT_VOLUMES
 from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.netproxy import TcpProxy
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._netproxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 

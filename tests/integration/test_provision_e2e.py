@@ -37,21 +37,21 @@ from provision_support import (
     wait_ready,
 )
 
-from pyprovlib.controller.provision import (
+from pyprovlib.controller._provision import (
     ANN_DYNAMICALLY_PROVISIONED,
     ANN_STORAGE_PROVISIONER,
     FINALIZER_PV,
     ProvisionController,
 )
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing import eventually, running, wait_bound, wait_deleted, wait_event, wait_idle
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

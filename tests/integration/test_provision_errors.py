@@ -42,18 +42,7 @@ from provision_support import (
     wait_ready,
 )
 
-from pyprovlib.controller.provision import (
-    ANN_SELECTED_NODE,
-    ANN_STORAGE_PROVISIONER,
-    InfeasibleError,
-    MountOptionsProvisioner,
-    ProvisionController,
-)
-from pyprovlib.controller.provision.attempt import Outcome
-from pyprovlib.kube.objects import Obj, name_of
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.provisioner import (
+from pyprovlib._provisioner import (
     BlockProvisioner,
     DeletionGuard,
     IgnoredError,
@@ -62,8 +51,19 @@ from pyprovlib.provisioner import (
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.controller._provision import (
+    ANN_SELECTED_NODE,
+    ANN_STORAGE_PROVISIONER,
+    InfeasibleError,
+    MountOptionsProvisioner,
+    ProvisionController,
+)
+from pyprovlib.controller._provision.attempt import Outcome
+from pyprovlib.kube._objects import Obj, name_of
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing import events_of, running, wait_bound, wait_deleted, wait_event, wait_idle
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

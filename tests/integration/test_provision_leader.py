@@ -22,12 +22,12 @@ from provision_support import (
     wait_ready,
 )
 
-from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.resources import LEASES
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.controller._provision import LeaderElectionLostError, ProvisionController
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._resources import LEASES
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing import eventually, running, wait_bound
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -23,10 +23,10 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib import testing
-from pyprovlib.kube.config import request_json
-from pyprovlib.kube.resources import NAMESPACES, STORAGE_CLASSES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._config import request_json
+from pyprovlib.kube._resources import NAMESPACES, STORAGE_CLASSES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 T = TypeVar("T")
 

@@ -19,18 +19,18 @@ from kubernetes_asyncio.client import V1PersistentVolume
 from prometheus_client import CollectorRegistry
 from provision_support import MemoryProvisioner, controller_for, fast_options
 
-from pyprovlib.controller.options import Backoff, ProvisionControllerOptions
-from pyprovlib.controller.volume_store import BackoffStore, QueueStore, VolumeSaveError
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.events import EventRecorder
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.store import Indexer
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.controller._options import Backoff, ProvisionControllerOptions
+from pyprovlib.controller._volume_store import BackoffStore, QueueStore, VolumeSaveError
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import EVENTS, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._store import Indexer
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
 from pyprovlib.testing import running, wait_bound, wait_event, wait_idle
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._server import ApiServer
 
 
 async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(

@@ -37,20 +37,20 @@ from provision_support import (
     provisioner_name,
 )
 
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ANN_STORAGE_PROVISIONER, ProvisionController
-from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib._provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ANN_STORAGE_PROVISIONER, ProvisionController
+from pyprovlib.controller._provision.protection import FINALIZER_PROVISIONING
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing import running, wait_bound, wait_deleted, wait_event
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.support import wait_idle
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._support import wait_idle
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """Requests and watches on a connection that went silently dead fail after the read-idle
-timeout instead of hanging (pyprovlib.kube.config.READ_IDLE_TIMEOUT, 45 s; shortened here).
+timeout instead of hanging (pyprovlib.kube._config.READ_IDLE_TIMEOUT, 45 s; shortened here).
 
-The connection goes through pyprovlib.testing.netproxy.TcpProxy, whose blackhole mode
+The connection goes through pyprovlib.testing._netproxy.TcpProxy, whose blackhole mode
 swallows bytes both ways without a reset: a partition a NAT or load balancer forgot.
 tests/reliability/test_partition.py checks a whole controller recovering (-m slow).
 """
@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-import pyprovlib.kube.config as kube_config
-import pyprovlib.kube.rest as kube_rest
-from pyprovlib.kube.resources import NAMESPACES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.netproxy import TcpProxy
-from pyprovlib.testing.server import ApiServer
+import pyprovlib.kube._config as kube_config
+import pyprovlib.kube._rest as kube_rest
+from pyprovlib.kube._resources import NAMESPACES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._netproxy import TcpProxy
+from pyprovlib.testing._server import ApiServer
 
 IDLE = 0.5
 

@@ -11,11 +11,11 @@ from claim_support import volume_body
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.errors import is_conflict, is_gone, is_not_found, retry_after_seconds
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient, WatchExpiredError, iterate_pages
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._errors import is_conflict, is_gone, is_not_found, retry_after_seconds
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient, WatchExpiredError, iterate_pages
+from pyprovlib.testing._server import ApiServer
 
 
 def claim(name: str, ns: str = "default", size: str = "1Gi") -> Obj:

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 
 from pyprovlib import testing
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 PROG = Path(__file__).with_name("runtime_prog.py")
 DEADLINE = 30.0

@@ -9,10 +9,10 @@ import socket
 import structlog
 from kubernetes_asyncio.client import Configuration
 
-from pyprovlib.kube.config import LimitedApiClient, describe_transport_error
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.kube.resources import CONFIGMAPS
+from pyprovlib.kube._config import LimitedApiClient, describe_transport_error
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.kube._resources import CONFIGMAPS
 
 
 def closed_port() -> int:

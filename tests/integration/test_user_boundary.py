@@ -11,9 +11,9 @@ import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
 from provision_support import MemoryProvisioner, bound_then_deleted, controller_for
 
-from pyprovlib.provisioner import DeletionGuard, ObjectDeleter
+from pyprovlib._provisioner import DeletionGuard, ObjectDeleter
 from pyprovlib.testing import running
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -14,17 +14,17 @@ from claim_support import create_claim, delete_claim
 from kubernetes_asyncio.client import V1PersistentVolume, V1PersistentVolumeClaim
 from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.resources import PERSISTENT_VOLUMES
-from pyprovlib.provisioner import (
+from pyprovlib._provisioner import (
     DeletionGuard,
     ProvisioningError,
     ProvisioningState,
     ProvisionOptions,
     Qualifier,
 )
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._resources import PERSISTENT_VOLUMES
 from pyprovlib.testing import events_of, running, wait_bound, wait_deleted, wait_event
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -9,10 +9,10 @@ import pytest
 from claim_support import create_claim
 from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
 
-from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.testing import eventually, running
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.support import wait_idle
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._support import wait_idle
 
 pytestmark = pytest.mark.e2e
 

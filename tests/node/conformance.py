@@ -23,7 +23,7 @@ from pathlib import Path
 
 from stacks import Stack
 
-from pyprovlib.testing.node import KubeletNode
+from pyprovlib.testing._node import KubeletNode
 
 HERE = Path(__file__).resolve().parent
 DEFINITIONS = HERE / "conformance"

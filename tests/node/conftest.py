@@ -1,5 +1,5 @@
 """Tests on a real node: a control plane from the assets directory (``PYPROVLIB_KUBE_ASSETS``)
-with containerd and a kubelet joined to it (:class:`pyprovlib.testing.node.KubeletNode`).
+with containerd and a kubelet joined to it (:class:`pyprovlib.testing._node.KubeletNode`).
 
 Marked ``node`` and run with ``-m node`` (CI: ``.ci/real-node.sh``); each skips in one line
 where a node cannot run (no assets directory, not root, packages missing). One control plane
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from inventory_support import inventory, left_behind
 
-from pyprovlib.testing.controlplane import ControlPlane, assets_from_environment
-from pyprovlib.testing.node import KubeletNode, node_unavailable
+from pyprovlib.testing._controlplane import ControlPlane, assets_from_environment
+from pyprovlib.testing._node import KubeletNode, node_unavailable
 
 
 @dataclass

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.objects import Obj
-from pyprovlib.testing.binder import HttpTransport
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.node import KubeletNode
+from pyprovlib.kube._objects import Obj
+from pyprovlib.testing._binder import HttpTransport
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._node import KubeletNode
 
 T = TypeVar("T")
 

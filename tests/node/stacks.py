@@ -1,6 +1,6 @@
 """CSI stacks on a real node: a driver's node plugin registered with the kubelet, and a
 controller side — the Go sidecars (external-provisioner, -attacher, -resizer, -snapshotter) or
-``python -m pyprovlib.csi`` — all processes of the :class:`~pyprovlib.testing.node.KubeletNode`,
+``python -m pyprovlib.csi`` — all processes of the :class:`~pyprovlib.testing._node.KubeletNode`,
 so they are stopped with it and reaped if the test process dies.
 
 Three stacks, as issue 27 compares them; each has a driver name of its own, so they can run
@@ -26,8 +26,8 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.testing.binder import HttpTransport
-from pyprovlib.testing.node import KubeletNode
+from pyprovlib.testing._binder import HttpTransport
+from pyprovlib.testing._node import KubeletNode
 
 GO_TOPOLOGY_KEY = "topology.hostpath.csi/node"
 MAX_VOLUMES_PER_NODE = 24

@@ -30,11 +30,11 @@ from node_support import (
     until,
 )
 
+from pyprovlib.csi._connection import CSIConnection
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import CSIConnection
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import STORAGE_CLASSES
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.node
 

@@ -35,9 +35,9 @@ from node_support import (
     until,
 )
 
-from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.node import KubeletNode
+from pyprovlib.kube._resources import STORAGE_CLASSES
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._node import KubeletNode
 
 pytestmark = pytest.mark.node
 

@@ -33,7 +33,7 @@ from typing import TypeVar
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, IdentityService
+from pyprovlib.csi._server import ControllerService, CSIError, CSIServer, IdentityService
 
 T = TypeVar("T")
 

@@ -44,18 +44,18 @@ from kubernetes_asyncio.client import (
 )
 
 from pyprovlib import testing
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib._provisioner import Provisioner, ProvisionOptions
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     NAMESPACES,
     PERSISTENT_VOLUME_CLAIMS,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.provisioner import Provisioner, ProvisionOptions
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
+from pyprovlib.testing._server import ApiServer
 
 PROVISIONER = "reliability.pyprovlib.io/memory"
 _counter = itertools.count()
@@ -239,7 +239,7 @@ async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) 
     the test's own writes must land for the scenario to mean anything."""
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from pyprovlib.kube.errors import is_already_exists, is_not_found
+    from pyprovlib.kube._errors import is_already_exists, is_not_found
 
     for attempt in range(attempts):
         try:

@@ -33,8 +33,8 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.testing._server import ApiServer
 
 
 async def run_scenario(

@@ -49,13 +49,13 @@ from rel_support import (
 )
 from sidecar_support import running
 
-from pyprovlib.attacher import AttachNode, AttachVolume
-from pyprovlib.controller.attach import NODE_ID_ANNOTATION, AttachController
-from pyprovlib.controller.attach.options import finalizer_name
-from pyprovlib.kube.objects import Obj, meta, name_of
-from pyprovlib.kube.resources import CSINODES, PERSISTENT_VOLUMES, VOLUME_ATTACHMENTS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib._attacher import AttachNode, AttachVolume
+from pyprovlib.controller._attach import NODE_ID_ANNOTATION, AttachController
+from pyprovlib.controller._attach.options import finalizer_name
+from pyprovlib.kube._objects import Obj, meta, name_of
+from pyprovlib.kube._resources import CSINODES, PERSISTENT_VOLUMES, VOLUME_ATTACHMENTS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 attach_support = load_support("attach", "attach_support")
 csi_attach_driver = load_support("attach", "csi_attach_driver")

@@ -58,25 +58,26 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.attacher import IN_PROGRESS_CODES
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach.options import AttachControllerOptions, finalizer_name
-from pyprovlib.controller.provision import ANN_SELECTED_NODE, ProvisionController
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize.options import ResizeControllerOptions
-from pyprovlib.csi._sidecar_controller import SidecarController
-from pyprovlib.csi.attacher import CSIAttacher
-from pyprovlib.csi.connection import (
+from pyprovlib._attacher import IN_PROGRESS_CODES
+from pyprovlib._resizer import INFEASIBLE_CODES
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._attach.options import AttachControllerOptions, finalizer_name
+from pyprovlib.controller._provision import ANN_SELECTED_NODE, ProvisionController
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.controller._resize.options import ResizeControllerOptions
+from pyprovlib.csi._connection import (
     GO_STATUS_NAMES,
     ConnectionOptions,
     CSIConnection,
     CSIConnectionLost,
     CSIMetrics,
 )
+from pyprovlib.csi._sidecar_controller import SidecarController
+from pyprovlib.csi.attacher import CSIAttacher
 from pyprovlib.csi.provisioner import CSIProvisioner
 from pyprovlib.csi.resizer import CSIResizer
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     CSINODES,
     EVENTS,
     NODES,
@@ -84,9 +85,8 @@ from pyprovlib.kube.resources import (
     PERSISTENT_VOLUMES,
     VOLUME_ATTACHMENTS,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.resizer import INFEASIBLE_CODES
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 CODES = [s for s in Status if s is not Status.OK]
 # external-provisioner's checkError: the operation may still run in the driver.

@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 from raw_grpc import raw_call
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import (
+from pyprovlib.csi._server import (
     ControllerService,
     CSIError,
     CSIServer,

@@ -34,8 +34,8 @@ from rel_support import (
     unique,
 )
 
-from pyprovlib.controller.attach import AttachController, should_enqueue_va_change
-from pyprovlib.controller.provision import (
+from pyprovlib.controller._attach import AttachController, should_enqueue_va_change
+from pyprovlib.controller._provision import (
     ANN_STORAGE_PROVISIONER,
     ClassNotFoundError,
     ProvisionController,
@@ -47,8 +47,8 @@ from pyprovlib.controller.provision import (
     is_provisioner_for_volume,
     volume_should_delete,
 )
-from pyprovlib.kube.informer import DeletedFinalStateUnknown
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._informer import DeletedFinalStateUnknown
+from pyprovlib.testing._server import ApiServer
 
 ODD_SIZES = [
     "1Zi",

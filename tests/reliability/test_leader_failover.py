@@ -31,7 +31,7 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.controller._provision import ProvisionController
 
 
 class Replica:

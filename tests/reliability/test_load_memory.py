@@ -46,11 +46,11 @@ from rel_support import (
 )
 
 from pyprovlib import testing
-from pyprovlib.controller.metrics import ProvisionMetrics
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.events import CorrelatorOptions, EventCorrelator
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
-from pyprovlib.kube.rest import ResourceClient
+from pyprovlib.controller._metrics import ProvisionMetrics
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._events import CorrelatorOptions, EventCorrelator
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
 
 
 @contextlib.asynccontextmanager

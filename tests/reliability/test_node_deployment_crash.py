@@ -34,11 +34,11 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.controller.provision import ANN_SELECTED_NODE
-from pyprovlib.kube.objects import Obj, annotations_of, name_of, uid_of
-from pyprovlib.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.controller._provision import ANN_SELECTED_NODE
+from pyprovlib.kube._objects import Obj, annotations_of, name_of, uid_of
+from pyprovlib.kube._resources import NODES, PERSISTENT_VOLUME_CLAIMS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 PROVISIONER = "pyprovlib.io/hostpath"
 NODE_NAMES = ("node-a", "node-b", "node-c")

@@ -2,7 +2,7 @@
 election", with the leader cut off rather than killed).
 
 Two or three ProvisionController replicas with Lease leader election share one backend; each
-talks to the API server through its own :class:`~pyprovlib.testing.netproxy.TcpProxy`, so one
+talks to the API server through its own :class:`~pyprovlib.testing._netproxy.TcpProxy`, so one
 replica can be cut off while the others — and the PV binder — are not. Claims keep arriving
 while the leader is partitioned, in both modes: ``reset`` (connections refused: every request
 fails at once) and ``blackhole`` (requests hang, as on a dead network). Checked:
@@ -59,13 +59,13 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.controller.provision import LeaderElectionLostError, ProvisionController
-from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
-from pyprovlib.kube.resources import PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.provisioner import ProvisionOptions
-from pyprovlib.testing.netproxy import PartitionMode, TcpProxy
-from pyprovlib.testing.server import ApiServer
+from pyprovlib._provisioner import ProvisionOptions
+from pyprovlib.controller._provision import LeaderElectionLostError, ProvisionController
+from pyprovlib.kube._leaderelection import LeaderElectionConfig, LeaderElector
+from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._netproxy import PartitionMode, TcpProxy
+from pyprovlib.testing._server import ApiServer
 
 # Whole seconds: the Lease records whole seconds (client-go's LeaseDurationSeconds), and a
 # follower judges expiry by the recorded value. The leader gives up at most retry + renew

@@ -35,11 +35,11 @@ from kubernetes_asyncio.client import (
     V1VolumeResourceRequirements,
 )
 
-from pyprovlib.examples.hostpath.provisioner import HostPathProvisioner, LocalDirectories
-from pyprovlib.examples.nfs.provisioner import NFSProvisioner
-from pyprovlib.kube.resources import STORAGE_CLASSES
-from pyprovlib.kube.rest import ApiException, ResourceClient
-from pyprovlib.provisioner import IgnoredError, ProvisionOptions
+from pyprovlib._provisioner import IgnoredError, ProvisionOptions
+from pyprovlib.examples.hostpath._provisioner import HostPathProvisioner, LocalDirectories
+from pyprovlib.examples.nfs._provisioner import NFSProvisioner
+from pyprovlib.kube._resources import STORAGE_CLASSES
+from pyprovlib.kube._rest import ApiException, ResourceClient
 
 _rounds = itertools.count()
 
@@ -217,7 +217,7 @@ async def hostpath_round(
 
 
 async def provisioner_node(provisioner: HostPathProvisioner) -> str:
-    from pyprovlib.kube.resources import NODES
+    from pyprovlib.kube._resources import NODES
 
     body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}
     try:

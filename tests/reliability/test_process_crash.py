@@ -37,7 +37,7 @@ from rel_support import (
     wait_until,
 )
 
-from pyprovlib.controller.provision import ProvisionController
+from pyprovlib.controller._provision import ProvisionController
 
 # --------------------------------------------------------------------------------------------
 # In-process: task cancellation at random points

@@ -48,17 +48,17 @@ from rel_support import (
 )
 from sidecar_support import running
 
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.kube.objects import Obj, meta, name_of
-from pyprovlib.kube.quantity import parse_quantity
-from pyprovlib.kube.resources import (
+from pyprovlib._resizer import ExpansionResult, Resizer
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.kube._objects import Obj, meta, name_of
+from pyprovlib.kube._quantity import parse_quantity
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.resizer import ExpansionResult, Resizer
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 resize_support = load_support("resize", "resize_support")
 

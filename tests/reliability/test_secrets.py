@@ -27,19 +27,19 @@ import structlog
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from rel_support import create_namespace, csi_volume_body, unique, wait_until
 
-from pyprovlib.attacher import Attacher, AttachError, AttachNode, AttachVolume
-from pyprovlib.controller.attach import AttachController
-from pyprovlib.controller.attach.options import AttachControllerOptions
-from pyprovlib.kube.resources import (
+from pyprovlib._attacher import Attacher, AttachError, AttachNode, AttachVolume
+from pyprovlib.controller._attach import AttachController
+from pyprovlib.controller._attach.options import AttachControllerOptions
+from pyprovlib.kube._resources import (
     CSINODES,
     PERSISTENT_VOLUMES,
     RESOURCES,
     SECRETS,
     VOLUME_ATTACHMENTS,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.runtime.logging import configure_logging
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.runtime._logging import configure_logging
+from pyprovlib.testing._server import ApiServer
 
 PASSWORD = "pw-Xq7vK2mZ9tR4"
 TOKEN = "tok-Jh3nB8pL5wQ1sD6f"

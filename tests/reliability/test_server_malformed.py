@@ -16,7 +16,7 @@ import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 PVCS = "/api/v1/namespaces/default/persistentvolumeclaims"
 PVS = "/api/v1/persistentvolumes"

@@ -10,7 +10,7 @@ import contextlib
 
 from kubernetes_asyncio.client import CoreV1Api
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 
 async def test_a_cancelled_restart_still_completes() -> None:

@@ -17,7 +17,7 @@ from csi_faults import Fault, play
 from grpclib.const import Status
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.server import ControllerService, CSIError, CSIServer, IdentityService
+from pyprovlib.csi._server import ControllerService, CSIError, CSIServer, IdentityService
 
 Caps = v1.ControllerServiceCapabilityRpcType
 EXPAND_CAPS = (Caps.EXPAND_VOLUME,)

@@ -13,15 +13,15 @@ from prometheus_client import CollectorRegistry
 from resize_support import Scenario, status
 from sidecar_support import wait_for
 
-from pyprovlib.controller.modify import ModifyController, ModifyControllerOptions
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib._modifier import Modifier
+from pyprovlib.controller._modify import ModifyController, ModifyControllerOptions
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     VOLUME_ATTRIBUTES_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.modifier import Modifier
+from pyprovlib.kube._rest import ResourceClient
 
 
 class MemoryModifier(Modifier):

@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 from sidecar_support import wait_for
 
 from pyprovlib import testing
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.controller.resize.options import ResizeControllerOptions
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import (
+from pyprovlib._resizer import ExpansionResult, Resizer
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.controller._resize.options import ResizeControllerOptions
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import (
     EVENTS,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -25,9 +26,8 @@ from pyprovlib.kube.resources import (
     SECRETS,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.resizer import ExpansionResult, Resizer
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 T = TypeVar("T")
 
@@ -292,7 +292,7 @@ class BinderlessCluster:
     is_real = False
 
     def __init__(self) -> None:
-        from pyprovlib.testing.server import ApiServer
+        from pyprovlib.testing._server import ApiServer
 
         self.server = ApiServer(binder=False)
         self.namespace = TestCluster.unique_name("pyprovlib-resize")
@@ -313,7 +313,7 @@ class BinderlessCluster:
     async def __aenter__(self) -> BinderlessCluster:
         await self.server.start()
         self._client = self.server.api_client()
-        from pyprovlib.kube.resources import NAMESPACES
+        from pyprovlib.kube._resources import NAMESPACES
 
         await ResourceClient(self._client, NAMESPACES).create(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}

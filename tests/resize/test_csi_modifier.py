@@ -21,26 +21,21 @@ from prometheus_client import CollectorRegistry
 from resize_support import conditions
 from sidecar_support import running, sidecar_context, sidecar_process
 
-from pyprovlib.controller.modify import (
+from pyprovlib._modifier import NotModifiable
+from pyprovlib.controller._modify import (
     PV_NAME_KEY,
     PVC_NAME_KEY,
     PVC_NAMESPACE_KEY,
     ModifyController,
 )
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.csi.resizer import (
-    ANN_MODIFY_SECRET_NAME,
-    ANN_MODIFY_SECRET_NAMESPACE,
-    CSIModifier,
-    CSIResizer,
-    DriverCannotExpandError,
-    ResizerSidecar,
-    build,
-    parser,
-)
-from pyprovlib.modifier import NotModifiable
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi.resizer import CSIModifier, CSIResizer
+from pyprovlib.csi.resizer._controller import DriverCannotExpandError
+from pyprovlib.csi.resizer._main import ResizerSidecar, build
+from pyprovlib.csi.resizer._modifier import ANN_MODIFY_SECRET_NAME, ANN_MODIFY_SECRET_NAMESPACE
+from pyprovlib.csi.resizer._options import parser
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -24,19 +24,15 @@ from resize_support import GI, Scenario, capacity, conditions, fast_options
 from sidecar_support import running, sidecar_context, sidecar_process
 
 from pyprovlib import testing
-from pyprovlib.controller.resize import ResizeController
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.csi.connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.csi.resizer import (
-    CSIResizer,
-    DriverCannotExpandError,
-    ResizerSidecar,
-    TrivialResizer,
-    build,
-    parser,
-)
-from pyprovlib.runtime import parse_common
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.csi.resizer import CSIResizer, TrivialResizer
+from pyprovlib.csi.resizer._controller import DriverCannotExpandError
+from pyprovlib.csi.resizer._main import ResizerSidecar, build
+from pyprovlib.csi.resizer._options import parser
+from pyprovlib.runtime._flags import parse_common
+from pyprovlib.testing._cluster import TestCluster
 
 SECRET_VALUE = "s3cr3t-expand-key"
 

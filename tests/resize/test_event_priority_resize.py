@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from resize_support import MemoryResizer, fast_options
 
-from pyprovlib.controller.resize import ResizeController
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.controller._resize import ResizeController
+from pyprovlib.testing._cluster import TestCluster
 
 
 async def test_the_resizers_events_yield_to_its_claim_queue(kube_cluster: TestCluster) -> None:

@@ -20,15 +20,15 @@ from modify_support import (
 from resize_support import conditions
 from sidecar_support import running, wait_for
 
-from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller.modify import (
+from pyprovlib._attacher import GrpcCode
+from pyprovlib._modifier import ModifyError, NotModifiable
+from pyprovlib.controller._modify import (
     PV_NAME_KEY,
     PVC_NAME_KEY,
     PVC_NAMESPACE_KEY,
     ModifyController,
 )
-from pyprovlib.modifier import ModifyError, NotModifiable
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.modify import (
+from pyprovlib._modifier import ModifyError, NotModifiable
+from pyprovlib.controller._modify import (
     InvalidModifyOptionsError,
     ModifyControllerOptions,
     Step,
@@ -15,9 +16,8 @@ from pyprovlib.controller.modify import (
     next_step,
     should_enqueue,
 )
-from pyprovlib.controller.modify.expectations import ModifyExpectations
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.modifier import ModifyError, NotModifiable
+from pyprovlib.controller._modify.expectations import ModifyExpectations
+from pyprovlib.kube._clock import FakeClock
 
 
 def pvc(

@@ -27,18 +27,18 @@ from resize_support import (
 )
 from sidecar_support import running, wait_for
 
-from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller.resize import (
+from pyprovlib._attacher import GrpcCode
+from pyprovlib._resizer import NotExpandable, ResizeError
+from pyprovlib.controller._resize import (
     ANN_NODE_EXPANSION_NOT_REQUIRED,
     LeaderElectionLostError,
     ResizeController,
 )
-from pyprovlib.controller.resize.options import lease_name
-from pyprovlib.kube.objects import annotations_of
-from pyprovlib.kube.resources import LEASES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.resizer import NotExpandable, ResizeError
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib.controller._resize.options import lease_name
+from pyprovlib.kube._objects import annotations_of
+from pyprovlib.kube._resources import LEASES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._cluster import TestCluster
 
 
 def allocated(claim: dict[str, object]) -> str | None:

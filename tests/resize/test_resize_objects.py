@@ -9,9 +9,9 @@ from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import GI, MemoryResizer, Scenario, capacity, controller
 from sidecar_support import running
 
-from pyprovlib.resizer import ExpansionResult
-from pyprovlib.testing.cluster import TestCluster
-from pyprovlib.testing.support import wait_idle
+from pyprovlib._resizer import ExpansionResult
+from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._support import wait_idle
 
 
 class RecordingResizer(MemoryResizer):

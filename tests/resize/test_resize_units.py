@@ -12,20 +12,20 @@ from kubernetes_asyncio.client import (
     V1PersistentVolumeSpec,
 )
 
-from pyprovlib.attacher import GrpcCode
-from pyprovlib.controller.resize import (
+from pyprovlib._attacher import GrpcCode
+from pyprovlib._resizer import NotExpandable, ResizeError
+from pyprovlib.controller._resize import (
     ANN_STORAGE_RESIZER,
     ResizeController,
     expansion_target,
     merge_resize_conditions,
     should_enqueue_pvc_change,
 )
-from pyprovlib.controller.resize.options import (
+from pyprovlib.controller._resize.options import (
     InvalidResizeOptionsError,
     ResizeControllerOptions,
     lease_name,
 )
-from pyprovlib.resizer import NotExpandable, ResizeError
 
 
 def claim(

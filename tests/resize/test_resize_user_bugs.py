@@ -12,8 +12,8 @@ from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import MemoryResizer, Scenario, capacity, controller
 from sidecar_support import running, wait_for
 
-from pyprovlib.resizer import ExpansionResult
-from pyprovlib.testing.cluster import TestCluster
+from pyprovlib._resizer import ExpansionResult
+from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 
 async def get_json(server: ApiServer, path: str, accept: str = "application/json") -> Any:

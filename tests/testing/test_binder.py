@@ -1,4 +1,4 @@
-"""The PV binder (pyprovlib.testing.binder) against the in-memory API server, over HTTP with the
+"""The PV binder (pyprovlib.testing._binder) against the in-memory API server, over HTTP with the
 real kubernetes-asyncio client: provisioning annotations, WaitForFirstConsumer, binding,
 Released/Lost, recovery from dropped watches, compaction and restarts, and odd objects."""
 
@@ -15,8 +15,8 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib import testing
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.testing.binder import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.testing._binder import (
     ANN_BETA_STORAGE_PROVISIONER,
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
@@ -26,7 +26,7 @@ from pyprovlib.testing.binder import (
     set_selected_node,
     storage_quantity,
 )
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 T = TypeVar("T")
 NS = "binder-test"
@@ -628,7 +628,7 @@ async def test_many_claims_bind_with_a_bounded_number_of_requests(
     ],
 )
 def test_storage_quantity(text: Any, value: int | Decimal | None) -> None:
-    # The binder reads sizes with pyprovlib.kube.quantity; what is not a quantity reads as absent.
+    # The binder reads sizes with pyprovlib.kube._quantity; what is not a quantity reads as absent.
     parsed = storage_quantity({"storage": text})
     if value is None:
         assert parsed is None

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyprovlib.kube.config import request_json
-from pyprovlib.testing.binder import ANN_STORAGE_PROVISIONER, PVBinder
-from pyprovlib.testing.server import ApiServer
-from pyprovlib.testing.support import wait_idle
+from pyprovlib.kube._config import request_json
+from pyprovlib.testing._binder import ANN_STORAGE_PROVISIONER, PVBinder
+from pyprovlib.testing._server import ApiServer
+from pyprovlib.testing._support import wait_idle
 
 NS = "idle"
 

@@ -12,10 +12,10 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.config import request_json
-from pyprovlib.testing.binder import PVBinder
-from pyprovlib.testing.server import ApiServer
-from pyprovlib.testing.support import wait_idle
+from pyprovlib.kube._config import request_json
+from pyprovlib.testing._binder import PVBinder
+from pyprovlib.testing._server import ApiServer
+from pyprovlib.testing._support import wait_idle
 
 NS = "protection"
 CLAIMS = f"/api/v1/namespaces/{NS}/persistentvolumeclaims"

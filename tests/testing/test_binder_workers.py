@@ -12,9 +12,9 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib import testing
-from pyprovlib.kube.config import request_json
-from pyprovlib.testing.binder import PVBinder
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._config import request_json
+from pyprovlib.testing._binder import PVBinder
+from pyprovlib.testing._server import ApiServer
 
 T = TypeVar("T")
 NS = "workers"

@@ -12,10 +12,10 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from server_support import get_json
 
-from pyprovlib.kube.errors import ApiException
-from pyprovlib.kube.resources import CSI_STORAGE_CAPACITIES, DEPLOYMENTS, REPLICA_SETS
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._resources import CSI_STORAGE_CAPACITIES, DEPLOYMENTS, REPLICA_SETS
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

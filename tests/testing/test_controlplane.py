@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pyprovlib.kube.resources import NODES, PERSISTENT_VOLUME_CLAIMS
-from pyprovlib.testing.binder import _Http
-from pyprovlib.testing.controlplane import (
+from pyprovlib.kube._resources import NODES, PERSISTENT_VOLUME_CLAIMS
+from pyprovlib.testing._binder import _Http
+from pyprovlib.testing._controlplane import (
     ControlPlane,
     ControlPlaneError,
     assets_from_environment,
@@ -82,7 +82,7 @@ async def test_reaper_ends_processes_and_removes_directory_when_the_parent_is_ki
         f"""
         import json, sys, tempfile, time
         from pathlib import Path
-        from pyprovlib.testing.controlplane import _Component, _Reaper
+        from pyprovlib.testing._controlplane import _Component, _Reaper
         d = Path(tempfile.mkdtemp(dir={str(tmp_path)!r}))
         reaper = _Reaper(d)
         sleeper = _Component("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"],
@@ -188,7 +188,7 @@ async def test_nothing_is_left_when_the_test_process_is_killed() -> None:
     report = await _run_and_kill(
         f"""
         import asyncio, json, time
-        from pyprovlib.testing.controlplane import ControlPlane
+        from pyprovlib.testing._controlplane import ControlPlane
 
         async def main():
             cp = ControlPlane({str(ASSETS)!r}, nodes=0, snapshot_crds=False)
@@ -210,7 +210,7 @@ async def test_nothing_is_left_when_the_test_process_is_killed() -> None:
 def test_harness_chooses_kubeconfig_then_assets_then_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pyprovlib.testing.cluster import TestCluster
+    from pyprovlib.testing._cluster import TestCluster
 
     for name in ("PYPROVLIB_E2E_KUBECONFIG", "PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS"):
         monkeypatch.delenv(name, raising=False)

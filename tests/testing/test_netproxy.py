@@ -1,4 +1,4 @@
-"""pyprovlib.testing.netproxy.TcpProxy: forwarding, both partition modes, heal, counters,
+"""pyprovlib.testing._netproxy.TcpProxy: forwarding, both partition modes, heal, counters,
 shutdown — over raw sockets against an echo server, and with the real kubernetes-asyncio
 client against the in-memory API server."""
 
@@ -14,10 +14,10 @@ from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib import testing
-from pyprovlib.kube.resources import NAMESPACES
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.netproxy import TcpProxy
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._resources import NAMESPACES
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._netproxy import TcpProxy
+from pyprovlib.testing._server import ApiServer
 
 
 class EchoServer:

@@ -1,4 +1,4 @@
-"""The parts of pyprovlib.testing.node that need no root: images built without a registry,
+"""The parts of pyprovlib.testing._node that need no root: images built without a registry,
 the manifest of what a node changes on the host and its cleanup, the reaper's node step, and
 the one-line reasons a node cannot run."""
 
@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from pyprovlib.testing import _node_cleanup as cleanup
+from pyprovlib.testing._controlplane import ControlPlane
+from pyprovlib.testing._node import KubeletNode, NodeUnavailableError, node_unavailable
 from pyprovlib.testing._node_images import (
     BUSYBOX_IMAGE,
     PAUSE_IMAGE,
@@ -22,8 +24,6 @@ from pyprovlib.testing._node_images import (
     write_image,
 )
 from pyprovlib.testing._reaper import reap
-from pyprovlib.testing.controlplane import ControlPlane
-from pyprovlib.testing.node import KubeletNode, NodeUnavailableError, node_unavailable
 
 
 @pytest.fixture

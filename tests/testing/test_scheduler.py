@@ -15,8 +15,8 @@ from kubernetes_asyncio.client import ApiClient
 from standalone_support import standalone
 
 from pyprovlib import testing
-from pyprovlib.kube.objects import Obj, annotations_of
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._objects import Obj, annotations_of
+from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     CSIDRIVERS,
     NODES,
@@ -25,10 +25,10 @@ from pyprovlib.kube.resources import (
     PODS,
     STORAGE_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.binder import ANN_SELECTED_NODE
-from pyprovlib.testing.scheduler import PodScheduler, node_matches_terms
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._binder import ANN_SELECTED_NODE
+from pyprovlib.testing._scheduler import PodScheduler, node_matches_terms
+from pyprovlib.testing._server import ApiServer
 
 NS = "default"
 

@@ -18,7 +18,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 
 def pvc(name: str, **meta: Any) -> dict[str, Any]:

@@ -6,9 +6,9 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, VersionApi
 from server_support import get_json
 
-from pyprovlib.kube.resources import RESOURCES
+from pyprovlib.kube._resources import RESOURCES
 from pyprovlib.testing._discovery import human_duration
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 NEW_STYLE = {
     "metadata": {"name": "e1"},

@@ -17,8 +17,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from standalone_support import first_line, standalone
 
 from pyprovlib import testing
-from pyprovlib.kube.errors import is_conflict, retry_after_seconds
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._errors import is_conflict, retry_after_seconds
+from pyprovlib.testing._server import ApiServer
 
 CLAIM = {
     "metadata": {"name": "c"},

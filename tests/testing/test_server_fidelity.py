@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.testing._server import ApiServer
 
 NS = "/api/v1/namespaces/default"
 

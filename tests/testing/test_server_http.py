@@ -16,11 +16,11 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib import testing
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.config import request_json
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._config import request_json
+from pyprovlib.testing._binder import BINDER_USER_AGENT, PVBinder
+from pyprovlib.testing._server import ApiServer, InProcessTransport
 from pyprovlib.testing._storage import Storage
-from pyprovlib.testing.binder import BINDER_USER_AGENT, PVBinder
-from pyprovlib.testing.server import ApiServer, InProcessTransport
 
 CM = "/api/v1/namespaces/default/configmaps"
 

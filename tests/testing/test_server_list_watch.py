@@ -15,8 +15,8 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.testing._selectors import parse_field_selector, parse_label_selector
+from pyprovlib.testing._server import ApiServer
 from pyprovlib.testing._status import ApiError
-from pyprovlib.testing.server import ApiServer
 
 CM = "/api/v1/namespaces/default/configmaps"
 

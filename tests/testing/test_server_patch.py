@@ -16,8 +16,8 @@ from pyprovlib.testing._patch import (
     apply_merge_patch,
     apply_strategic_merge_patch,
 )
+from pyprovlib.testing._server import ApiServer
 from pyprovlib.testing._status import ApiError
-from pyprovlib.testing.server import ApiServer
 
 MERGE = "application/merge-patch+json"
 JSON = "application/json-patch+json"

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.clock import FakeClock
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._clock import FakeClock
 from pyprovlib.testing._registry import DeleteOptions, Registry
 from pyprovlib.testing._selectors import parse_field_selector, parse_label_selector
 from pyprovlib.testing._status import ApiError

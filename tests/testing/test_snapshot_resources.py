@@ -16,7 +16,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 from server_support import get_json
 
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     RESOURCES,
     VOLUME_SNAPSHOT_CLASSES,
@@ -24,8 +24,8 @@ from pyprovlib.kube.resources import (
     VOLUME_SNAPSHOTS,
     resource_for,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 GROUP = "snapshot.storage.k8s.io"
 VERSION = "v1"

@@ -14,14 +14,14 @@ from server_support import get_json
 from sidecar_support import wait_for
 
 from pyprovlib import testing
-from pyprovlib.kube.errors import ApiException
-from pyprovlib.kube.resources import (
+from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     VOLUME_ATTRIBUTES_CLASSES,
 )
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.testing._server import ApiServer
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.provision.protection import (
+from pyprovlib.controller._provision.protection import (
     FINALIZER_PROVISIONING,
     only_protection_changed,
 )

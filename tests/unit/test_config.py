@@ -14,8 +14,8 @@ import pytest
 from kubernetes_asyncio.client import CoordinationV1Api
 
 from pyprovlib._version import __version__
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.config import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._config import (
     DEFAULT_USER_AGENT,
     ClientSettings,
     ConfigError,
@@ -25,8 +25,8 @@ from pyprovlib.kube.config import (
     request_json,
     shared_limiter,
 )
-from pyprovlib.kube.ratelimit import TokenBucket
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.testing._server import ApiServer
 
 NO_SA = "/nonexistent/serviceaccount"
 
@@ -289,7 +289,7 @@ async def test_request_timeout_applies_to_requests_not_watches(apiserver: ApiSer
 
 
 def test_service_account_namespace_reads_the_mounted_file(tmp_path: Path) -> None:
-    from pyprovlib.kube.config import service_account_namespace
+    from pyprovlib.kube._config import service_account_namespace
 
     assert service_account_namespace(tmp_path) == ""  # outside a pod
     (tmp_path / "namespace").write_text("storage-system\n", encoding="utf-8")

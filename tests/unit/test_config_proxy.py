@@ -1,4 +1,4 @@
-"""Proxy resolution of pyprovlib.kube.config: client-go's rules (kubeconfig proxy-url, else
+"""Proxy resolution of pyprovlib.kube._config: client-go's rules (kubeconfig proxy-url, else
 HTTP(S)_PROXY / NO_PROXY, never for loopback), resolved once per client instead of aiohttp's
 per-request environment lookups."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyprovlib.kube.config import resolve_proxy
+from pyprovlib.kube._config import resolve_proxy
 
 HTTPS = "https://api.example.com:6443"
 

@@ -11,10 +11,10 @@ import textwrap
 
 _CODE = """
 import asyncio, json, sys
-import pyprovlib.csi.provisioner.main, pyprovlib.csi.attacher, pyprovlib.csi.resizer
-import pyprovlib.controller.provision, pyprovlib.controller.attach, pyprovlib.controller.resize
+import pyprovlib.csi.provisioner._main, pyprovlib.csi.attacher, pyprovlib.csi.resizer
+import pyprovlib.controller._provision, pyprovlib.controller._attach, pyprovlib.controller._resize
 import pyprovlib.runtime
-from pyprovlib.controller.endpoint import EndpointServer
+from pyprovlib.controller._endpoint import EndpointServer
 
 before = "aiohttp.web" in sys.modules
 

@@ -11,9 +11,9 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from pyprovlib.controller.endpoint import EndpointServer, controller_checks
-from pyprovlib.runtime import HttpServer
-from pyprovlib.runtime import controller_checks as runtime_checks
+from pyprovlib.controller._endpoint import EndpointServer, controller_checks
+from pyprovlib.runtime._http import HttpServer
+from pyprovlib.runtime._http import controller_checks as runtime_checks
 
 
 class ElectedController:

@@ -9,14 +9,14 @@ import aiohttp
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from pyprovlib.attacher import AttachError
+from pyprovlib._attacher import AttachError
+from pyprovlib._errors import PyprovlibError
+from pyprovlib._provisioner import ProvisioningError
+from pyprovlib._resizer import ResizeError
 from pyprovlib.controller._errors import describe_error, is_user_bug
-from pyprovlib.controller.provision.errors import describe, is_infeasible_error
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.errors import ApiException
-from pyprovlib.kube.objects import is_deleting, spec_of, status_of
-from pyprovlib.provisioner import ProvisioningError
-from pyprovlib.resizer import ResizeError
+from pyprovlib.controller._provision.errors import describe, is_infeasible_error
+from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._objects import is_deleting, spec_of, status_of
 
 
 def _api_error(code: int, reason: str, message: str | None) -> ApiException:

@@ -18,8 +18,8 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.events import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._events import (
     MAX_MESSAGE_BYTES,
     CorrelatorOptions,
     EventCorrelator,

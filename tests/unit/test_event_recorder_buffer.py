@@ -14,9 +14,9 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.events import EventRecorder
-from pyprovlib.kube.objects import Obj
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._objects import Obj
 
 
 def claim(i: int) -> dict[str, Any]:

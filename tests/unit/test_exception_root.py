@@ -1,5 +1,5 @@
 """One exception root (issue 20): every exception class pyprovlib defines derives from
-:class:`pyprovlib.errors.PyprovlibError`, so ``except PyprovlibError`` catches anything
+:class:`pyprovlib._errors.PyprovlibError`, so ``except PyprovlibError`` catches anything
 pyprovlib raised on purpose; the builtin base a class had before stays as a second base.
 
 Every module under ``src/pyprovlib`` is imported (generated protobuf code aside: it defines
@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 import pyprovlib
-from pyprovlib.errors import InvalidOptionsError, PyprovlibError
+from pyprovlib._errors import InvalidOptionsError, PyprovlibError
 
 
 def _modules() -> list[ModuleType]:
@@ -64,12 +64,12 @@ def test_the_walk_sees_the_whole_package() -> None:
     # One module from each layer, and a private one: a walk that stopped early would pass the
     # root check vacuously.
     for expected in (
-        "pyprovlib.kube.config",
-        "pyprovlib.controller.options",
-        "pyprovlib.runtime.app",
-        "pyprovlib.csi.connection",
-        "pyprovlib.testing.controlplane",
-        "pyprovlib.examples.rbd.rbd_cli",
+        "pyprovlib.kube._config",
+        "pyprovlib.controller._options",
+        "pyprovlib.runtime._app",
+        "pyprovlib.csi._connection",
+        "pyprovlib.testing._controlplane",
+        "pyprovlib.examples.rbd._rbd_cli",
         "pyprovlib._lazy_kubernetes",
     ):
         assert expected in names
@@ -81,7 +81,7 @@ def test_the_walk_sees_the_whole_package() -> None:
 )
 def test_every_exception_derives_from_the_root(cls: type[BaseException]) -> None:
     assert issubclass(cls, PyprovlibError), (
-        f"{cls.__module__}.{cls.__qualname__} must derive from pyprovlib.errors.PyprovlibError "
+        f"{cls.__module__}.{cls.__qualname__} must derive from pyprovlib._errors.PyprovlibError "
         "(keep its builtin base as a second base: class X(PyprovlibError, ValueError))"
     )
 
@@ -89,12 +89,12 @@ def test_every_exception_derives_from_the_root(cls: type[BaseException]) -> None
 @pytest.mark.parametrize(
     ("dotted", "builtin"),
     [
-        ("pyprovlib.csi.server.CapabilityError", ValueError),
-        ("pyprovlib.csi.resizer.DriverCannotExpandError", RuntimeError),
-        ("pyprovlib.testing.controlplane.ControlPlaneError", RuntimeError),
-        ("pyprovlib.kube.rest.WatchError", Exception),
-        ("pyprovlib.controller.attach.options.InvalidAttachOptionsError", ValueError),
-        ("pyprovlib.controller.resize.options.InvalidResizeOptionsError", ValueError),
+        ("pyprovlib.csi._server.CapabilityError", ValueError),
+        ("pyprovlib.csi.resizer._controller.DriverCannotExpandError", RuntimeError),
+        ("pyprovlib.testing._controlplane.ControlPlaneError", RuntimeError),
+        ("pyprovlib.kube._rest.WatchError", Exception),
+        ("pyprovlib.controller._attach.options.InvalidAttachOptionsError", ValueError),
+        ("pyprovlib.controller._resize.options.InvalidResizeOptionsError", ValueError),
     ],
 )
 def test_the_builtin_base_is_kept(dotted: str, builtin: type[BaseException]) -> None:
@@ -107,14 +107,14 @@ def test_the_builtin_base_is_kept(dotted: str, builtin: type[BaseException]) -> 
 def test_watch_error_is_still_an_api_exception() -> None:
     from kubernetes_asyncio.client.exceptions import ApiException
 
-    from pyprovlib.kube.rest import WatchError
+    from pyprovlib.kube._rest import WatchError
 
     assert issubclass(WatchError, ApiException)
 
 
 def test_invalid_options_errors_share_one_base() -> None:
-    from pyprovlib.controller.attach.options import InvalidAttachOptionsError
-    from pyprovlib.controller.resize.options import InvalidResizeOptionsError
+    from pyprovlib.controller._attach.options import InvalidAttachOptionsError
+    from pyprovlib.controller._resize.options import InvalidResizeOptionsError
 
     assert issubclass(InvalidAttachOptionsError, InvalidOptionsError)
     assert issubclass(InvalidResizeOptionsError, InvalidOptionsError)

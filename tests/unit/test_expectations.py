@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pyprovlib.controller.provision.expectations import VolumeExpectations
-from pyprovlib.controller.provision.protection import FINALIZER_PROVISIONING, ClaimProtection
+from pyprovlib.controller._provision.expectations import VolumeExpectations
+from pyprovlib.controller._provision.protection import FINALIZER_PROVISIONING, ClaimProtection
 
 
 def volume(name: str, uid: str) -> dict[str, object]:

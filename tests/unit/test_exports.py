@@ -36,9 +36,10 @@ def test_every_exported_name_is_defined(name: str) -> None:
 
 
 def test_facades_export_their_submodules_names() -> None:
-    from pyprovlib.controller import provision, resize
-    from pyprovlib.controller.provision import decisions
-    from pyprovlib.controller.resize import claims as resize_claims
+    from pyprovlib.controller import _provision as provision
+    from pyprovlib.controller import _resize as resize
+    from pyprovlib.controller._provision import decisions
+    from pyprovlib.controller._resize import claims as resize_claims
 
     assert set(decisions.__all__) <= set(provision.__all__)
     assert set(resize_claims.__all__) <= set(resize.__all__)

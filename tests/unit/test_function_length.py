@@ -21,10 +21,10 @@ MAX_LINES = 100
 # Declarative tables of flags (module path relative to src/pyprovlib, qualified name).
 ALLOWED: frozenset[tuple[str, str]] = frozenset(
     {
-        ("runtime/flags.py", "common_parser"),
-        ("csi/provisioner/options.py", "build_parser"),
-        ("examples/hostpath/cli.py", "build_parser"),
-        ("examples/csi_hostpath/cli.py", "build_parser"),
+        ("runtime/_flags.py", "common_parser"),
+        ("csi/provisioner/_options.py", "build_parser"),
+        ("examples/hostpath/_cli.py", "build_parser"),
+        ("examples/csi_hostpath/_cli.py", "build_parser"),
     }
 )
 

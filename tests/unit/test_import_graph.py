@@ -26,17 +26,18 @@ PACKAGE = SRC / "pyprovlib"
 
 # Lower number = lower layer. A module's layer is that of its first matching prefix.
 LAYERS: list[tuple[str, int]] = [
-    ("pyprovlib.errors", 0),
-    ("pyprovlib.redaction", 0),
+    ("pyprovlib._errors", 0),
+    ("pyprovlib._redaction", 0),
     ("pyprovlib._logging", 0),
     ("pyprovlib._version", 0),
     ("pyprovlib._lazy_kubernetes", 0),
     ("pyprovlib._reexports", 0),
+    ("pyprovlib._moved", 0),
     ("pyprovlib.kube", 1),
-    ("pyprovlib.provisioner", 2),
-    ("pyprovlib.attacher", 2),
-    ("pyprovlib.resizer", 2),
-    ("pyprovlib.modifier", 2),
+    ("pyprovlib._provisioner", 2),
+    ("pyprovlib._attacher", 2),
+    ("pyprovlib._resizer", 2),
+    ("pyprovlib._modifier", 2),
     ("pyprovlib.controller", 3),
     ("pyprovlib.runtime", 4),
     ("pyprovlib.csi", 5),
@@ -181,8 +182,8 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize(
     ("importer", "imported"),
     [
-        ("pyprovlib.controller.provision", "pyprovlib.runtime.logging"),
-        ("pyprovlib.kube.informer", "pyprovlib.controller.provision"),
+        ("pyprovlib.controller._provision", "pyprovlib.runtime._logging"),
+        ("pyprovlib.kube._informer", "pyprovlib.controller._provision"),
     ],
 )
 def test_the_layer_check_sees_an_upward_import(importer: str, imported: str) -> None:

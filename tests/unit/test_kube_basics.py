@@ -8,9 +8,10 @@ import json
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube import errors, objects
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.resources import (
+from pyprovlib.kube import _errors as errors
+from pyprovlib.kube import _objects as objects
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._resources import (
     LEASES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,

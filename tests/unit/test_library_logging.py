@@ -16,7 +16,7 @@ import pytest
 import structlog
 
 from pyprovlib._logging import get_logger
-from pyprovlib.runtime.logging import NOISY_LOGGERS, configure_logging
+from pyprovlib.runtime._logging import NOISY_LOGGERS, configure_logging
 
 # Imports pyprovlib and uses it — a CSI server and client making calls (debug lines on both
 # sides, snapshots with Timestamps), library loggers at every level — configuring nothing.
@@ -26,8 +26,8 @@ USER_PROGRAM = textwrap.dedent(
     import pyprovlib
     from pyprovlib._logging import get_logger
     from pyprovlib.csi._proto.csi import v1
-    from pyprovlib.csi.connection import CSIConnection
-    from pyprovlib.csi.server import ControllerService, CSIServer, IdentityService
+    from pyprovlib.csi._connection import CSIConnection
+    from pyprovlib.csi._server import ControllerService, CSIServer, IdentityService
 
     class Controller(ControllerService):
         def __init__(self):

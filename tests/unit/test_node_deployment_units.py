@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.options import NodeDeployment, ProvisionControllerOptions
-from pyprovlib.controller.provision import allowed_topologies_match, volume_is_accessible
-from pyprovlib.controller.provision.node_deployment import JitteredExponentialRateLimiter
-from pyprovlib.errors import InvalidOptionsError
+from pyprovlib._errors import InvalidOptionsError
+from pyprovlib.controller._options import NodeDeployment, ProvisionControllerOptions
+from pyprovlib.controller._provision import allowed_topologies_match, volume_is_accessible
+from pyprovlib.controller._provision.node_deployment import JitteredExponentialRateLimiter
 
 
 def test_defaults_are_external_provisioners() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyprovlib.controller.provision.attempt import Outcome, ProvisionAttempt
-from pyprovlib.provisioner import ProvisioningState
+from pyprovlib._provisioner import ProvisioningState
+from pyprovlib.controller._provision.attempt import Outcome, ProvisionAttempt
 
 
 @pytest.mark.parametrize("outcome", [Outcome.PROVISIONED, Outcome.VOLUME_EXISTS, Outcome.STOPPED])

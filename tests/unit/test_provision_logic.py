@@ -12,7 +12,8 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from pyprovlib.controller.provision import (
+from pyprovlib._provisioner import ProvisioningError, ProvisioningState
+from pyprovlib.controller._provision import (
     ANN_BETA_STORAGE_CLASS,
     ANN_BETA_STORAGE_PROVISIONER,
     ANN_DYNAMICALLY_PROVISIONED,
@@ -35,9 +36,8 @@ from pyprovlib.controller.provision import (
     remove_finalizer,
     volume_should_delete,
 )
-from pyprovlib.controller.volume_store import event_target
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.provisioner import ProvisioningError, ProvisioningState
+from pyprovlib.controller._volume_store import event_target
+from pyprovlib.kube._clock import FakeClock
 
 NAMES = frozenset({"foo.bar/baz"})
 TIMESTAMP = "2026-01-01T00:00:00Z"

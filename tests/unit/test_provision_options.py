@@ -17,19 +17,19 @@ from kubernetes_asyncio.client import (
 )
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pyprovlib.controller.metrics import GO_DEFAULT_BUCKETS, ProvisionMetrics
-from pyprovlib.controller.options import (
+from pyprovlib._provisioner import Provisioner, ProvisionOptions
+from pyprovlib.controller._metrics import GO_DEFAULT_BUCKETS, ProvisionMetrics
+from pyprovlib.controller._options import (
     Backoff,
     InvalidOptionsError,
     ProvisionControllerOptions,
     in_cluster_namespace,
     provisioned_volume_name,
 )
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.convert import ConversionError, from_model, to_model
-from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter
-from pyprovlib.provisioner import Provisioner, ProvisionOptions
+from pyprovlib.controller._provision import ProvisionController
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._convert import ConversionError, from_model, to_model
+from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter
 
 
 def test_defaults_are_upstreams() -> None:
@@ -321,7 +321,7 @@ def test_options_convert_in_synchronous_code_too() -> None:
     import sys
 
     code = (
-        "from pyprovlib.provisioner import ProvisionOptions\n"
+        "from pyprovlib._provisioner import ProvisionOptions\n"
         "o = ProvisionOptions({'metadata': {'name': 'sc'}, 'provisioner': 'p'}, 'pvc-1',\n"
         "    {'metadata': {'name': 'c', 'namespace': 'ns'}, 'spec': {}})\n"
         "print(o.storage_class.provisioner, o.pvc.metadata.namespace)\n"

@@ -1,4 +1,4 @@
-"""Tests for pyprovlib.kube.quantity: apimachinery's parsing, rounding and canonical form, and
+"""Tests for pyprovlib.kube._quantity: apimachinery's parsing, rounding and canonical form, and
 the storage-size checks that reject hostile claims."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyprovlib.kube.quantity import (
+from pyprovlib.kube._quantity import (
     INT64_MAX,
     Format,
     Quantity,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyprovlib.kube.quantity import parse_quantity, quantity_or_none
+from pyprovlib.kube._quantity import parse_quantity, quantity_or_none
 
 
 @pytest.mark.parametrize("value", ["10Gi", "1500M", "0", "1e3", "500m"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.workqueue import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,

@@ -136,13 +136,13 @@ def test_any_public_submodule_is_an_attribute_on_first_use(
         _ = pkg.missing
 
 
-def test_the_testing_package_keeps_its_submodules_as_attributes() -> None:
+def test_the_testing_package_imports_nothing_until_a_name_is_used() -> None:
     code = (
         "import pyprovlib.testing as t, sys; "
-        "assert 'pyprovlib.testing.support' not in sys.modules; "
-        "print(t.support.Runnable.__name__, t.server.ApiServer.__name__)"
+        "assert 'pyprovlib.testing._server' not in sys.modules; "
+        "print(t.ApiServer.__name__, 'pyprovlib.testing._server' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
-    assert out.stdout.split() == ["Runnable", "ApiServer"]
+    assert out.stdout.split() == ["ApiServer", "True"]

@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.backoff import Backoff, BackoffTimer
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.informer import SharedInformer
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.rest import WatchError, WatchExpiredError
-from pyprovlib.kube.store import DeletedFinalStateUnknown
+from pyprovlib.kube._backoff import Backoff, BackoffTimer
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._informer import SharedInformer
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._rest import WatchError, WatchExpiredError
+from pyprovlib.kube._store import DeletedFinalStateUnknown
 
 END = object()
 

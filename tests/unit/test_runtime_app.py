@@ -17,16 +17,9 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.runtime import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    RuntimeContext,
-    add_flag,
-    common_parser,
-    run,
-    run_async,
-)
-from pyprovlib.testing.server import ApiServer
+from pyprovlib.runtime import RuntimeContext, add_flag, common_parser, run, run_async
+from pyprovlib.runtime._app import EXIT_FAILURE, EXIT_OK
+from pyprovlib.testing._server import ApiServer
 
 # Each test leaves logging as it found it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("restore_logging")

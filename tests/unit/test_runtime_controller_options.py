@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.attach.options import AttachControllerOptions
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.resize.options import ResizeControllerOptions
+from pyprovlib.controller._attach.options import AttachControllerOptions
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._resize.options import ResizeControllerOptions
 from pyprovlib.runtime import (
     CommonOptions,
     attach_controller_options,
     common_parser,
-    parse_common,
     provision_controller_options,
     resize_controller_options,
 )
-from pyprovlib.runtime.controller_options import FLAG_OF_FIELD
+from pyprovlib.runtime._controller_options import FLAG_OF_FIELD
+from pyprovlib.runtime._flags import parse_common
 
 # Every flag a controller option follows, set away from its default.
 ARGV = [
@@ -102,14 +102,14 @@ def test_every_field_the_flags_set_is_named_with_its_flag() -> None:
 
 
 def test_bad_values_are_still_checked_by_the_options() -> None:
-    from pyprovlib.errors import InvalidOptionsError
+    from pyprovlib._errors import InvalidOptionsError
 
     with pytest.raises(InvalidOptionsError, match="retry_interval_max"):
         provision_controller_options(flags([]), retry_interval_max=0)
 
 
 def test_combined_style_flag_copies_still_drive_the_options() -> None:
-    # csi/combined.py turns leader election off per controller by replacing it in the flags.
+    # csi/_combined.py turns leader election off per controller by replacing it in the flags.
     quiet = dataclasses.replace(flags(ARGV), leader_election=False)
     assert resize_controller_options(quiet).leader_election is False
 
@@ -118,7 +118,7 @@ def test_combined_style_flag_copies_still_drive_the_options() -> None:
 def test_the_examples_controller_options_is_a_deprecated_alias(example: str) -> None:
     import importlib
 
-    cli = importlib.import_module(f"pyprovlib.examples.{example}.cli")
+    cli = importlib.import_module(f"pyprovlib.examples.{example}._cli")
     common = flags(ARGV)
     with pytest.warns(DeprecationWarning, match="provision_controller_options"):
         old = cli.controller_options(common)

@@ -11,25 +11,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyprovlib._version import __version__
-from pyprovlib.kube.config import ClientSettings
-from pyprovlib.kube.leaderelection import LeaderElectionConfig
-from pyprovlib.runtime import (
+from pyprovlib.kube._config import ClientSettings
+from pyprovlib.kube._leaderelection import LeaderElectionConfig
+from pyprovlib.runtime import CommonOptions, RuntimeArgumentParser, add_flag, common_parser
+from pyprovlib.runtime._flag_parser import (
     ENV_PREFIX,
-    CommonOptions,
-    HttpAddress,
-    RuntimeArgumentParser,
     add_bool_flag,
     add_duration_flag,
-    add_flag,
-    common_parser,
     env_name,
     env_prefix_for,
+)
+from pyprovlib.runtime._flag_values import (
+    HttpAddress,
     format_duration,
     parse_bool,
-    parse_common,
     parse_duration,
     parse_http_address,
 )
+from pyprovlib.runtime._flags import parse_common
 
 COMMON_FLAGS = [
     "--kubeconfig",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pyprovlib.runtime import common_parser, parse_common
-from pyprovlib.runtime.flags import KLOG_DEBUG_VERBOSITY, UNSUPPORTED_UPSTREAM_FLAGS
+from pyprovlib.runtime import common_parser
+from pyprovlib.runtime._flags import KLOG_DEBUG_VERBOSITY, UNSUPPORTED_UPSTREAM_FLAGS, parse_common
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "pyprovlib"
 
@@ -148,8 +148,9 @@ def test_other_feature_gates_are_refused_naming_the_gate_in_one_line(
 
 
 def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
-    from pyprovlib.csi import attacher, resizer
-    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.attacher import _options as attacher
+    from pyprovlib.csi.provisioner._options import build_parser
+    from pyprovlib.csi.resizer import _options as resizer
 
     implemented: set[str] = set()
     for p in (build_parser(), attacher.parser(), resizer.parser()):
@@ -166,7 +167,7 @@ def test_flags_pyprovlib_implements_are_not_in_the_unsupported_table() -> None:
 
 
 def test_the_provisioner_takes_external_provisioners_capacity_flags() -> None:
-    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.provisioner._options import build_parser
 
     _, defaults = parse_common(build_parser(), [])
     assert (
@@ -262,9 +263,8 @@ def test_the_upstream_flags_still_refused_are_these() -> None:
 
 
 def test_cloning_protection_and_publish_readonly_flags_are_the_provisioners() -> None:
-    from pyprovlib.csi import combined
-    from pyprovlib.csi.provisioner import build_parser
-    from pyprovlib.csi.provisioner.options import provisioner_options
+    from pyprovlib.csi import _combined as combined
+    from pyprovlib.csi.provisioner._options import build_parser, provisioner_options
 
     _, ns = parse_common(build_parser(), [])
     assert ns.cloning_protection_threads == 1  # upstream's default
@@ -282,7 +282,7 @@ def test_cloning_protection_and_publish_readonly_flags_are_the_provisioners() ->
 def test_no_cloning_protection_worker_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from pyprovlib.csi.provisioner import build_parser
+    from pyprovlib.csi.provisioner._options import build_parser
 
     with pytest.raises(SystemExit) as exit_info:
         parse_common(build_parser(), ["--cloning-protection-threads=0"])
@@ -291,8 +291,8 @@ def test_no_cloning_protection_worker_is_a_usage_error(
 
 
 def test_extra_modify_metadata_is_the_resizers() -> None:
-    from pyprovlib.csi import combined
-    from pyprovlib.csi.resizer import parser
+    from pyprovlib.csi import _combined as combined
+    from pyprovlib.csi.resizer._options import parser
 
     _, ns = parse_common(parser(), [])
     assert ns.extra_modify_metadata is False  # upstream's default

@@ -8,7 +8,8 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from pyprovlib.runtime import Controller, HttpServer, controller_checks
+from pyprovlib.runtime import Controller
+from pyprovlib.runtime._http import HttpServer, controller_checks
 
 
 class FakeController:

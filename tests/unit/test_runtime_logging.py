@@ -12,17 +12,8 @@ import pytest
 import structlog
 from kubernetes_asyncio.client import V1ObjectMeta, V1Secret
 
-from pyprovlib.runtime import (
-    REDACTED,
-    bind,
-    bound,
-    configure_logging,
-    get_logger,
-    is_secret_key,
-    redact_value,
-    scrub_text,
-    unbind,
-)
+from pyprovlib.runtime import bind, bound, configure_logging, get_logger
+from pyprovlib.runtime._logging import REDACTED, is_secret_key, redact_value, scrub_text, unbind
 
 # Each test leaves logging as it found it (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("restore_logging")

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.store import (
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._store import (
     NAMESPACE_INDEX,
     UID_INDEX,
     DeletedFinalStateUnknown,

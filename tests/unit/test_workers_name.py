@@ -11,22 +11,22 @@ from typing import Any
 
 import pytest
 
-from pyprovlib.controller.attach import AttachControllerOptions
-from pyprovlib.controller.capacity.options import CapacityControllerOptions
-from pyprovlib.controller.modify import ModifyControllerOptions
-from pyprovlib.controller.options import ProvisionControllerOptions
-from pyprovlib.controller.resize import ResizeControllerOptions
-from pyprovlib.csi.attacher.options import parser as attacher_parser
-from pyprovlib.csi.resizer.options import parser as resizer_parser
-from pyprovlib.errors import InvalidOptionsError
+from pyprovlib._errors import InvalidOptionsError
+from pyprovlib.controller._attach import AttachControllerOptions
+from pyprovlib.controller._capacity.options import CapacityControllerOptions
+from pyprovlib.controller._modify import ModifyControllerOptions
+from pyprovlib.controller._options import ProvisionControllerOptions
+from pyprovlib.controller._resize import ResizeControllerOptions
+from pyprovlib.csi.attacher._options import parser as attacher_parser
+from pyprovlib.csi.resizer._options import parser as resizer_parser
 from pyprovlib.runtime import (
     CommonOptions,
     attach_controller_options,
     common_parser,
-    parse_common,
     provision_controller_options,
     resize_controller_options,
 )
+from pyprovlib.runtime._flags import parse_common
 
 OPTIONS: list[Any] = [
     ProvisionControllerOptions,

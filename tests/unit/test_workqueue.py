@@ -9,9 +9,9 @@ import gc
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.metrics import WORKQUEUE_BUCKETS, workqueue_metrics
-from pyprovlib.kube.workqueue import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._metrics import WORKQUEUE_BUCKETS, workqueue_metrics
+from pyprovlib.kube._workqueue import (
     DelayingQueue,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from pyprovlib.kube.clock import FakeClock
-from pyprovlib.kube.workqueue import (
+from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,

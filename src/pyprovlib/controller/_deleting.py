@@ -1,7 +1,7 @@
 """Calling a provisioner's delete with the form it works on: ``delete_object`` with the PV's
-JSON for an :class:`~pyprovlib.provisioner.ObjectDeleter`, else ``delete`` with a
+JSON for an :class:`~pyprovlib.ObjectDeleter`, else ``delete`` with a
 ``V1PersistentVolume`` converted once per operation and shared with the
-:class:`~pyprovlib.provisioner.DeletionGuard`'s ``should_delete`` (upstream hands both the same
+:class:`~pyprovlib.DeletionGuard`'s ``should_delete`` (upstream hands both the same
 object)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from types import MappingProxyType
 
 from kubernetes_asyncio.client import V1PersistentVolume
 
-from pyprovlib.kube.convert import to_model
-from pyprovlib.kube.objects import Obj
-from pyprovlib.provisioner import ObjectDeleter, Provisioner
+from pyprovlib._provisioner import ObjectDeleter, Provisioner
+from pyprovlib.kube._convert import to_model
+from pyprovlib.kube._objects import Obj
 
 __all__ = ["LazyVolume", "deleter"]
 
@@ -30,7 +30,7 @@ class LazyVolume:
 
     def model(self) -> V1PersistentVolume:
         """The PV as a ``V1PersistentVolume``; raises
-        :class:`~pyprovlib.kube.convert.ConversionError` when the PV is malformed."""
+        :class:`~pyprovlib.kube._convert.ConversionError` when the PV is malformed."""
         if self._model is None:
             self._model = to_model(self.obj, V1PersistentVolume)
         return self._model
@@ -38,7 +38,7 @@ class LazyVolume:
 
 def deleter(provisioner: Provisioner, volume: LazyVolume) -> Callable[[], Awaitable[None]]:
     """The call that deletes ``volume``'s asset. A model is converted here, before the call,
-    so a malformed PV raises :class:`~pyprovlib.kube.convert.ConversionError` from this
+    so a malformed PV raises :class:`~pyprovlib.kube._convert.ConversionError` from this
     function rather than from the provisioner."""
     if isinstance(provisioner, ObjectDeleter):
         frozen = MappingProxyType(volume.obj)

@@ -10,7 +10,7 @@ events and statuses names the type (``ZeroDivisionError: division by zero``, ``K
 the traceback like from any log line, and callers that know secret values mask those too.
 
 Which errors are expected is decided by type: the contract's errors, and the exception roots
-of pyprovlib (:class:`~pyprovlib.errors.PyprovlibError`) and of the libraries it drives for
+of pyprovlib (:class:`~pyprovlib.PyprovlibError`) and of the libraries it drives for
 the user (kubernetes-asyncio's ``OpenApiException`` and ``ConfigException``, aiohttp's
 ``ClientError``, grpclib's ``GRPCError``, ``ProtocolError`` and ``StreamTerminatedError``).
 :func:`describe_error` is the one description of a failure for events, statuses and logs.
@@ -27,12 +27,12 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from kubernetes_asyncio.client.exceptions import OpenApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from pyprovlib.attacher import AttachError
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.errors import ApiException, api_error_text
-from pyprovlib.provisioner import IgnoredError, ProvisioningError
-from pyprovlib.redaction import scrub_text
-from pyprovlib.resizer import ResizeError
+from pyprovlib._attacher import AttachError
+from pyprovlib._errors import PyprovlibError
+from pyprovlib._provisioner import IgnoredError, ProvisioningError
+from pyprovlib._redaction import scrub_text
+from pyprovlib._resizer import ResizeError
+from pyprovlib.kube._errors import ApiException, api_error_text
 
 __all__ = [
     "DelayRetryError",

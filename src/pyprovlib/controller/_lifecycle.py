@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.controller.options import in_cluster_namespace
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.clock import Clock, RealClock
-from pyprovlib.kube.informer import (
+from pyprovlib._errors import PyprovlibError
+from pyprovlib.controller._options import in_cluster_namespace
+from pyprovlib.kube._clock import Clock, RealClock
+from pyprovlib.kube._informer import (
     SharedInformer,
     SharedInformerFactory,
     strip_managed_fields,
 )
-from pyprovlib.kube.leaderelection import LeaderElectionConfig, LeaderElector
-from pyprovlib.kube.workqueue import RateLimitingQueue, ShutDownError
+from pyprovlib.kube._leaderelection import LeaderElectionConfig, LeaderElector
+from pyprovlib.kube._workqueue import RateLimitingQueue, ShutDownError
 
 if TYPE_CHECKING:
-    from pyprovlib.kube.events import EventRecorder
+    from pyprovlib.kube._events import EventRecorder
 
 __all__ = [
     "EVENT_FLUSH_TIMEOUT",
@@ -85,7 +85,7 @@ class ControllerLifecycle:
     ``informer_factory`` when given (the caller starts it; its transform is the caller's
     choice) or from a factory the controller owns and runs in :meth:`_run_informers`, which
     caches objects without ``metadata.managedFields``
-    (:func:`~pyprovlib.kube.informer.strip_managed_fields`).
+    (:func:`~pyprovlib.kube.strip_managed_fields`).
     """
 
     def __init__(

@@ -9,13 +9,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from pyprovlib.errors import InvalidOptionsError
+from pyprovlib._errors import InvalidOptionsError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from pyprovlib.kube.clock import Clock
-    from pyprovlib.kube.workqueue import RateLimitingQueue
+    from pyprovlib.kube._clock import Clock
+    from pyprovlib.kube._workqueue import RateLimitingQueue
 
 __all__ = [
     "DEFAULT_LEASE_DURATION",
@@ -119,7 +119,7 @@ def retry_queue(
     (``--retry-interval-start``/``--retry-interval-max``); its metrics go to
     ``options.registry``."""
     # Imported here: the options modules stay light (no prometheus_client) for the CLIs.
-    from pyprovlib.kube.workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
+    from pyprovlib.kube._workqueue import ItemExponentialFailureRateLimiter, RateLimitingQueue
 
     return RateLimitingQueue(
         name,

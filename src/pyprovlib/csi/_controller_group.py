@@ -22,9 +22,9 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller._lifecycle import ControllerLifecycle
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.runtime.composite import CompositeController
-from pyprovlib.runtime.protocols import Controller
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.runtime._composite import CompositeController
+from pyprovlib.runtime._protocols import Controller
 
 __all__ = ["ControllerGroup", "GroupOptions"]
 

@@ -10,20 +10,14 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pyprovlib.csi._connection import CSIConnection
 from pyprovlib.csi._sidecar_controller import open_driver
-from pyprovlib.csi.connection import CSIConnection
-from pyprovlib.runtime import (
-    ENV_PREFIX,
-    RuntimeArgumentParser,
-    RuntimeContext,
-    add_duration_flag,
-    add_flag,
-    common_parser,
-)
+from pyprovlib.runtime import RuntimeArgumentParser, RuntimeContext, add_flag, common_parser
+from pyprovlib.runtime._flag_parser import ENV_PREFIX, add_duration_flag
 
 if TYPE_CHECKING:
-    from pyprovlib.controller.attach.options import AttachControllerOptions
-    from pyprovlib.controller.resize.options import ResizeControllerOptions
+    from pyprovlib.controller._attach.options import AttachControllerOptions
+    from pyprovlib.controller._resize.options import ResizeControllerOptions
 
 __all__ = ["DEFAULT_CSI_ADDRESS", "build_on_driver", "sidecar_option_fields", "sidecar_parser"]
 

@@ -13,14 +13,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from prometheus_client import REGISTRY
 
-from pyprovlib.csi.connection import (
+from pyprovlib.csi._connection import (
     ConnectionOptions,
     CSIConnection,
     CSIMetrics,
     default_csi_metrics,
     parse_endpoint,
 )
-from pyprovlib.runtime.app import LeaderElected, RuntimeContext, StartupError
+from pyprovlib.runtime._app import LeaderElected, RuntimeContext, StartupError
 
 __all__ = ["SidecarController", "check_csi_address", "open_driver"]
 
@@ -48,7 +48,7 @@ async def open_driver(ctx: RuntimeContext, **options: Any) -> CSIConnection:
     """A sidecar's connection to its driver, from the parsed flags: ``--csi-address``
     checked, then waited for as upstream does, calls timed out after ``--timeout``, metrics
     in the context's registry. ``options`` are further
-    :class:`~pyprovlib.csi.connection.ConnectionOptions` fields."""
+    :class:`~pyprovlib.csi.ConnectionOptions` fields."""
     args = ctx.args
     check_csi_address(args.csi_address)
     metrics = default_csi_metrics() if ctx.registry is REGISTRY else CSIMetrics(ctx.registry)
@@ -70,7 +70,7 @@ C = TypeVar("C", bound=_Controller)
 class SidecarController(Generic[C]):
     """Runs ``controller`` and watches ``connection`` (its monitor) until the controller
     returns. A lost connection ends :meth:`run` with
-    :class:`~pyprovlib.csi.connection.CSIConnectionLost` (upstream exits so that the pod
+    :class:`~pyprovlib.csi.CSIConnectionLost` (upstream exits so that the pod
     restarts it); the connection is closed when :meth:`run` returns."""
 
     def __init__(self, connection: CSIConnection, controller: C) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import betterproto2
 
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
 
 __all__ = ["MalformedError", "check_wire"]
 

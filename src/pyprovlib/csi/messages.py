@@ -8,8 +8,8 @@ which is generated from ``proto/csi.proto`` by ``nox -s proto`` and may change s
 generator. The fields and their meaning are the CSI specification's (v1.12, the comments of
 ``proto/csi.proto``); Python names are snake_case (``volume_id``), enums keep the spec's
 values (``ControllerServiceCapabilityRpcType.CREATE_DELETE_VOLUME``). The gRPC service stubs
-and bases are not here: serve with :mod:`pyprovlib.csi.server`, call a driver with
-:mod:`pyprovlib.csi.connection`.
+and bases are not here: serve with :mod:`pyprovlib.csi._server`, call a driver with
+:mod:`pyprovlib.csi._connection`.
 """
 
 from pyprovlib.csi._proto.csi.v1 import (

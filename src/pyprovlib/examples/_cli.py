@@ -11,10 +11,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyprovlib.controller.provision import ProvisionController
-from pyprovlib.provisioner import Provisioner
+from pyprovlib._provisioner import Provisioner
+from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.runtime import (
-    ENV_PREFIX,
     CommonOptions,
     ControllerFactory,
     RuntimeArgumentParser,
@@ -24,9 +23,10 @@ from pyprovlib.runtime import (
     provision_controller_options,
     run,
 )
+from pyprovlib.runtime._flag_parser import ENV_PREFIX
 
 if TYPE_CHECKING:
-    from pyprovlib.controller.options import ProvisionControllerOptions
+    from pyprovlib.controller._options import ProvisionControllerOptions
 
 __all__ = [
     "add_dir_mode_flag",

@@ -19,7 +19,7 @@ import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
 
 __all__ = [
     "MAX_COMPONENT_BYTES",

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from kubernetes_asyncio.client import StorageV1Api, V1StorageClass
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from pyprovlib.kube.errors import is_not_found
-from pyprovlib.provisioner import ProvisioningError
+from pyprovlib._provisioner import ProvisioningError
+from pyprovlib.kube._errors import is_not_found
 
 __all__ = ["class_parameters", "read_class_of_volume", "reject_unknown_parameters"]
 

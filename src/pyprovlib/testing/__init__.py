@@ -29,36 +29,35 @@ from typing import TYPE_CHECKING
 from pyprovlib._reexports import lazy_reexports
 
 if TYPE_CHECKING:
-    from pyprovlib.testing.binder import (
+    from pyprovlib.testing._binder import (
+        HttpTransport,
         PVBinder,
         set_selected_node,
     )
-    from pyprovlib.testing.cluster import (
-        TestCluster,
-    )
-    from pyprovlib.testing.controlplane import (
+    from pyprovlib.testing._cluster import TestCluster
+    from pyprovlib.testing._controlplane import (
         ControlPlane,
         ControlPlaneError,
+        shared_control_plane,
     )
-    from pyprovlib.testing.faults import (
+    from pyprovlib.testing._faults import (
         Faults,
+        RequestMatch,
         Requests,
     )
-    from pyprovlib.testing.netproxy import (
-        PartitionMode,
-        ProxyStats,
-        TcpProxy,
-    )
-    from pyprovlib.testing.node import (
+    from pyprovlib.testing._netproxy import PartitionMode, TcpProxy
+    from pyprovlib.testing._node import (
         KubeletNode,
         NodeUnavailableError,
         node_unavailable,
     )
-    from pyprovlib.testing.server import (
+    from pyprovlib.testing._scheduler import PodScheduler
+    from pyprovlib.testing._server import (
         ApiServer,
+        InProcessTransport,
         StorageView,
     )
-    from pyprovlib.testing.support import (
+    from pyprovlib.testing._support import (
         ChildProcess,
         child_env,
         child_process,
@@ -77,11 +76,14 @@ __all__ = [
     "ControlPlane",
     "ControlPlaneError",
     "Faults",
+    "HttpTransport",
+    "InProcessTransport",
     "KubeletNode",
     "NodeUnavailableError",
     "PVBinder",
     "PartitionMode",
-    "ProxyStats",
+    "PodScheduler",
+    "RequestMatch",
     "Requests",
     "StorageView",
     "TcpProxy",
@@ -93,6 +95,7 @@ __all__ = [
     "node_unavailable",
     "running",
     "set_selected_node",
+    "shared_control_plane",
     "wait_bound",
     "wait_deleted",
     "wait_event",
@@ -103,14 +106,15 @@ __all__ = [
 __getattr__, __dir__ = lazy_reexports(
     __name__,
     {
-        ".binder": ["PVBinder", "set_selected_node"],
-        ".cluster": ["TestCluster"],
-        ".controlplane": ["ControlPlane", "ControlPlaneError"],
-        ".faults": ["Faults", "Requests"],
-        ".netproxy": ["PartitionMode", "ProxyStats", "TcpProxy"],
-        ".node": ["KubeletNode", "NodeUnavailableError", "node_unavailable"],
-        ".server": ["ApiServer", "StorageView"],
-        ".support": [
+        "._binder": ["HttpTransport", "PVBinder", "set_selected_node"],
+        "._cluster": ["TestCluster"],
+        "._controlplane": ["ControlPlane", "ControlPlaneError", "shared_control_plane"],
+        "._faults": ["Faults", "RequestMatch", "Requests"],
+        "._netproxy": ["PartitionMode", "TcpProxy"],
+        "._node": ["KubeletNode", "NodeUnavailableError", "node_unavailable"],
+        "._scheduler": ["PodScheduler"],
+        "._server": ["ApiServer", "InProcessTransport", "StorageView"],
+        "._support": [
             "ChildProcess",
             "child_env",
             "child_process",

@@ -1,5 +1,5 @@
 """``python -m pyprovlib.testing`` and the ``pyprovlib-apiserver`` command: the in-memory API
-server standalone (:mod:`pyprovlib.testing.cli` has the flags)."""
+server standalone (:mod:`pyprovlib.testing._cli` has the flags)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def main(prog: str | None = None) -> int:
     # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
     # modules then load on first use (docs/operations.md, "Memory").
     pyprovlib.enable_lazy_kubernetes_imports()
-    from pyprovlib.testing import cli
+    from pyprovlib.testing import _cli as cli
 
     return cli.main(prog=prog)
 

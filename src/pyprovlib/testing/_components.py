@@ -1,4 +1,4 @@
-"""The processes of a :class:`~pyprovlib.testing.controlplane.ControlPlane`: each component
+"""The processes of a :class:`~pyprovlib.testing.ControlPlane`: each component
 a plain :class:`subprocess.Popen` child in a process group of its own, logged to a file, and
 the parent's end of the reaper (:mod:`pyprovlib.testing._reaper`) that ends them all if the
 test process dies."""
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from pyprovlib.errors import PyprovlibError
+from pyprovlib._errors import PyprovlibError
 
 __all__ = ["ControlPlaneError"]
 

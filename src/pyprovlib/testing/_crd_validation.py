@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.resources import Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing._causes import Cause, invalid_value, required, unsupported
 
 __all__ = ["crd_immutable_causes", "crd_schema_causes"]

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import RESOURCES, Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import RESOURCES, Resource
 
 __all__ = [
     "api_group",

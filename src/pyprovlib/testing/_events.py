@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing._storage import copy_json
 from pyprovlib.testing._validation import Cause
 

@@ -14,12 +14,12 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
-from pyprovlib.kube.objects import Obj
+from pyprovlib.kube._objects import Obj
 from pyprovlib.testing._http import Reply, Stream, WireRequest
 from pyprovlib.testing._storage import dumps
 
 if TYPE_CHECKING:
-    from pyprovlib.testing.server import ApiServer
+    from pyprovlib.testing._server import ApiServer
 
 __all__ = ["InProcessTransport"]
 
@@ -34,7 +34,7 @@ class InProcessTransport:
     server sides cost more CPU than the request itself. Requests fail with a connection error
     while the server is not listening (during :meth:`ApiServer.restart`), as over HTTP.
 
-    Implements :class:`pyprovlib.testing.binder.BinderTransport`.
+    Implements :class:`pyprovlib.testing._binder.BinderTransport`.
     """
 
     def __init__(self, server: ApiServer, user_agent: str) -> None:

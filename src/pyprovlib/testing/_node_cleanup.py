@@ -1,4 +1,4 @@
-"""What a test node (:mod:`pyprovlib.testing.node`) leaves on the host, and how it goes.
+"""What a test node (:mod:`pyprovlib.testing._node`) leaves on the host, and how it goes.
 
 The node's launcher writes a manifest (``node.json`` in its directory) before it starts
 anything: what existed before (so only what the node made is removed) and every place the node

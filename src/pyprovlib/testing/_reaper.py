@@ -1,4 +1,4 @@
-"""The reaper of :class:`~pyprovlib.testing.controlplane.ControlPlane`: a tiny process that
+"""The reaper of :class:`~pyprovlib.testing.ControlPlane`: a tiny process that
 outlives its parent to end the parent's processes and remove its temporary directory.
 
 ``python -m pyprovlib.testing._reaper DIR`` reads commands from stdin, one per line:

@@ -18,10 +18,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._clock import Clock
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing import _patch
 from pyprovlib.testing._events import core_to_v1, v1_to_core, validate_event
 from pyprovlib.testing._selectors import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pyprovlib.kube.resources import RESOURCES, Resource
+from pyprovlib.kube._resources import RESOURCES, Resource
 from pyprovlib.testing._causes import Cause, forbidden, unsupported
 from pyprovlib.testing._http import Request
 from pyprovlib.testing._selectors import (

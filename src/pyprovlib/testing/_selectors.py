@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyprovlib.kube.objects import Obj
+from pyprovlib.kube._objects import Obj
 from pyprovlib.testing._status import bad_request
 
 __all__ = [

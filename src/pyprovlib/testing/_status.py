@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyprovlib.errors import PyprovlibError
-from pyprovlib.kube.resources import Resource
+from pyprovlib._errors import PyprovlibError
+from pyprovlib.kube._resources import Resource
 
 __all__ = [
     "ApiError",

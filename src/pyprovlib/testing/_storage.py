@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import RESOURCES, Resource
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import RESOURCES, Resource
 from pyprovlib.testing._status import expired
 
 __all__ = ["Event", "Storage", "Watcher", "copy_json", "dumps"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.quantity import parse_quantity
-from pyprovlib.kube.resources import Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._quantity import parse_quantity
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing._status import ApiError, bad_request
 
 __all__ = ["PV_SOURCES", "type_check"]

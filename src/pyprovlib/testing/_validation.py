@@ -11,10 +11,10 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from pyprovlib.controller.provision import ANN_BETA_STORAGE_CLASS
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.quantity import parse_quantity
-from pyprovlib.kube.resources import Resource
+from pyprovlib.controller._provision import ANN_BETA_STORAGE_CLASS
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._quantity import parse_quantity
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing._causes import (
     Cause,
     forbidden,
@@ -113,7 +113,7 @@ def _positive_quantity(value: Any) -> bool:
 
 CROSS_NAMESPACE_VOLUME_DATA_SOURCE = "CrossNamespaceVolumeDataSource"
 """The alpha feature gate letting a claim's dataSourceRef name another namespace (off by
-default in kube-apiserver, and in :class:`~pyprovlib.testing.server.ApiServer`)."""
+default in kube-apiserver, and in :class:`~pyprovlib.testing.ApiServer`)."""
 
 
 def default_on_create(

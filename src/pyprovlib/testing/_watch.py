@@ -15,10 +15,10 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 
-from pyprovlib.kube import resources as R
-from pyprovlib.kube.clock import Clock
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import Resource
+from pyprovlib.kube import _resources as R
+from pyprovlib.kube._clock import Clock
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import Resource
 from pyprovlib.testing import _discovery
 from pyprovlib.testing._events import core_to_v1
 from pyprovlib.testing._http import Request, Stream

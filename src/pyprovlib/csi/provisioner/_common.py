@@ -8,12 +8,12 @@ from typing import Protocol
 
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.kube.errors import ApiException
-from pyprovlib.kube.informer import SharedInformerFactory
-from pyprovlib.kube.objects import Obj
-from pyprovlib.kube.resources import Resource
-from pyprovlib.kube.rest import ResourceClient
-from pyprovlib.provisioner import ProvisioningError, ProvisioningState
+from pyprovlib._provisioner import ProvisioningError, ProvisioningState
+from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._informer import SharedInformerFactory
+from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import Resource
+from pyprovlib.kube._rest import ResourceClient
 
 __all__ = ["CachedReader", "ObjectReader", "PreparationError", "StaticReader"]
 

@@ -1,4 +1,4 @@
-"""A small CSI driver in Python on :mod:`pyprovlib.csi.server`: the counterpart of
+"""A small CSI driver in Python on :mod:`pyprovlib.csi`'s server kit: the counterpart of
 kubernetes-csi/csi-driver-host-path, run with ``python -m pyprovlib.examples.csi_hostpath
 --endpoint unix:///abs/csi.sock --nodeid NODE`` (``--help`` for the flags).
 
@@ -13,41 +13,27 @@ from typing import TYPE_CHECKING
 from pyprovlib._reexports import lazy_reexports
 
 if TYPE_CHECKING:
-    from pyprovlib.examples.csi_hostpath.driver import (
-        DEFAULT_MUTABLE_PARAMETERS,
-        DEFAULT_VOLUME_SIZE,
-        TOPOLOGY_KEY,
+    from pyprovlib.examples.csi_hostpath._cli import serve
+    from pyprovlib.examples.csi_hostpath._driver import (
         DriverOptions,
         HostPathController,
-        HostPathGroupController,
         HostPathIdentity,
         HostPathNode,
     )
 
 __all__ = [
-    "DEFAULT_MUTABLE_PARAMETERS",
-    "DEFAULT_VOLUME_SIZE",
-    "TOPOLOGY_KEY",
     "DriverOptions",
     "HostPathController",
-    "HostPathGroupController",
     "HostPathIdentity",
     "HostPathNode",
+    "serve",
 ]
 
 # Imported on first use, so `python -m pyprovlib.examples.csi_hostpath` reaches its __main__ first.
 __getattr__, __dir__ = lazy_reexports(
     __name__,
     {
-        ".driver": [
-            "DEFAULT_MUTABLE_PARAMETERS",
-            "DEFAULT_VOLUME_SIZE",
-            "TOPOLOGY_KEY",
-            "DriverOptions",
-            "HostPathController",
-            "HostPathGroupController",
-            "HostPathIdentity",
-            "HostPathNode",
-        ],
+        "._driver": ["DriverOptions", "HostPathController", "HostPathIdentity", "HostPathNode"],
+        "._cli": ["serve"],
     },
 )

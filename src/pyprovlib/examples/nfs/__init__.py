@@ -8,38 +8,17 @@ from typing import TYPE_CHECKING
 from pyprovlib._reexports import lazy_reexports
 
 if TYPE_CHECKING:
-    from pyprovlib.examples.nfs.provisioner import (
-        DEFAULT_DIR_MODE,
-        DEFAULT_MOUNT_PATH,
-        DEFAULT_PROVISIONER_NAME,
-        NFSParameters,
-        NFSProvisioner,
-        expand_path_pattern,
-        parse_parameters,
-    )
+    from pyprovlib.examples.nfs._provisioner import NFSParameters, NFSProvisioner
 
 __all__ = [
-    "DEFAULT_DIR_MODE",
-    "DEFAULT_MOUNT_PATH",
-    "DEFAULT_PROVISIONER_NAME",
     "NFSParameters",
     "NFSProvisioner",
-    "expand_path_pattern",
-    "parse_parameters",
 ]
 
 # Imported on first use, so `python -m pyprovlib.examples.nfs` reaches its __main__ first.
 __getattr__, __dir__ = lazy_reexports(
     __name__,
     {
-        ".provisioner": [
-            "DEFAULT_DIR_MODE",
-            "DEFAULT_MOUNT_PATH",
-            "DEFAULT_PROVISIONER_NAME",
-            "NFSParameters",
-            "NFSProvisioner",
-            "expand_path_pattern",
-            "parse_parameters",
-        ],
+        "._provisioner": ["NFSParameters", "NFSProvisioner"],
     },
 )

@@ -9,6 +9,6 @@ if __name__ == "__main__":
     # First, before anything imports kubernetes_asyncio: its ~830 generated API and model
     # modules then load on first use (docs/operations.md, "Memory").
     pyprovlib.enable_lazy_kubernetes_imports()
-    from pyprovlib.examples.rbd.cli import main
+    from pyprovlib.examples.rbd._cli import main
 
     sys.exit(main())
