@@ -36,6 +36,7 @@ from pyprovlib.csi._connection import (
 from pyprovlib.csi._controller_group import ControllerGroup, GroupOptions
 from pyprovlib.csi._sidecar_controller import check_csi_address
 from pyprovlib.csi.attacher import _main as attacher
+from pyprovlib.csi.attacher._options import parser as attacher_parser
 from pyprovlib.csi.provisioner._capacity import CapacitySetup, resolve_capacity
 from pyprovlib.csi.provisioner._main import (
     DriverUnsupportedError,
@@ -46,6 +47,7 @@ from pyprovlib.csi.provisioner._node_deployment import NodeDeploymentError
 from pyprovlib.csi.provisioner._options import build_parser as provisioner_parser
 from pyprovlib.csi.resizer import _main as resizer
 from pyprovlib.csi.resizer._controller import DriverCannotExpandError
+from pyprovlib.csi.resizer._options import parser as resizer_parser
 from pyprovlib.kube._config import new_client
 from pyprovlib.kube._informer import SharedInformerFactory, strip_managed_fields
 from pyprovlib.kube._ratelimit import TokenBucket
@@ -94,8 +96,8 @@ def _sidecar_parsers() -> dict[str, RuntimeArgumentParser]:
     # Each sidecar's own parser, unchanged: the one place its flags and defaults are defined.
     return {
         "provisioner": provisioner_parser(),
-        "attacher": attacher.parser(),
-        "resizer": resizer.parser(),
+        "attacher": attacher_parser(),
+        "resizer": resizer_parser(),
     }
 
 
