@@ -143,9 +143,9 @@ class AttachController(ControllerLifecycle):
             log=self._log,
         )
         self._sync = AttachSync(
-            driver_name,
-            attacher,
-            self.options,
+            driver_name=driver_name,
+            attacher=attacher,
+            options=self.options,
             finalizer=self.finalizer,
             vas=self.va_informer.store,
             pvs=self.pv_informer.store,
@@ -240,13 +240,13 @@ class AttachController(ControllerLifecycle):
     # -- the sync of one object ----------------------------------------------------------------
 
     async def sync_va(self, va: Obj) -> None:
-        """Process one VolumeAttachment of ours (upstream's ``SyncNewOrUpdatedVolumeAttachment``
-        without the queue bookkeeping); raises when it must be retried."""
+        """Attach or detach for the VolumeAttachment ``va`` now, as a worker does with the
+        cached copy; raises when it must be retried."""
         await self._sync.sync_va(va)
 
     async def sync_pv(self, pv: Obj) -> None:
-        """Remove our finalizer from a PV being deleted that no VolumeAttachment uses
-        (upstream's ``SyncNewOrUpdatedPersistentVolume``); raises when it must be retried."""
+        """Release the PersistentVolume ``pv`` now (our finalizer, once it is being deleted and
+        unused), as a worker does with the cached copy; raises when it must be retried."""
         await self._sync.sync_pv(pv)
 
     # -- reconciler ------------------------------------------------------------------------------

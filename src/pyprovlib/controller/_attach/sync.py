@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pyprovlib._attacher import Attacher, AttachError, AttachNode, AttachVolume
@@ -44,6 +45,7 @@ PV_INDEX: Final = "attacher-pv"
 """The VolumeAttachment cache index by ``spec.source.persistentVolumeName``."""
 
 
+@dataclass(eq=False, kw_only=True)
 class AttachSync:
     """Processes the keys of the VolumeAttachment and PersistentVolume queues of the attacher
     of ``driver_name``: through ``attacher``, or marking VAs attached when it is None (the
@@ -53,33 +55,20 @@ class AttachSync:
     status says it is done.
     """
 
-    def __init__(
-        self,
-        driver_name: str,
-        attacher: Attacher | None,
-        options: AttachControllerOptions,
-        *,
-        finalizer: str,
-        vas: Indexer,
-        pvs: Indexer,
-        va_queue: RateLimitingQueue[str],
-        pv_queue: RateLimitingQueue[str],
-        resolver: VolumeResolver,
-        writes: AttachWriter,
-        log: Any,
-    ) -> None:
-        self.driver_name = driver_name
-        self.attacher = attacher
-        self.options = options
-        self.finalizer = finalizer
-        self._vas = vas
-        self._pvs = pvs
-        self._va_queue = va_queue
-        self._pv_queue = pv_queue
-        self._resolver = resolver
-        self._writes = writes
-        self._log = log
-        self.force_sync: set[str] = set()
+    driver_name: str
+    attacher: Attacher | None
+    options: AttachControllerOptions
+    finalizer: str
+    vas: Indexer
+    """The VolumeAttachment cache."""
+    pvs: Indexer
+    """The PersistentVolume cache."""
+    va_queue: RateLimitingQueue[str]
+    pv_queue: RateLimitingQueue[str]
+    resolver: VolumeResolver
+    writes: AttachWriter
+    log: Any
+    force_sync: set[str] = field(default_factory=set, init=False)
 
     def is_ours(self, va: Mapping[str, Any]) -> bool:
         """Whether ``va`` names this driver as its attacher."""
@@ -88,29 +77,29 @@ class AttachSync:
     def forget(self, name: str) -> None:
         """The VA ``name`` was deleted: drop what is remembered about it."""
         self.force_sync.discard(name)
-        self._writes.forget(name)
+        self.writes.forget(name)
 
     # -- VolumeAttachments ---------------------------------------------------------------------
 
     async def process_va(self, name: str) -> None:
         """Sync the VA ``name`` as the cache shows it, retrying failures through the queue."""
-        logger = self._log.bind(va=name)
-        va = self._vas.get_by_key(name)
+        logger = self.log.bind(va=name)
+        va = self.vas.get_by_key(name)
         if va is None:
             logger.debug("VolumeAttachment was deleted, ignoring")
-            self._va_queue.forget(name)
+            self.va_queue.forget(name)
             return
         if not self.is_ours(va):
             return
-        if self._writes.is_own_stale_write(name, va):
+        if self.writes.is_own_stale_write(name, va):
             # Our newer write is on its way; an error-only update would not queue the VA
             # again, so look once more after a short while whatever happens.
             logger.debug("cache still shows an intermediate write of ours; looking later")
-            self._va_queue.add_after(name, self.options.retry_interval_start)
+            self.va_queue.add_after(name, self.options.retry_interval_start)
             return
-        self._writes.start_sync(name)
+        self.writes.start_sync(name)
         await process_with_retry(
-            self._va_queue,
+            self.va_queue,
             name,
             lambda _: self.sync_va(va),
             log=logger,
@@ -122,8 +111,8 @@ class AttachSync:
         without the queue bookkeeping); raises when it must be retried."""
         if self.attacher is None:
             if not is_attached(va):
-                await self._writes.mark_as_attached(va, None)
-                self._log.info("marked VolumeAttachment as attached", va=name_of(va))
+                await self.writes.mark_as_attached(va, None)
+                self.log.info("marked VolumeAttachment as attached", va=name_of(va))
             return
         if is_deleting(va):
             await self._sync_detach(va, self.attacher)
@@ -140,7 +129,7 @@ class AttachSync:
         name = name_of(va)
         if not self._consume_force_sync(name) and is_attached(va):
             return  # attached, nothing to do
-        logger = self._log.bind(va=name)
+        logger = self.log.bind(va=name)
         logger.info("attaching")
         secrets: Mapping[str, str] = {}
         try:
@@ -151,27 +140,27 @@ class AttachSync:
         except Exception as err:
             raise await self._record_failure("attach", va, err, secrets, logger) from None
         logger.info("attached")
-        await self._writes.mark_as_attached(va, dict(metadata) if metadata else None)
+        await self.writes.mark_as_attached(va, dict(metadata) if metadata else None)
 
     async def _sync_detach(self, va: Obj, attacher: Attacher) -> None:
         name = name_of(va)
         if not self._consume_force_sync(name) and self.finalizer not in finalizers_of(va):
             return  # already detached
-        logger = self._log.bind(va=name)
+        logger = self.log.bind(va=name)
         logger.info("detaching")
         secrets: Mapping[str, str] = {}
         try:
-            resolved = self._resolver.resolve(va)
-            secrets = await self._resolver.controller_publish_secrets(resolved.csi)
-            volume = self._resolver.volume(va, resolved, secrets)
+            resolved = self.resolver.resolve(va)
+            secrets = await self.resolver.controller_publish_secrets(resolved.csi)
+            volume = self.resolver.volume(va, resolved, secrets)
             node_name = str(spec_of(va).get("nodeName") or "")
-            node = AttachNode(node_name, self._resolver.node_id(va, True))
+            node = AttachNode(node_name, self.resolver.node_id(va, True))
             async with self._timeout("detach", volume.volume_id, node.name):
                 await attacher.detach(volume, node)
         except Exception as err:
             raise await self._record_failure("detach", va, err, secrets, logger) from None
         logger.info("detached")
-        await self._writes.mark_as_detached(va)
+        await self.writes.mark_as_detached(va)
 
     async def _record_failure(
         self, op: str, va: Obj, err: Exception, secrets: Mapping[str, str], logger: Any
@@ -187,7 +176,7 @@ class AttachSync:
                 mask=functools.partial(mask_secrets, secrets=secrets),
             )
         try:
-            await self._writes.save_error(va, f"{op}Error", message, error_code(err))
+            await self.writes.save_error(va, f"{op}Error", message, error_code(err))
         except Exception as save_err:
             logger.info(f"failed to save {op} error", error=api_error_text(save_err))
         return AttachError(f"failed to {op}: {message}")
@@ -200,41 +189,41 @@ class AttachSync:
     ) -> tuple[Obj, AttachVolume, AttachNode, bool]:
         """Check as much as possible before the VA finalizer goes on (it would block the
         VA's deletion on an error), add the finalizers, and build the attach arguments."""
-        resolved = self._resolver.resolve(va)
+        resolved = self.resolver.resolve(va)
         if resolved.pv is not None:
             if is_deleting(resolved.pv):
                 raise AttachError(
                     f'PersistentVolume "{name_of(resolved.pv)}" is marked for deletion'
                 )
             try:
-                await self._writes.add_pv_finalizer(resolved.pv)
+                await self.writes.add_pv_finalizer(resolved.pv)
             except ApiException as err:
                 raise AttachError(
                     f"could not add PersistentVolume finalizer: {api_error_text(err)}"
                 ) from None
-        volume = self._resolver.volume(va, resolved, {})
+        volume = self.resolver.volume(va, resolved, {})
         attacher.check(volume)
-        secrets = await self._resolver.controller_publish_secrets(resolved.csi)
+        secrets = await self.resolver.controller_publish_secrets(resolved.csi)
         volume = volume.with_secrets(secrets)
         readonly = resolved.csi.get("readOnly") is True
         node_name = str(spec_of(va).get("nodeName") or "")
-        node_id = self._resolver.node_id(va, False)
-        va = await self._writes.add_va_finalizer_and_node_id(va, node_id)
+        node_id = self.resolver.node_id(va, False)
+        va = await self.writes.add_va_finalizer_and_node_id(va, node_id)
         return va, volume, AttachNode(node_name, node_id), readonly
 
     # -- PersistentVolumes ---------------------------------------------------------------------
 
     async def process_pv(self, name: str) -> None:
         """Sync the PV ``name`` as the cache shows it, retrying failures through the queue."""
-        pv = self._pvs.get_by_key(name)
+        pv = self.pvs.get_by_key(name)
         if pv is None:
-            self._pv_queue.forget(name)
+            self.pv_queue.forget(name)
             return
         await process_with_retry(
-            self._pv_queue,
+            self.pv_queue,
             name,
             lambda _: self.sync_pv(pv),
-            log=self._log,
+            log=self.log,
             failure="failed to remove finalizer from PersistentVolume; retrying",
             describe=api_error_text,
             pv=name,
@@ -247,9 +236,9 @@ class AttachSync:
             return
         if self.finalizer not in finalizers_of(pv):
             return
-        users = self._vas.by_index(PV_INDEX, name_of(pv))
+        users = self.vas.by_index(PV_INDEX, name_of(pv))
         if users:
-            self._log.debug("PersistentVolume is still used", pv=name_of(pv), va=name_of(users[0]))
+            self.log.debug("PersistentVolume is still used", pv=name_of(pv), va=name_of(users[0]))
             return
-        await self._writes.remove_pv_finalizer(pv)
-        self._log.info("removed finalizer from PersistentVolume", pv=name_of(pv))
+        await self.writes.remove_pv_finalizer(pv)
+        self.log.info("removed finalizer from PersistentVolume", pv=name_of(pv))

@@ -104,9 +104,9 @@ class ModifyController(ResizerClaimController, Generic[ModifierT]):
             self.vac_informer = self.informer_factory.informer_for(VOLUME_ATTRIBUTES_CLASSES)
             self.vac_informer.add_event_handler(on_add=self._vac_added)
         self._sync = ModifySync(
-            modifier,
-            self.name,
-            self.options,
+            modifier=modifier,
+            name=self.name,
+            options=self.options,
             claims=self.pvc_informer.store,
             volumes=self.pv_informer.store,
             classes=self.vac_informer.store if self.vac_informer is not None else None,

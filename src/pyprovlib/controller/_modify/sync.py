@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import V1PersistentVolume
@@ -61,6 +62,7 @@ __all__ = ["ModifySync"]
 T = TypeVar("T")
 
 
+@dataclass(eq=False, kw_only=True)
 class ModifySync:
     """Syncs one claim at a time for the modifier ``modifier`` named ``name`` (the CSI
     driver's), reading claims, volumes and VolumeAttributesClasses (None when the driver
@@ -69,35 +71,22 @@ class ModifySync:
     without an event of its own is put back on ``queue``.
     """
 
-    def __init__(
-        self,
-        modifier: Modifier,
-        name: str,
-        options: ModifyControllerOptions,
-        *,
-        claims: Indexer,
-        volumes: Indexer,
-        classes: Indexer | None,
-        queue: RateLimitingQueue[str],
-        expectations: ModifyExpectations,
-        writes: ModifyStatusWriter,
-        log: Any,
-    ) -> None:
-        self.modifier = modifier
-        self.name = name
-        self.options = options
-        self.expectations = expectations
-        self._claims = claims
-        self._volumes = volumes
-        self._classes = classes
-        self._queue = queue
-        self._writes = writes
-        self._log = log
+    modifier: Modifier
+    name: str
+    options: ModifyControllerOptions
+    claims: Indexer
+    volumes: Indexer
+    classes: Indexer | None
+    """The VolumeAttributesClass cache; None when the driver cannot modify."""
+    queue: RateLimitingQueue[str]
+    expectations: ModifyExpectations
+    writes: ModifyStatusWriter
+    log: Any
 
     async def sync_claim(self, key: str) -> None:
         """Look at the claim ``key`` (``namespace/name``) and bring its volume to the class it
         asks for (upstream's ``syncPVC``); raises when it must be retried."""
-        pvc = self._claims.get_by_key(key)
+        pvc = self.claims.get_by_key(key)
         if pvc is None:
             return
         if not self.expectations.seen(key, pvc):
@@ -118,7 +107,7 @@ class ModifySync:
             and self.expectations.modified_target(key) is None
         ):
             return  # the common case, decided without the volume
-        pv = self._volumes.get_by_key(volume_name)
+        pv = self.volumes.get_by_key(volume_name)
         if pv is None:
             raise VolumeNotCachedError(
                 f"PersistentVolume {volume_name} of claim {key} is not in the cache yet"
@@ -127,7 +116,7 @@ class ModifySync:
             volume = to_model(pv, V1PersistentVolume)
         except ConversionError as err:
             # Not retried: the same object fails the same way; a change of it looks again.
-            self._log.info("cannot read the volume", claim=key, pv=volume_name, error=str(err))
+            self.log.info("cannot read the volume", claim=key, pv=volume_name, error=str(err))
             return
         if not self.modifier.can_support(volume):
             return
@@ -139,7 +128,7 @@ class ModifySync:
     def _report_unsupported(self, pvc: Obj, volume: V1PersistentVolume) -> None:
         wanted = spec_class(pvc) or ""
         if wanted and wanted != (current_class(pvc) or ""):
-            self._writes.event(
+            self.writes.event(
                 pvc,
                 EVENT_TYPE_WARNING,
                 REASON_VOLUME_MODIFY_NOT_SUPPORTED,
@@ -193,9 +182,9 @@ class ModifySync:
     def _class(self, pvc: Obj, name: str) -> Obj | None:
         """The VolumeAttributesClass ``name`` from the cache; when it does not exist, the
         claim's user is told (upstream's ``getTargetVAC``)."""
-        vac = self._classes.get_by_key(name) if self._classes is not None else None
+        vac = self.classes.get_by_key(name) if self.classes is not None else None
         if vac is None:
-            self._writes.event(
+            self.writes.event(
                 pvc,
                 EVENT_TYPE_WARNING,
                 REASON_VOLUME_MODIFY_FAILED,
@@ -208,11 +197,11 @@ class ModifySync:
         that had started is cancelled (its status, the record of the last attempt, stays)."""
         if not has_condition(pvc, CONDITION_MODIFYING_VOLUME):
             return
-        self._writes.event(
+        self.writes.event(
             pvc, EVENT_TYPE_NORMAL, REASON_VOLUME_MODIFY_CANCELED, "Cancelled modify."
         )
         updated = await self._write(
-            key, f"mark pvc {key} as rolled back", self._writes.mark_rolled_back(pvc)
+            key, f"mark pvc {key} as rolled back", self.writes.mark_rolled_back(pvc)
         )
         self.expectations.written(key, updated)
 
@@ -225,17 +214,17 @@ class ModifySync:
         wanted = spec_class(pvc) or ""
         vac = self._class(pvc, wanted)
         if vac is None:
-            self._log.info("VolumeAttributesClass does not exist", claim=key, **{"class": wanted})
+            self.log.info("VolumeAttributesClass does not exist", claim=key, **{"class": wanted})
             updated = await self._write(
-                key, f"mark pvc {key} as Pending", self._writes.mark_pending(pvc)
+                key, f"mark pvc {key} as Pending", self.writes.mark_pending(pvc)
             )
             self.expectations.written(key, updated)
             return
         pvc = await self._write(
-            key, f"mark pvc {key} as modifying", self._writes.mark_in_progress(pvc, wanted)
+            key, f"mark pvc {key} as modifying", self.writes.mark_in_progress(pvc, wanted)
         )
         self.expectations.written(key, pvc)
-        self._writes.event(
+        self.writes.event(
             pvc,
             EVENT_TYPE_NORMAL,
             REASON_VOLUME_MODIFY,
@@ -249,7 +238,7 @@ class ModifySync:
         """Upstream's ``controllerModifyVolumeWithTarget``: call the driver with the class's
         parameters and record the outcome; raises when the claim must be retried."""
         target = name_of(vac)
-        logger = self._log.bind(claim=key, pv=name_of(pv), **{"class": target})
+        logger = self.log.bind(claim=key, pv=name_of(pv), **{"class": target})
         try:
             parameters = self._parameters(pvc, pv, vac)
             logger.info("modifying volume")
@@ -309,9 +298,9 @@ class ModifySync:
                     state = STATUS_INFEASIBLE
                 self.expectations.set_certain(key)
             try:
-                updated = await self._writes.mark_failed(pvc, state, err)
+                updated = await self.writes.mark_failed(pvc, state, err)
             except ApiException as api_err:
-                self._writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_MODIFY_FAILED, message)
+                self.writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_MODIFY_FAILED, message)
                 raise ModifyError(
                     f"modifying volume failed with {message} but marking pvc {key} failed: "
                     f"{api_error_text(api_err)}"
@@ -320,7 +309,7 @@ class ModifySync:
             if state == STATUS_INFEASIBLE:
                 self.expectations.add_slow(key)
         logger.info("modification failed", error=message)
-        self._writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_MODIFY_FAILED, message)
+        self.writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_MODIFY_FAILED, message)
 
     async def _complete(self, key: str, pvc: Obj, pv: Obj, target: str) -> None:
         """The volume has ``target``'s attributes: say so on the volume and the claim. A failed
@@ -328,11 +317,11 @@ class ModifySync:
         pvc, _ = await self._write(
             key,
             f"volume modified but marking pvc {key} and its volume {name_of(pv)} modified",
-            self._writes.mark_completed(pvc, pv, target),
+            self.writes.mark_completed(pvc, pv, target),
         )
         self.expectations.completed(key)
         self.expectations.written(key, pvc)
-        self._writes.event(
+        self.writes.event(
             pvc,
             EVENT_TYPE_NORMAL,
             REASON_VOLUME_MODIFY_SUCCESSFUL,
@@ -341,7 +330,7 @@ class ModifySync:
         if (spec_class(pvc) or "") != target:
             # The claim asked for another class meanwhile (an uncertain modification was
             # finished first): no event of the claim brings it back, so look again now.
-            self._queue.add(key)
+            self.queue.add(key)
 
     async def _write(self, key: str, what: str, write: Awaitable[T]) -> T:
         """Await the write ``write``; an API error fails the sync with ``what`` and why

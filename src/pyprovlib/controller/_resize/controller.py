@@ -122,9 +122,9 @@ class ResizeController(ResizerClaimController, Generic[ResizerT]):
             log=self._log,
         )
         self._sync = ResizeSync(
-            resizer,
-            self.name,
-            self.options,
+            resizer=resizer,
+            name=self.name,
+            options=self.options,
             claims=self.pvc_informer.store,
             volumes=self.pv_informer.store,
             classes=self.class_informer.store,
@@ -169,9 +169,8 @@ class ResizeController(ResizerClaimController, Generic[ResizerT]):
     async def expand_and_recover(
         self, pvc: Obj, pv: Obj, volume: V1PersistentVolume | None = None
     ) -> None:
-        """Choose the size to expand to from the claim's allocation state, then expand
-        (upstream's ``expandAndRecover``); raises when the claim must be retried.
-
-        ``pv`` is the cached JSON; ``volume`` its model for the resizer (converted here when
-        not given)."""
+        """Expand the volume ``pv`` (cached JSON; ``volume`` its model, when converted already)
+        of the claim ``pvc`` to the size its allocation state allows, skipping the checks of
+        :meth:`sync_claim` (upstream's ``expandAndRecover``); raises when the claim must be
+        retried."""
         await self._sync.expand_and_recover(pvc, pv, volume)

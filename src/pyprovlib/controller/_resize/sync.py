@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio.client import V1PersistentVolume
@@ -53,6 +54,7 @@ from pyprovlib.kube._store import Indexer
 __all__ = ["ResizeSync"]
 
 
+@dataclass(eq=False, kw_only=True)
 class ResizeSync:
     """Syncs one claim at a time for the resizer ``resizer`` named ``name``, reading claims,
     volumes, classes (and pods, with ``handle_volume_in_use_error``) from the controller's
@@ -61,38 +63,25 @@ class ResizeSync:
     The bookkeeping of failures is kept here, by claim key, and dropped by :meth:`forget`.
     """
 
-    def __init__(
-        self,
-        resizer: Resizer,
-        name: str,
-        options: ResizeControllerOptions,
-        *,
-        claims: Indexer,
-        volumes: Indexer,
-        classes: Indexer,
-        pods: Indexer | None,
-        writes: ResizeStatusWriter,
-        clock: Clock,
-        log: Any,
-    ) -> None:
-        self.resizer = resizer
-        self.name = name
-        self.options = options
-        self._claims = claims
-        self._volumes = volumes
-        self._classes = classes
-        self._pods = pods
-        self._writes = writes
-        self._clock = clock
-        self._log = log
-        # Claims whose last expansion failed with a final error: the user's current request may
-        # replace the size being allocated (upstream's finalErrorPVCs).
-        self._final_errors: set[str] = set()
-        # Claims whose expansion was infeasible, with when: retried at the same size only after
-        # retry_interval_max (upstream's slowSet).
-        self._slow: dict[str, float] = {}
-        # Claims the backend refused to expand while in use (upstream's inUsePVCStore).
-        self._in_use_errors: set[str] = set()
+    resizer: Resizer
+    name: str
+    options: ResizeControllerOptions
+    claims: Indexer
+    volumes: Indexer
+    classes: Indexer
+    pods: Indexer | None
+    """The pod cache, indexed by the claims they use (with ``handle_volume_in_use_error``)."""
+    writes: ResizeStatusWriter
+    clock: Clock
+    log: Any
+    # Claims whose last expansion failed with a final error: the user's current request may
+    # replace the size being allocated (upstream's finalErrorPVCs).
+    _final_errors: set[str] = field(default_factory=set, init=False)
+    # Claims whose expansion was infeasible, with when: retried at the same size only after
+    # retry_interval_max (upstream's slowSet).
+    _slow: dict[str, float] = field(default_factory=dict, init=False)
+    # Claims the backend refused to expand while in use (upstream's inUsePVCStore).
+    _in_use_errors: set[str] = field(default_factory=set, init=False)
 
     def forget(self, key: str) -> None:
         """The claim ``key`` was deleted: drop what is remembered about it."""
@@ -103,16 +92,16 @@ class ResizeSync:
     async def sync_claim(self, key: str) -> None:
         """Look at the claim ``key`` (``namespace/name``) and expand its volume if it asks for
         more (upstream's ``syncPVC``); raises when it must be retried."""
-        pvc = self._claims.get_by_key(key)
+        pvc = self.claims.get_by_key(key)
         if pvc is None:
-            self._log.debug("claim is deleted or does not exist", claim=key)
+            self.log.debug("claim is deleted or does not exist", claim=key)
             return
         volume_name = spec_of(pvc).get("volumeName")
         if not isinstance(volume_name, str) or not volume_name:
             return
-        pv = self._volumes.get_by_key(volume_name)
+        pv = self.volumes.get_by_key(volume_name)
         if pv is None:
-            self._log.info("PersistentVolume bound to claim not found", claim=key, pv=volume_name)
+            self.log.info("PersistentVolume bound to claim not found", claim=key, pv=volume_name)
             return
         if not claim_needs_resize(pvc):
             return
@@ -131,25 +120,25 @@ class ResizeSync:
         into user code, as ``ProvisionOptions``)."""
         key = claim_key(pvc)
         class_name = str(spec_of(pvc).get("storageClassName") or "")
-        storage_class = self._classes.get_by_key(class_name) if class_name else None
+        storage_class = self.classes.get_by_key(class_name) if class_name else None
         ours = storage_class is not None and storage_class.get("provisioner") == self.name
         try:
             volume = to_model(pv, V1PersistentVolume)
         except ConversionError as err:
             # Not retried: the same object fails the same way. A change of the claim (or the
             # resync) looks again.
-            self._log.info("cannot read the volume", claim=key, pv=name_of(pv), error=str(err))
+            self.log.info("cannot read the volume", claim=key, pv=name_of(pv), error=str(err))
             if ours:
                 self._cannot_expand(pvc, pv, str(err))
             return None
         if not self.resizer.can_support(volume):
-            self._log.debug("resizer does not support the volume", claim=key, pv=name_of(pv))
+            self.log.debug("resizer does not support the volume", claim=key, pv=name_of(pv))
             if ours:
                 self._cannot_expand(pvc, pv, self.resizer.unsupported_reason(volume))
             return None
         claim_ref = dict_of(spec_of(pv).get("claimRef"))
         if claim_ref.get("namespace") != namespace_of(pvc) or claim_ref.get("uid") != uid_of(pvc):
-            self._log.debug("volume is not bound to the claim", claim=key, pv=name_of(pv))
+            self.log.debug("volume is not bound to the claim", claim=key, pv=name_of(pv))
             return None
         if storage_class is None or storage_class.get("allowVolumeExpansion") is not True:
             why = (
@@ -161,8 +150,8 @@ class ResizeSync:
                     else "the claim has no StorageClass"
                 )
             )
-            self._log.info("claim may not be expanded", claim=key, why=why)
-            self._writes.event(
+            self.log.info("claim may not be expanded", claim=key, why=why)
+            self.writes.event(
                 pvc,
                 EVENT_TYPE_WARNING,
                 REASON_VOLUME_RESIZE_FAILED,
@@ -172,7 +161,7 @@ class ResizeSync:
         return volume
 
     def _cannot_expand(self, pvc: Obj, pv: Obj, why: str) -> None:
-        self._writes.event(
+        self.writes.event(
             pvc,
             EVENT_TYPE_WARNING,
             REASON_VOLUME_RESIZE_FAILED,
@@ -192,7 +181,7 @@ class ResizeSync:
         allocated = allocated_of(pvc)
         in_slow_set = self._slow_contains(key)
         if resize_status == STATUS_CONTROLLER_RESIZE_INFEASIBLE:
-            self._slow.setdefault(key, self._clock.monotonic())
+            self._slow.setdefault(key, self.clock.monotonic())
 
         new_size = expansion_target(
             pvc,
@@ -214,19 +203,17 @@ class ResizeSync:
             update_status = False
 
         with api_error_as_failure(f"marking pvc {key} as resizing failed"):
-            pvc = await self._writes.mark_controller_resize_in_progress(
-                pvc, new_size, update_status
-            )
+            pvc = await self.writes.mark_controller_resize_in_progress(pvc, new_size, update_status)
 
         if key in self._in_use_errors and self._in_use(key):
             message = (
                 f"Unable to expand {key} because CSI driver {self.name} only supports offline "
                 "expansion and volume is currently in-use"
             )
-            self._writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, message)
+            self.writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, message)
             raise RuntimeError(message)
 
-        self._writes.event(
+        self.writes.event(
             pvc,
             EVENT_TYPE_NORMAL,
             REASON_RESIZING,
@@ -238,9 +225,7 @@ class ResizeSync:
                 volume = to_model(pv, V1PersistentVolume)
             await self._call_resize(pvc, pv, volume, new_size)
         except Exception as err:
-            self._writes.event(
-                pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, error_text(err)
-            )
+            self.writes.event(pvc, EVENT_TYPE_WARNING, REASON_VOLUME_RESIZE_FAILED, error_text(err))
             raise
 
     async def _call_resize(
@@ -249,7 +234,7 @@ class ResizeSync:
         """Expand through the resizer and record the outcome (upstream's
         ``callResizeOnPlugin``)."""
         key = claim_key(pvc)
-        logger = self._log.bind(claim=key, pv=name_of(pv))
+        logger = self.log.bind(claim=key, pv=name_of(pv))
         try:
             result = await self._expand(pv, volume, new_size)
         except Exception as err:
@@ -263,12 +248,12 @@ class ResizeSync:
             node_expansion_required=result.node_expansion_required,
         )
         with api_error_as_failure(f'error updating pv "{name_of(pv)}" by resizer'):
-            await self._writes.update_pv_capacity(pv, new_capacity)
+            await self.writes.update_pv_capacity(pv, new_capacity)
         with api_error_as_failure(f"mark PVC {key} after expansion failed"):
             if result.node_expansion_required:
-                await self._writes.mark_for_pending_node_expansion(pvc)
+                await self.writes.mark_for_pending_node_expansion(pvc)
             else:
-                await self._writes.mark_expansion_finished(pvc, new_capacity)
+                await self.writes.mark_expansion_finished(pvc, new_capacity)
 
     async def _expansion_failed(
         self, pvc: Obj, pv: Obj, err: Exception, logger: Any
@@ -289,11 +274,11 @@ class ResizeSync:
         if resize_err.final:
             self._final_errors.add(key)
             if resize_err.infeasible:
-                self._slow.setdefault(key, self._clock.monotonic())
+                self._slow.setdefault(key, self.clock.monotonic())
             else:
                 self._slow.pop(key, None)
             try:
-                await self._writes.mark_controller_expansion_failed(
+                await self.writes.mark_controller_expansion_failed(
                     pvc, error_text(resize_err), infeasible=resize_err.infeasible
                 )
             except ApiException as api_err:
@@ -336,15 +321,15 @@ class ResizeSync:
     # -- in-use and slow-retry bookkeeping ---------------------------------------------------
 
     def _in_use(self, key: str) -> bool:
-        if self._pods is None:
+        if self.pods is None:
             return False
-        return bool(self._pods.by_index(POD_PVC_INDEX, key))
+        return bool(self.pods.by_index(POD_PVC_INDEX, key))
 
     def _slow_contains(self, key: str) -> bool:
         added = self._slow.get(key)
         if added is None:
             return False
-        if self._clock.monotonic() - added >= self.options.retry_interval_max:
+        if self.clock.monotonic() - added >= self.options.retry_interval_max:
             del self._slow[key]
             return False
         return True
@@ -353,4 +338,4 @@ class ResizeSync:
         added = self._slow.get(key)
         if added is None:
             return 0.0
-        return max(0.0, added + self.options.retry_interval_max - self._clock.monotonic())
+        return max(0.0, added + self.options.retry_interval_max - self.clock.monotonic())
