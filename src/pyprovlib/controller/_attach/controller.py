@@ -39,6 +39,7 @@ from pyprovlib.controller._attach.options import lease_name as default_lease_nam
 from pyprovlib.controller._attach.resolve import (
     NODE_ID_ANNOTATION,
     VolumeResolver,
+    api_error_text,
     is_attached,
     is_deleting,
     pv_index,
@@ -47,7 +48,11 @@ from pyprovlib.controller._attach.resolve import (
 )
 from pyprovlib.controller._attach.sync import PV_INDEX, AttachSync
 from pyprovlib.controller._attach.writes import AttachWriter
-from pyprovlib.controller._lifecycle import ControllerLifecycle, LeaderElectionLostError
+from pyprovlib.controller._lifecycle import (
+    ControllerLifecycle,
+    LeaderElectionLostError,
+    process_with_retry,
+)
 from pyprovlib.controller._sidecar_options import retry_queue
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
@@ -135,7 +140,7 @@ class AttachController(ControllerLifecycle):
         )
         self._resolver = resolver
         # Our writes, and the record of them that tells our own stale writes from news.
-        writes = AttachWriter(
+        self._writes = AttachWriter(
             self.finalizer,
             vas=ResourceClient(client, VOLUME_ATTACHMENTS),
             pvs=ResourceClient(client, PERSISTENT_VOLUMES),
@@ -148,11 +153,8 @@ class AttachController(ControllerLifecycle):
             options=self.options,
             finalizer=self.finalizer,
             vas=self.va_informer.store,
-            pvs=self.pv_informer.store,
-            va_queue=self.va_queue,
-            pv_queue=self.pv_queue,
             resolver=resolver,
-            writes=writes,
+            writes=self._writes,
             log=self._log,
         )
 
@@ -194,7 +196,7 @@ class AttachController(ControllerLifecycle):
         """Informers, then workers and the reconciler, until stop (upstream's ``Run``)."""
         await self._run_workers_until_stop(
             (self.va_informer, self.pv_informer, self.csinode_informer),
-            [(self.va_queue, self._sync.process_va), (self.pv_queue, self._sync.process_pv)],
+            [(self.va_queue, self._process_va), (self.pv_queue, self._process_pv)],
             workers=self.options.workers,
             started="started CSI attacher",
             beside={"attacher-reconciler": self._reconcile_loop} if self.reconciles else None,
@@ -236,6 +238,47 @@ class AttachController(ControllerLifecycle):
         # processFinalizers without CSI migration).
         if self.finalizer in finalizers_of(pv) and is_deleting(pv):
             self.pv_queue.add(name_of(pv))
+
+    # -- workers -------------------------------------------------------------------------------
+
+    async def _process_va(self, name: str) -> None:
+        logger = self._log.bind(va=name)
+        va = self.va_informer.store.get_by_key(name)
+        if va is None:
+            logger.debug("VolumeAttachment was deleted, ignoring")
+            self.va_queue.forget(name)
+            return
+        if not self._sync.is_ours(va):
+            return
+        if self._writes.is_own_stale_write(name, va):
+            # Our newer write is on its way; an error-only update would not queue the VA
+            # again, so look once more after a short while whatever happens.
+            logger.debug("cache still shows an intermediate write of ours; looking later")
+            self.va_queue.add_after(name, self.options.retry_interval_start)
+            return
+        self._writes.start_sync(name)
+        await process_with_retry(
+            self.va_queue,
+            name,
+            lambda _: self.sync_va(va),
+            log=logger,
+            failure="error processing VolumeAttachment; retrying with backoff",
+        )
+
+    async def _process_pv(self, name: str) -> None:
+        pv = self.pv_informer.store.get_by_key(name)
+        if pv is None:
+            self.pv_queue.forget(name)
+            return
+        await process_with_retry(
+            self.pv_queue,
+            name,
+            lambda _: self.sync_pv(pv),
+            log=self._log,
+            failure="failed to remove finalizer from PersistentVolume; retrying",
+            describe=api_error_text,
+            pv=name,
+        )
 
     # -- the sync of one object ----------------------------------------------------------------
 

@@ -8,8 +8,8 @@ Invariants:
   was checked (it would block the VA's deletion on an error).
 - A failure is recorded in the VA's ``status.attachError``/``detachError`` with the volume's
   secrets masked, and the VA is retried with backoff.
-- A VA whose cached copy is older than our own last write to it is not acted on (see
-  :class:`~pyprovlib.controller._attach.writes.AttachWriter`).
+- It is handed a VA only when the cache shows our own last write to it (the controller's
+  worker checks with :class:`~pyprovlib.controller._attach.writes.AttachWriter` first).
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ from pyprovlib.controller._attach.resolve import (
 )
 from pyprovlib.controller._attach.writes import AttachWriter
 from pyprovlib.controller._errors import describe_error, is_user_bug, log_user_bug
-from pyprovlib.controller._lifecycle import process_with_retry
 from pyprovlib.kube._errors import ApiException
 from pyprovlib.kube._objects import Obj, finalizers_of, name_of
 from pyprovlib.kube._store import Indexer
-from pyprovlib.kube._workqueue import RateLimitingQueue
 
 __all__ = ["PV_INDEX", "AttachSync"]
 
@@ -47,9 +45,9 @@ PV_INDEX: Final = "attacher-pv"
 
 @dataclass(eq=False, kw_only=True)
 class AttachSync:
-    """Processes the keys of the VolumeAttachment and PersistentVolume queues of the attacher
-    of ``driver_name``: through ``attacher``, or marking VAs attached when it is None (the
-    trivial handler).
+    """Syncs one VolumeAttachment or PersistentVolume at a time for the attacher of
+    ``driver_name``: through ``attacher``, or marking VAs attached when it is None (the trivial
+    handler). The controller's workers take the keys off the queues and retry what raises.
 
     ``force_sync`` holds the VAs the reconciler found drifted: processed once even if their
     status says it is done.
@@ -60,11 +58,7 @@ class AttachSync:
     options: AttachControllerOptions
     finalizer: str
     vas: Indexer
-    """The VolumeAttachment cache."""
-    pvs: Indexer
-    """The PersistentVolume cache."""
-    va_queue: RateLimitingQueue[str]
-    pv_queue: RateLimitingQueue[str]
+    """The VolumeAttachment cache (indexed by PV, :data:`PV_INDEX`)."""
     resolver: VolumeResolver
     writes: AttachWriter
     log: Any
@@ -80,31 +74,6 @@ class AttachSync:
         self.writes.forget(name)
 
     # -- VolumeAttachments ---------------------------------------------------------------------
-
-    async def process_va(self, name: str) -> None:
-        """Sync the VA ``name`` as the cache shows it, retrying failures through the queue."""
-        logger = self.log.bind(va=name)
-        va = self.vas.get_by_key(name)
-        if va is None:
-            logger.debug("VolumeAttachment was deleted, ignoring")
-            self.va_queue.forget(name)
-            return
-        if not self.is_ours(va):
-            return
-        if self.writes.is_own_stale_write(name, va):
-            # Our newer write is on its way; an error-only update would not queue the VA
-            # again, so look once more after a short while whatever happens.
-            logger.debug("cache still shows an intermediate write of ours; looking later")
-            self.va_queue.add_after(name, self.options.retry_interval_start)
-            return
-        self.writes.start_sync(name)
-        await process_with_retry(
-            self.va_queue,
-            name,
-            lambda _: self.sync_va(va),
-            log=logger,
-            failure="error processing VolumeAttachment; retrying with backoff",
-        )
 
     async def sync_va(self, va: Obj) -> None:
         """Process one VolumeAttachment of ours (upstream's ``SyncNewOrUpdatedVolumeAttachment``
@@ -212,22 +181,6 @@ class AttachSync:
         return va, volume, AttachNode(node_name, node_id), readonly
 
     # -- PersistentVolumes ---------------------------------------------------------------------
-
-    async def process_pv(self, name: str) -> None:
-        """Sync the PV ``name`` as the cache shows it, retrying failures through the queue."""
-        pv = self.pvs.get_by_key(name)
-        if pv is None:
-            self.pv_queue.forget(name)
-            return
-        await process_with_retry(
-            self.pv_queue,
-            name,
-            lambda _: self.sync_pv(pv),
-            log=self.log,
-            failure="failed to remove finalizer from PersistentVolume; retrying",
-            describe=api_error_text,
-            pv=name,
-        )
 
     async def sync_pv(self, pv: Obj) -> None:
         """Remove our finalizer from a PV being deleted that no VolumeAttachment uses
