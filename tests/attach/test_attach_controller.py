@@ -38,6 +38,7 @@ from pyprovlib.controller._attach import (
 )
 from pyprovlib.controller._attach.options import lease_name
 from pyprovlib.kube._clock import FakeClock
+from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import LEASES
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._cluster import TestCluster
@@ -492,3 +493,22 @@ async def test_detach_uses_the_remembered_node_id_when_csinode_is_gone(sc: Scena
         (detach,) = [c for c in backend.calls if c.op == "detach"]
         assert detach.node.node_id == sc.node_id
         assert backend.attached == set()
+
+
+async def test_workers_run_a_subclass_sync_va(sc: Scenario) -> None:
+    # sync_va/sync_pv are the controller's extension points (as the resize controller's
+    # sync_claim): the workers call them, not the sync object behind them.
+    seen: list[str] = []
+
+    class Recording(AttachController):
+        async def sync_va(self, va: Obj) -> None:
+            seen.append(va["metadata"]["name"])
+            await super().sync_va(va)
+
+    pv_name, va_name = sc.name("pv"), sc.name("va")
+    await sc.objects.pv(pv_name, "vol-sub")
+    controller = Recording(sc.cluster.api_client, sc.driver, None, fast_options())
+    async with running(controller):
+        await sc.objects.va(va_name, sc.node, pv=pv_name)
+        await sc.attached_va(va_name)
+    assert va_name in seen

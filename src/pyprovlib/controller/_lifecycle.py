@@ -7,8 +7,11 @@ options and the Lease name, implements :meth:`~ControllerLifecycle._run_controll
 workers, until :attr:`~ControllerLifecycle._stop_requested`) and wraps the body of its
 ``run`` in :meth:`~ControllerLifecycle._running` (with
 :meth:`~ControllerLifecycle._run_elected_beside` when background tasks, such as the event
-recorder, run beside the control loops). It holds what was written three times before (in the
-provision, attach and resize controllers) and nothing specific to storage.
+recorder, run beside the control loops). :meth:`~ControllerLifecycle._run_workers_until_stop`
+is the body of ``_run_controller`` for a controller whose workers drain queues of string keys
+with :func:`process_with_retry`, and :meth:`~ControllerLifecycle._event_recorder` the event
+recorder that yields to waiting work. It holds what was written three times before (in the
+provision, attach, resize and modify controllers) and nothing specific to storage.
 
 Private on purpose: subclasses use its underscored state (``_stop_requested``, ``_synced``), so
 it is not yet a contract for users' own controllers. Should it become one, it would move to a
@@ -21,12 +24,21 @@ import asyncio
 import contextlib
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib._errors import PyprovlibError
+from pyprovlib.controller._errors import DelayRetryError
 from pyprovlib.controller._options import in_cluster_namespace
 from pyprovlib.kube._clock import Clock, RealClock
 from pyprovlib.kube._informer import (
@@ -45,6 +57,7 @@ __all__ = [
     "ControllerLifecycle",
     "LeaderElectionLostError",
     "LifecycleOptions",
+    "process_with_retry",
 ]
 
 EVENT_FLUSH_TIMEOUT: Final = 5.0
@@ -157,6 +170,31 @@ class ControllerLifecycle:
         """The controller's work queues (for :meth:`idle`)."""
         return ()
 
+    def _work_waiting(self) -> bool:
+        """Keys queued for a worker in a queue not shut down: the event writers of
+        :meth:`_event_recorder` hold back meanwhile."""
+        return any(len(queue) and not queue.shutting_down for queue in self._work_queues())
+
+    def _event_recorder(self, component: str) -> EventRecorder:
+        """The controller's event recorder for ``component``: its writes yield to the work
+        while keys wait for a worker (:meth:`_work_waiting`), with the controllers' buffer and
+        hold limits."""
+        from pyprovlib.kube._events import (
+            CONTROLLER_HOLD_LIMIT,
+            CONTROLLER_MAX_BUFFER,
+            EventRecorder,
+        )
+
+        return EventRecorder(
+            self.client,
+            component,
+            host=socket.gethostname(),
+            clock=self._clock,
+            busy=self._work_waiting,
+            max_buffer=CONTROLLER_MAX_BUFFER,
+            hold_limit=CONTROLLER_HOLD_LIMIT,
+        )
+
     def idle(self, *, count_delayed: bool = False) -> bool:
         """Caches synced, and no key queued or being processed: whatever the controller would
         do about what its caches show, it has done. The deterministic point for asserting that
@@ -251,6 +289,14 @@ class ControllerLifecycle:
         """Write the events ``recorder`` still holds, for up to :data:`EVENT_FLUSH_TIMEOUT`."""
         if not await recorder.flush(EVENT_FLUSH_TIMEOUT):
             self._log.warning("not every event could be written before stopping")
+
+    async def _run_elected_with_events(self, recorder: EventRecorder) -> None:
+        """:meth:`_run_elected` with ``recorder`` writing events beside the control loops; the
+        events still held are written after a graceful end."""
+        await self._run_elected_beside(
+            {f"{self._role}-events": recorder.run},
+            graceful_tail=lambda: self._flush_events(recorder),
+        )
 
     # -- leader election -----------------------------------------------------------------------
 
@@ -357,6 +403,46 @@ class ControllerLifecycle:
             await asyncio.gather(sync, stop, return_exceptions=True)
         return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
 
+    async def _run_workers_until_stop(
+        self,
+        caches: Iterable[SharedInformer],
+        work: Sequence[tuple[RateLimitingQueue[str], Callable[[str], Awaitable[None]]]],
+        *,
+        workers: int,
+        started: str,
+        on_synced: Callable[[], None] | None = None,
+        beside: Mapping[str, Callable[[], Coroutine[Any, Any, object]]] | None = None,
+    ) -> None:
+        """A ``_run_controller`` body (upstream's ``Run``): the informers, and once ``caches``
+        synced (and ``on_synced`` ran) ``workers`` workers on each queue of ``work`` with its
+        process function, and the ``beside`` tasks (by task name), until stop; then
+        the tasks beside are cancelled, the queues shut down, and the workers finish the key
+        in hand and take no other."""
+        async with asyncio.TaskGroup() as tg, contextlib.AsyncExitStack() as queues:
+            informers = tg.create_task(self._run_informers(), name=f"{self._role}-informers")
+            for queue, _ in work:
+                await queues.enter_async_context(queue)
+            if await self._wait_for_sync(caches):
+                if on_synced is not None:
+                    on_synced()
+                self._synced = True
+                tasks = [
+                    task
+                    for queue, process in work
+                    for task in self._start_workers(tg, workers, queue, process)
+                ]
+                extra = [tg.create_task(run(), name=name) for name, run in (beside or {}).items()]
+                self._log.info(started, workers=workers)
+                await self._stop_requested.wait()
+                self._synced = False
+                for task in extra:
+                    task.cancel()
+                for queue, _ in work:
+                    queue.shut_down()
+                await asyncio.gather(*tasks)
+            await queues.aclose()
+            informers.cancel()
+
     def _start_workers(
         self,
         tg: asyncio.TaskGroup,
@@ -389,3 +475,29 @@ class ControllerLifecycle:
                 await process(key)
             finally:
                 queue.done(key)
+
+
+async def process_with_retry(
+    queue: RateLimitingQueue[K],
+    key: K,
+    sync: Callable[[K], Awaitable[None]],
+    *,
+    log: Any,
+    failure: str,
+    describe: Callable[[BaseException], str] = str,
+    **context: Any,
+) -> None:
+    """One key of a worker: ``sync(key)``, then forget the key's failures when it succeeded;
+    put it back after the delay of a :class:`DelayRetryError`; after any other error, log
+    ``failure`` (at info, the error told by ``describe``, with ``context``) and put it back
+    with the queue's backoff (upstream's ``processNextWorkItem``)."""
+    try:
+        await sync(key)
+    except DelayRetryError as err:
+        log.debug(str(err), delay=err.delay, **context)
+        queue.add_after(key, err.delay)
+    except Exception as err:
+        log.info(failure, error=describe(err), **context)
+        queue.add_rate_limited(key)
+    else:
+        queue.forget(key)

@@ -5,20 +5,22 @@ The package, by concern (a reader of upstream's ``pkg/controller`` finds each pa
 
 - ``controller`` — :class:`AttachController`: informers, the VolumeAttachment and
   PersistentVolume queues, event handlers that only enqueue, workers, the reconciler, leader
-  election; the sync of one VolumeAttachment (attach or detach) and of one PV.
+  election.
+- ``sync`` — the sync of one VolumeAttachment (attach or detach) and of one PV.
 - ``resolve`` — reading a VolumeAttachment into the volume, node and secrets of an attacher
   call; the pure decisions over the cached objects.
 - ``writes`` — every write (finalizers, status, errors), remembering what it wrote.
 - ``options`` — :class:`AttachControllerOptions` with external-attacher's flag defaults, the
   finalizer and Lease names.
+- ``errors`` — :class:`InvalidAttachOptionsError` and the timeout of one attacher call.
 """
 
 from __future__ import annotations
 
 from pyprovlib.controller._attach.controller import PV_INDEX, AttachController
+from pyprovlib.controller._attach.errors import InvalidAttachOptionsError
 from pyprovlib.controller._attach.options import (
     AttachControllerOptions,
-    InvalidAttachOptionsError,
     finalizer_name,
     lease_name,
     sanitize_driver_name,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from pyprovlib._errors import InvalidOptionsError
+from pyprovlib.controller._attach.errors import InvalidAttachOptionsError
 from pyprovlib.controller._renamed import renamed_field
 from pyprovlib.controller._sidecar_options import (
     DEFAULT_LEASE_DURATION,
@@ -69,10 +69,6 @@ def finalizer_name(driver: str) -> str:
 def lease_name(driver: str) -> str:
     """The leader election Lease name of the attacher of ``driver``."""
     return sanitize_driver_name(LEASE_NAME_PREFIX + driver)
-
-
-class InvalidAttachOptionsError(InvalidOptionsError):
-    """An :class:`AttachControllerOptions` field is out of range."""
 
 
 @renamed_field("worker_threads", "workers")

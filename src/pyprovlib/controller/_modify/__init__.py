@@ -17,25 +17,25 @@ asks meanwhile. A class taken back to nothing cancels a modification that is not
 The package, by concern (a reader of upstream's files finds each part by name):
 
 - ``controller`` — :class:`ModifyController`: informers, the work queue, handlers that only
-  enqueue, workers, leader election, and the sync of one claim (``controller.go``,
-  ``modify_volume.go``).
+  enqueue, workers, leader election (``controller.go``); what it shares with the resize
+  controller is :mod:`pyprovlib.controller._resize.claim_controller`'s.
+- ``sync`` — the sync of one claim (``syncPVC``, ``modify_volume.go``).
 - ``claims`` — the names (statuses, conditions, reasons, parameter keys) and the decisions made
   from a claim alone: which updates need a look, what to do now.
 - ``status`` — every write: the claim's status and conditions, the volume's class, events
   (``modify_status.go``).
 - ``expectations`` — what the controller knows that its cache does not show yet: uncertain and
   slow claims, modifications done but not yet recorded, writes not yet seen.
-- ``options`` — :class:`ModifyControllerOptions` with upstream's defaults.
+- ``options`` — :class:`ModifyControllerOptions` with upstream's defaults (the resizer's).
+- ``errors`` — :class:`InvalidModifyOptionsError`, :class:`VolumeNotCachedError` and how a
+  failure is told; the retry-later error is the controllers' one ``DelayRetryError``.
 """
 
 from pyprovlib.controller._modify import claims
 from pyprovlib.controller._modify.claims import *  # noqa: F403 - the names of a modification
-from pyprovlib.controller._modify.controller import ModifyController, VolumeNotCachedError
-from pyprovlib.controller._modify.options import (
-    InvalidModifyOptionsError,
-    ModifyControllerOptions,
-    lease_name,
-)
+from pyprovlib.controller._modify.controller import ModifyController
+from pyprovlib.controller._modify.errors import InvalidModifyOptionsError, VolumeNotCachedError
+from pyprovlib.controller._modify.options import ModifyControllerOptions, lease_name
 
 __all__ = [
     "InvalidModifyOptionsError",

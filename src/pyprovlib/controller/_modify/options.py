@@ -8,21 +8,12 @@ Durations are seconds (floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from pyprovlib._errors import InvalidOptionsError
-from pyprovlib.controller._resize.options import (
-    DEFAULT_RESYNC,
-    DEFAULT_RETRY_INTERVAL_MAX,
-    DEFAULT_RETRY_INTERVAL_START,
-    DEFAULT_TIMEOUT,
-    DEFAULT_WORKERS,
-)
-from pyprovlib.controller._sidecar_options import (
-    SidecarControllerOptions,
-    check_sidecar_options,
-    sanitize_driver_name,
-)
+from pyprovlib.controller._modify.errors import InvalidModifyOptionsError
+from pyprovlib.controller._resize.options import ResizerSidecarOptions
+from pyprovlib.controller._sidecar_options import sanitize_driver_name
 
 __all__ = [
     "LEASE_NAME_PREFIX",
@@ -42,28 +33,20 @@ def lease_name(modifier_name: str) -> str:
     return LEASE_NAME_PREFIX + sanitize_driver_name(modifier_name)
 
 
-class InvalidModifyOptionsError(InvalidOptionsError):
-    """A :class:`ModifyControllerOptions` field is out of range."""
-
-
 @dataclass(frozen=True)
-class ModifyControllerOptions(SidecarControllerOptions):
+class ModifyControllerOptions(ResizerSidecarOptions):
     """How a :class:`~pyprovlib.ModifyController` runs.
 
     ``extra_modify_metadata`` (``--extra-modify-metadata``): add the claim's name and namespace
     and the volume's name to the parameters of every modification
     (``csi.storage.k8s.io/pvc/name``, ``.../pvc/namespace``, ``.../pv/name``).
     ``retry_interval_max`` is also how long an infeasible modification waits before it is tried
-    again with the same class. The leader election fields and ``registry`` are the keyword-only
-    fields of :class:`~pyprovlib.controller._sidecar_options.SidecarControllerOptions`.
+    again with the same class. The timing fields (and their defaults) are the resizer's
+    (:class:`~pyprovlib.controller._resize.options.ResizerSidecarOptions`); the leader election
+    fields and ``registry`` are the keyword-only fields of
+    :class:`~pyprovlib.controller._sidecar_options.SidecarControllerOptions`.
     """
 
-    resync_period: float = DEFAULT_RESYNC
-    timeout: float = DEFAULT_TIMEOUT
-    workers: int = DEFAULT_WORKERS
-    retry_interval_start: float = DEFAULT_RETRY_INTERVAL_START
-    retry_interval_max: float = DEFAULT_RETRY_INTERVAL_MAX
-    extra_modify_metadata: bool = False
+    invalid_error: ClassVar[type[InvalidOptionsError]] = InvalidModifyOptionsError
 
-    def __post_init__(self) -> None:
-        check_sidecar_options(self, InvalidModifyOptionsError)
+    extra_modify_metadata: bool = False

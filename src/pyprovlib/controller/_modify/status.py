@@ -26,11 +26,8 @@ from pyprovlib.controller._modify.claims import (
     conditions_of,
     target_class,
 )
-from pyprovlib.controller._volume_store import event_target
-from pyprovlib.kube._clock import Clock
-from pyprovlib.kube._events import EventRecorder
+from pyprovlib.controller._resize.status import ClaimWriter
 from pyprovlib.kube._objects import Obj, meta, name_of, namespace_of
-from pyprovlib.kube._rest import ResourceClient
 
 __all__ = ["GO_CODE_NAMES", "ModifyStatusWriter", "code_name"]
 
@@ -65,20 +62,9 @@ def code_name(code: int | None) -> str:
 
 
 @dataclass(eq=False, kw_only=True)
-class ModifyStatusWriter:
+class ModifyStatusWriter(ClaimWriter):
     """Writes a claim's modification status through ``pvcs``, a volume's class through
     ``pvs``, and events through ``recorder``."""
-
-    pvcs: ResourceClient
-    pvs: ResourceClient
-    recorder: EventRecorder
-    clock: Clock
-
-    def event(self, pvc: Obj, type_: str, reason: str, message: str) -> None:
-        self.recorder.event(event_target(pvc, "PersistentVolumeClaim"), type_, reason, message)
-
-    def _now(self) -> str:
-        return self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _condition(self, pvc: Obj, kind: str, message: str, reason: str | None = None) -> Obj:
         """A condition of ``kind`` as it is now: probed now, and transitioned now unless the

@@ -1,9 +1,9 @@
 """What the resize controller reads from claims and volumes: the reasons, conditions,
 statuses and annotations of an expansion (Kubernetes' and external-resizer's names), the
 claim's sizes and resize state, and the decisions made from them alone —
-:func:`should_enqueue_pvc_change`, :func:`merge_resize_conditions` and
-:func:`expansion_target` (upstream's ``expandAndRecover`` choice of size). Pure functions over
-the cached JSON; nothing here writes.
+:func:`claim_needs_resize`, :func:`should_enqueue_pvc_change`,
+:func:`merge_resize_conditions` and :func:`expansion_target` (upstream's ``expandAndRecover``
+choice of size). Pure functions over the cached JSON; nothing here writes.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ __all__ = [
     "STATUS_NODE_RESIZE_INFEASIBLE",
     "STATUS_NODE_RESIZE_IN_PROGRESS",
     "STATUS_NODE_RESIZE_PENDING",
+    "claim_needs_resize",
     "expansion_target",
     "merge_resize_conditions",
     "should_enqueue_pvc_change",
@@ -157,6 +158,14 @@ def cmp_quantities(a: Quantity | None, b: Quantity | None) -> int:
     an = a.nanos if a is not None else 0
     bn = b.nanos if b is not None else 0
     return (an > bn) - (an < bn)
+
+
+def claim_needs_resize(pvc: Mapping[str, Any]) -> bool:
+    """A Bound claim with a volume that requests more than its ``status.capacity``
+    (upstream's ``pvcNeedResize``)."""
+    if status_of(pvc).get("phase") != "Bound" or not spec_of(pvc).get("volumeName"):
+        return False
+    return cmp_quantities(request_of(pvc), claim_capacity(pvc)) > 0
 
 
 def should_enqueue_pvc_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -7,9 +7,10 @@ Durations are seconds (floats).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import ClassVar, Final
 
 from pyprovlib._errors import InvalidOptionsError
+from pyprovlib.controller._resize.errors import InvalidResizeOptionsError
 from pyprovlib.controller._sidecar_options import (
     DEFAULT_LEASE_DURATION,
     DEFAULT_RENEW_DEADLINE,
@@ -31,6 +32,7 @@ __all__ = [
     "LEASE_NAME_PREFIX",
     "InvalidResizeOptionsError",
     "ResizeControllerOptions",
+    "ResizerSidecarOptions",
     "SidecarControllerOptions",
     "lease_name",
 ]
@@ -58,27 +60,37 @@ def lease_name(resizer_name: str) -> str:
     return LEASE_NAME_PREFIX + sanitize_driver_name(resizer_name)
 
 
-class InvalidResizeOptionsError(InvalidOptionsError):
-    """A :class:`ResizeControllerOptions` field is out of range."""
-
-
 @dataclass(frozen=True)
-class ResizeControllerOptions(SidecarControllerOptions):
-    """How a :class:`~pyprovlib.ResizeController` runs.
+class ResizerSidecarOptions(SidecarControllerOptions):
+    """The fields of external-resizer's flags that its resize and modify controllers both read
+    (one ``--timeout``, ``--workers``, ``--retry-interval-*`` and ``--resync-period`` for
+    both), with their defaults, checked once. ``invalid_error`` is what a subclass raises for
+    a field out of range."""
 
-    ``handle_volume_in_use_error`` (``--handle-volume-inuse-error``): after the backend said it
-    can only expand an unused volume (FAILED_PRECONDITION), do not call it again while a pod
-    uses the claim. The leader election fields and ``registry`` are the keyword-only fields of
-    :class:`~pyprovlib.controller._attach.options.SidecarControllerOptions`; the default Lease
-    is :func:`lease_name` of the resizer.
-    """
+    invalid_error: ClassVar[type[InvalidOptionsError]] = InvalidOptionsError
 
     resync_period: float = DEFAULT_RESYNC
     timeout: float = DEFAULT_TIMEOUT
     workers: int = DEFAULT_WORKERS
     retry_interval_start: float = DEFAULT_RETRY_INTERVAL_START
     retry_interval_max: float = DEFAULT_RETRY_INTERVAL_MAX
-    handle_volume_in_use_error: bool = True
 
     def __post_init__(self) -> None:
-        check_sidecar_options(self, InvalidResizeOptionsError)
+        check_sidecar_options(self, self.invalid_error)
+
+
+@dataclass(frozen=True)
+class ResizeControllerOptions(ResizerSidecarOptions):
+    """How a :class:`~pyprovlib.ResizeController` runs.
+
+    ``handle_volume_in_use_error`` (``--handle-volume-inuse-error``): after the backend said it
+    can only expand an unused volume (FAILED_PRECONDITION), do not call it again while a pod
+    uses the claim. The timing fields are :class:`ResizerSidecarOptions`'; the leader election
+    fields and ``registry`` are the keyword-only fields of
+    :class:`~pyprovlib.controller._sidecar_options.SidecarControllerOptions`; the default Lease
+    is :func:`lease_name` of the resizer.
+    """
+
+    invalid_error: ClassVar[type[InvalidOptionsError]] = InvalidResizeOptionsError
+
+    handle_volume_in_use_error: bool = True

@@ -35,29 +35,42 @@ from pyprovlib.kube._objects import Obj, annotations_of, meta, name_of, namespac
 from pyprovlib.kube._quantity import Quantity
 from pyprovlib.kube._rest import ResourceClient
 
-__all__ = ["ResizeStatusWriter"]
+__all__ = ["ClaimWriter", "ResizeStatusWriter"]
 
 
 @dataclass(eq=False, kw_only=True)
-class ResizeStatusWriter:
-    """Writes a claim's resize status through ``pvcs``, a volume's capacity through ``pvs``,
-    and events through ``recorder``."""
+class ClaimWriter:
+    """What the writers of external-resizer's two controllers (resize and modify) share:
+    claims are written through ``pvcs``, volumes through ``pvs``, events on the claim through
+    ``recorder``, and conditions carry the times of ``clock``."""
 
     pvcs: ResourceClient
     pvs: ResourceClient
     recorder: EventRecorder
     clock: Clock
-    log: Any
 
     def event(self, pvc: Obj, type_: str, reason: str, message: str) -> None:
+        """Record an event of ``type_`` and ``reason`` on the claim ``pvc``."""
         self.recorder.event(event_target(pvc, "PersistentVolumeClaim"), type_, reason, message)
+
+    def _now(self) -> str:
+        """Now, as a condition's times are written."""
+        return self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(eq=False, kw_only=True)
+class ResizeStatusWriter(ClaimWriter):
+    """Writes a claim's resize status through ``pvcs``, a volume's capacity through ``pvs``,
+    and events through ``recorder``."""
+
+    log: Any
 
     def _condition(self, kind: str, message: str = "") -> Obj:
         condition: Obj = {
             "type": kind,
             "status": "True",
             "lastProbeTime": None,
-            "lastTransitionTime": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lastTransitionTime": self._now(),
         }
         if message:
             condition["message"] = message
