@@ -46,6 +46,7 @@ from pyprovlib.runtime._flag_values import (
     parse_http_address,
     parse_non_negative_int,
     parse_positive_int,
+    parse_qps,
 )
 
 if TYPE_CHECKING:
@@ -89,16 +90,6 @@ def _http_address_or_empty(text: str) -> str:
     if text.strip():
         parse_http_address(text)
     return text.strip()
-
-
-def _qps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError("must be a number, got NaN")
-    return value
 
 
 def _metrics_path(text: str) -> str:
@@ -194,7 +185,7 @@ def common_parser(
         parser,
         "--kube-api-qps",
         default=float(_as_float(values["kube_api_qps"])),
-        type=_qps,
+        type=parse_qps,
         help="queries per second to the API server (client-side limit; 0 disables it)",
         metavar="QPS",
         group=kube,
