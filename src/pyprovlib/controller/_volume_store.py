@@ -95,6 +95,16 @@ def _claim_key(claim: Obj) -> str:
     return f"{namespace_of(claim)}/{name_of(claim)}"
 
 
+def _record_provisioned(recorder: EventRecorder, claim: Obj, pv_name: str) -> None:
+    """The claim's ``ProvisioningSucceeded`` event, once its PV is saved (by either store)."""
+    recorder.event(
+        event_target(claim, "PersistentVolumeClaim"),
+        EVENT_NORMAL,
+        "ProvisioningSucceeded",
+        f"Successfully provisioned volume {pv_name}",
+    )
+
+
 async def create_volume(client: ResourceClient, volume: Obj) -> bool:
     """Create ``volume``; True if created, False if it already existed. Other errors raise."""
     try:
@@ -154,24 +164,14 @@ class BackoffStore:
                     break
             else:
                 logger.debug("PersistentVolume saved" if created else "PersistentVolume exists")
-                self._recorder.event(
-                    event_target(claim, "PersistentVolumeClaim"),
-                    EVENT_NORMAL,
-                    "ProvisioningSucceeded",
-                    f"Successfully provisioned volume {pv_name}",
-                )
+                _record_provisioned(self._recorder, claim, pv_name)
                 return
             if attempt < len(delays):
                 await self._sleep(delays[attempt])
         saved = await self._saved_after_all(claim, pv_name, last_error, logger)
         if saved:
             logger.info("PersistentVolume was saved by an attempt whose answer was lost")
-            self._recorder.event(
-                event_target(claim, "PersistentVolumeClaim"),
-                EVENT_NORMAL,
-                "ProvisioningSucceeded",
-                f"Successfully provisioned volume {pv_name}",
-            )
+            _record_provisioned(self._recorder, claim, pv_name)
             return
         if saved is None:
             raise VolumeSaveError(
@@ -354,12 +354,7 @@ class QueueStore:
         claims = self._claims.by_index("uid", str(uid))
         if len(claims) != 1:
             return
-        self._recorder.event(
-            event_target(claims[0], "PersistentVolumeClaim"),
-            EVENT_NORMAL,
-            "ProvisioningSucceeded",
-            f"Successfully provisioned volume {name_of(volume)}",
-        )
+        _record_provisioned(self._recorder, claims[0], name_of(volume))
 
     async def run(self, threadiness: int) -> None:
         """Run ``threadiness`` save workers until cancelled or :meth:`drain` is called."""
