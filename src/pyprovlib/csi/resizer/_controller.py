@@ -21,7 +21,12 @@ from pyprovlib._errors import PyprovlibError
 from pyprovlib._logging import get_logger
 from pyprovlib._redaction import scrub_text
 from pyprovlib._resizer import ExpansionResult, ResizeError, Resizer
-from pyprovlib.csi._connection import GO_STATUS_NAMES, CSICallError, CSIConnection
+from pyprovlib.csi._connection import (
+    GO_STATUS_NAMES,
+    CSICallError,
+    CSIConnection,
+    identified_driver,
+)
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher._controller import (
     UnsupportedAccessModeError,
@@ -112,10 +117,8 @@ class CSIResizer(Resizer):
         timeout: float | None = None,
         supports_single_node_multi_writer: bool | None = None,
     ) -> None:
-        if not connection.driver_name:
-            raise ValueError("the CSI connection has not identified its driver")
+        self.name = identified_driver(connection)
         self.connection = connection
-        self.name = connection.driver_name
         self.timeout = timeout
         self.supports_single_node_multi_writer = has_capabilities(
             connection, _Caps.SINGLE_NODE_MULTI_WRITER, override=supports_single_node_multi_writer
