@@ -42,7 +42,7 @@ from pyprovlib.kube._objects import Obj, name_of, namespace_of
 from pyprovlib.kube._resources import PERSISTENT_VOLUMES
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.kube._store import Indexer
-from pyprovlib.kube._workqueue import RateLimiter, RateLimitingQueue, ShutDownError
+from pyprovlib.kube._workqueue import RateLimiter, RateLimitingQueue, run_worker
 
 __all__ = [
     "DEFAULT_STORE_THREADINESS",
@@ -361,19 +361,8 @@ class QueueStore:
         log.info("starting save volume queue")
         async with self.queue, asyncio.TaskGroup() as tg:
             for _ in range(max(1, threadiness)):
-                tg.create_task(self._worker())
+                tg.create_task(run_worker(self.queue, self._process))
         log.info("stopped save volume queue")
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                name = await self.queue.get()
-            except ShutDownError:
-                return
-            try:
-                await self._process(name)
-            finally:
-                self.queue.done(name)
 
     async def _process(self, name: str) -> None:
         volume = self._pending.get(name)
