@@ -63,6 +63,7 @@ __all__ = [
     "add_bool_flag",
     "add_duration_flag",
     "add_flag",
+    "add_logging_flags",
     "common_parser",
     "env_name",
     "env_prefix_for",
@@ -108,6 +109,37 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return convert
+
+
+def add_logging_flags(
+    parser: RuntimeArgumentParser,
+    group: argparse._ArgumentGroup | None = None,
+    *,
+    log_format: str = "auto",
+    log_level: str = "info",
+) -> None:
+    """``--log-format`` and ``--log-level``, the two arguments of
+    :func:`~pyprovlib.runtime._logging.configure_logging`: the logging flags of every pyprovlib
+    program, whether its parser starts from :func:`common_parser` or not."""
+    add_flag(
+        parser,
+        "--log-format",
+        default=log_format,
+        type=_choice(LOG_FORMATS),
+        help="log output: json (one JSON object per line), console (for humans), or auto "
+        "(console when the log stream is a terminal, json otherwise)",
+        metavar="{" + ",".join(LOG_FORMATS) + "}",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--log-level",
+        default=log_level,
+        type=_choice(LOG_LEVELS),
+        help="lowest level logged",
+        metavar="{" + ",".join(LOG_LEVELS) + "}",
+        group=group,
+    )
 
 
 def _common_defaults() -> dict[str, object]:
@@ -270,24 +302,11 @@ def common_parser(
     )
 
     proc = parser.add_argument_group("process")
-    add_flag(
+    add_logging_flags(
         parser,
-        "--log-format",
-        default=values["log_format"],
-        type=_choice(LOG_FORMATS),
-        help="log output: json (one JSON object per line), console (for humans), or auto "
-        "(console when the log stream is a terminal, json otherwise)",
-        metavar="{" + ",".join(LOG_FORMATS) + "}",
-        group=proc,
-    )
-    add_flag(
-        parser,
-        "--log-level",
-        default=values["log_level"],
-        type=_choice(LOG_LEVELS),
-        help="lowest level logged",
-        metavar="{" + ",".join(LOG_LEVELS) + "}",
-        group=proc,
+        proc,
+        log_format=str(values["log_format"]),
+        log_level=str(values["log_level"]),
     )
     add_flag(
         parser,
