@@ -13,6 +13,7 @@ __all__ = [
     "has_finalizer",
     "is_deleting",
     "labels_of",
+    "mapping_field",
     "meta",
     "meta_namespace_key",
     "name_of",
@@ -27,26 +28,28 @@ __all__ = [
 Obj = dict[str, Any]
 """A Kubernetes object as decoded from the wire's JSON."""
 
-# The helpers below test ``type(x) is dict`` before ``isinstance(x, Mapping)``: decoded JSON
-# is always a plain dict, and the ABC check costs ~1 µs, paid several times per watch event.
+
+def mapping_field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping; {} when missing or anything else."""
+    # ``type(x) is dict`` first: decoded JSON is always a plain dict, and the ABC check costs
+    # ~1 µs, paid several times per watch event.
+    value = obj.get(key)
+    return value if (type(value) is dict or isinstance(value, Mapping)) else {}
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``metadata`` ({} when missing or not a mapping)."""
-    m = obj.get("metadata")
-    return m if (type(m) is dict or isinstance(m, Mapping)) else {}
+    return mapping_field(obj, "metadata")
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``spec`` ({} when missing or not a mapping)."""
-    s = obj.get("spec")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+    return mapping_field(obj, "spec")
 
 
 def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``status`` ({} when missing or not a mapping)."""
-    s = obj.get("status")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+    return mapping_field(obj, "status")
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
@@ -77,14 +80,12 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.annotations`` ({} when missing)."""
-    a = meta(obj).get("annotations")
-    return a if (type(a) is dict or isinstance(a, Mapping)) else {}
+    return mapping_field(meta(obj), "annotations")
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.labels`` ({} when missing)."""
-    lab = meta(obj).get("labels")
-    return lab if (type(lab) is dict or isinstance(lab, Mapping)) else {}
+    return mapping_field(meta(obj), "labels")
 
 
 def finalizers_of(obj: Mapping[str, Any]) -> list[str]:
