@@ -1,8 +1,9 @@
-"""Small helpers over the JSON dicts of Kubernetes objects: keys, metadata, annotations,
+"""Small helpers over the JSON dicts of Kubernetes objects: keys, names, metadata, annotations,
 finalizers. They never convert to kubernetes-asyncio models."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,8 @@ __all__ = [
     "finalizers_of",
     "has_finalizer",
     "is_deleting",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
     "labels_of",
     "mapping_field",
     "meta",
@@ -27,6 +30,24 @@ __all__ = [
 
 Obj = dict[str, Any]
 """A Kubernetes object as decoded from the wire's JSON."""
+
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def is_dns1123_label(value: str) -> bool:
+    """apimachinery's ``IsDNS1123Label`` passes: at most 63 lowercase alphanumerics or '-',
+    starting and ending alphanumeric (namespace names)."""
+    return len(value) <= 63 and _DNS1123_LABEL.match(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """apimachinery's ``IsDNS1123Subdomain`` passes: at most 253 characters of DNS-1123 labels
+    joined by dots (most object names, API groups, label key prefixes)."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
 
 
 def mapping_field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
