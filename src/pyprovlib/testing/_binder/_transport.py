@@ -17,7 +17,7 @@ from kubernetes_asyncio.client import ApiClient
 from pyprovlib.kube._config import check_status, send_request
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, Resource
-from pyprovlib.kube._rest import check_watch_event
+from pyprovlib.kube._rest import check_watch_event, list_query, watch_query
 from pyprovlib.testing._binder._objects import ANN_SELECTED_NODE
 
 __all__ = ["BinderTransport", "HttpTransport", "TransportListerWatcher", "set_selected_node"]
@@ -122,28 +122,20 @@ class TransportListerWatcher:
         self, *, resource_version: str | None, limit: int | None, continue_: str | None
     ) -> Obj:
         """One LIST page."""
-        query: dict[str, Any] = {}
-        if limit:
-            query["limit"] = limit
-        if continue_:
-            query["continue"] = continue_
-        if resource_version is not None:
-            query["resourceVersion"] = resource_version
-        return await self.transport.json("GET", self.resource.path(), query=query)
+        query = list_query(limit=limit, continue_=continue_, resource_version=resource_version)
+        return await self.transport.json("GET", self.resource.path(), query=dict(query))
 
     @contextlib.asynccontextmanager
     async def watch(
         self, *, resource_version: str, timeout_seconds: int | None, allow_bookmarks: bool
     ) -> AsyncIterator[AsyncIterator[Obj]]:
         """One WATCH: its events, ERROR events raised as ``WatchExpiredError``/``WatchError``."""
-        query: dict[str, Any] = {"watch": "true"}
-        if resource_version:
-            query["resourceVersion"] = resource_version
-        if timeout_seconds is not None:
-            query["timeoutSeconds"] = timeout_seconds
-        if allow_bookmarks:
-            query["allowWatchBookmarks"] = "true"
-        async with self.transport.stream(self.resource.path(), query=query) as chunks:
+        query = watch_query(
+            resource_version=resource_version or None,
+            timeout_seconds=timeout_seconds,
+            allow_bookmarks=allow_bookmarks,
+        )
+        async with self.transport.stream(self.resource.path(), query=dict(query)) as chunks:
             events = _events(chunks)
             try:
                 yield events
