@@ -10,6 +10,7 @@ from typing import Any
 __all__ = [
     "Obj",
     "annotations_of",
+    "as_mapping",
     "finalizers_of",
     "has_finalizer",
     "is_deleting",
@@ -50,12 +51,17 @@ def is_dns1123_subdomain(value: str) -> bool:
     return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
 
 
-def mapping_field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    """``obj[key]`` when it is a mapping; {} when missing or anything else."""
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else {}: a field of decoded JSON read without trusting
+    its type."""
     # ``type(x) is dict`` first: decoded JSON is always a plain dict, and the ABC check costs
     # ~1 µs, paid several times per watch event.
-    value = obj.get(key)
     return value if (type(value) is dict or isinstance(value, Mapping)) else {}
+
+
+def mapping_field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping; {} when missing or anything else."""
+    return as_mapping(obj.get(key))
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, V1CSIPersistentVolumeSource, V1PersistentVolume
 
@@ -35,6 +34,7 @@ from pyprovlib.csi.attacher._controller import (
 )
 from pyprovlib.csi.provisioner._secrets import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._objects import as_mapping
 from pyprovlib.kube._resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube._rest import ResourceClient
 
@@ -55,10 +55,6 @@ _MIN_MASKED_SECRET = 4
 class DriverCannotExpandError(PyprovlibError, RuntimeError):
     """The driver has no Controller service, or can expand volumes neither in the controller
     (EXPAND_VOLUME) nor on the node (the VolumeExpansion plugin capability)."""
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _csi_source(pv: V1PersistentVolume) -> V1CSIPersistentVolumeSource | None:
@@ -191,7 +187,7 @@ class CSIResizer(Resizer):
                 final=False,
             ) from None
         result: dict[str, str] = {}
-        for key, value in _dict(secret.get("data")).items():
+        for key, value in as_mapping(secret.get("data")).items():
             try:
                 result[str(key)] = base64.b64decode(str(value), validate=True).decode(
                     "utf-8", "surrogateescape"
@@ -226,7 +222,9 @@ class CSIResizer(Resizer):
             raise ResizeError(
                 f"get StorageClass {class_name} failed: {_api_message(err)}", final=False
             ) from None
-        parameters = {str(k): str(v) for k, v in _dict(storage_class.get("parameters")).items()}
+        parameters = {
+            str(k): str(v) for k, v in as_mapping(storage_class.get("parameters")).items()
+        }
         claim_ref = spec.claim_ref
         claim = (
             {"metadata": {"name": claim_ref.name, "namespace": claim_ref.namespace}}
