@@ -60,8 +60,8 @@ def list_query(
     continue_: str | None = None,
     resource_version: str | None = None,
 ) -> list[tuple[str, str]]:
-    """The query parameters of a LIST: each one only when set (``limit`` 0 means no limit;
-    an empty ``resource_version`` is sent, asking for the most recent list)."""
+    """The query parameters of a LIST, each only when set: ``limit`` 0 means no limit, and
+    ``resource_version`` is sent whenever it is not None ('' reads as unset on the server)."""
     query: list[tuple[str, str]] = []
     if label_selector:
         query.append(("labelSelector", label_selector))
