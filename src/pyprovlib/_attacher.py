@@ -53,6 +53,7 @@ __all__ = [
     "AttachVolume",
     "Attacher",
     "GrpcCode",
+    "is_final_code",
 ]
 
 
@@ -91,6 +92,13 @@ IN_PROGRESS_CODES: Final = frozenset(
 """Codes after which the operation may still be running on the backend (external-attacher's
 ``isFinalError`` is false for them): timeouts, cancellation, a backend going away or busy, and
 CSI's "operation pending for this volume"."""
+
+
+def is_final_code(code: int | None) -> bool:
+    """Whether an error with this gRPC ``code`` says nothing is in progress on the backend any
+    more (external-resizer's ``IsFinalError``): a code outside :data:`IN_PROGRESS_CODES`.
+    Without a code the backend was not asked or cannot say, so it is not final."""
+    return code is not None and code not in IN_PROGRESS_CODES
 
 
 class AttachError(PyprovlibError):

@@ -39,7 +39,7 @@ from typing import Final
 
 from kubernetes_asyncio.client import V1PersistentVolume
 
-from pyprovlib._attacher import IN_PROGRESS_CODES, GrpcCode
+from pyprovlib._attacher import GrpcCode, is_final_code
 from pyprovlib._errors import PyprovlibError
 
 __all__ = [
@@ -83,9 +83,7 @@ class ModifyError(PyprovlibError):
         self.message = message
         self.detail = message if detail is None else detail
         self.code = code
-        self.final = (
-            (code is not None and code not in IN_PROGRESS_CODES) if final is None else final
-        )
+        self.final = is_final_code(code) if final is None else final
         self.infeasible = (code in MODIFY_INFEASIBLE_CODES) if infeasible is None else infeasible
 
 

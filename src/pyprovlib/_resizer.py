@@ -34,7 +34,7 @@ from typing import Final, NamedTuple
 
 from kubernetes_asyncio.client import V1PersistentVolume
 
-from pyprovlib._attacher import IN_PROGRESS_CODES, GrpcCode
+from pyprovlib._attacher import GrpcCode, is_final_code
 from pyprovlib._errors import PyprovlibError
 
 __all__ = [
@@ -86,9 +86,7 @@ class ResizeError(PyprovlibError):
         super().__init__(message)
         self.message = message
         self.code = code
-        self.final = (
-            (code is not None and code not in IN_PROGRESS_CODES) if final is None else final
-        )
+        self.final = is_final_code(code) if final is None else final
         self.infeasible = (code in INFEASIBLE_CODES) if infeasible is None else infeasible
         self.in_use = (code == GrpcCode.FAILED_PRECONDITION) if in_use is None else in_use
 

@@ -42,7 +42,7 @@ from pyprovlib.kube._objects import Obj, name_of, namespace_of
 from pyprovlib.kube._resources import PERSISTENT_VOLUMES
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.kube._store import Indexer
-from pyprovlib.kube._workqueue import RateLimiter, RateLimitingQueue, ShutDownError
+from pyprovlib.kube._workqueue import RateLimiter, RateLimitingQueue, run_worker
 
 __all__ = [
     "DEFAULT_STORE_THREADINESS",
@@ -93,6 +93,16 @@ def event_target(obj: Obj, kind: str) -> Obj:
 
 def _claim_key(claim: Obj) -> str:
     return f"{namespace_of(claim)}/{name_of(claim)}"
+
+
+def _record_provisioned(recorder: EventRecorder, claim: Obj, pv_name: str) -> None:
+    """The claim's ``ProvisioningSucceeded`` event, once its PV is saved (by either store)."""
+    recorder.event(
+        event_target(claim, "PersistentVolumeClaim"),
+        EVENT_NORMAL,
+        "ProvisioningSucceeded",
+        f"Successfully provisioned volume {pv_name}",
+    )
 
 
 async def create_volume(client: ResourceClient, volume: Obj) -> bool:
@@ -154,24 +164,14 @@ class BackoffStore:
                     break
             else:
                 logger.debug("PersistentVolume saved" if created else "PersistentVolume exists")
-                self._recorder.event(
-                    event_target(claim, "PersistentVolumeClaim"),
-                    EVENT_NORMAL,
-                    "ProvisioningSucceeded",
-                    f"Successfully provisioned volume {pv_name}",
-                )
+                _record_provisioned(self._recorder, claim, pv_name)
                 return
             if attempt < len(delays):
                 await self._sleep(delays[attempt])
         saved = await self._saved_after_all(claim, pv_name, last_error, logger)
         if saved:
             logger.info("PersistentVolume was saved by an attempt whose answer was lost")
-            self._recorder.event(
-                event_target(claim, "PersistentVolumeClaim"),
-                EVENT_NORMAL,
-                "ProvisioningSucceeded",
-                f"Successfully provisioned volume {pv_name}",
-            )
+            _record_provisioned(self._recorder, claim, pv_name)
             return
         if saved is None:
             raise VolumeSaveError(
@@ -354,31 +354,15 @@ class QueueStore:
         claims = self._claims.by_index("uid", str(uid))
         if len(claims) != 1:
             return
-        self._recorder.event(
-            event_target(claims[0], "PersistentVolumeClaim"),
-            EVENT_NORMAL,
-            "ProvisioningSucceeded",
-            f"Successfully provisioned volume {name_of(volume)}",
-        )
+        _record_provisioned(self._recorder, claims[0], name_of(volume))
 
     async def run(self, threadiness: int) -> None:
         """Run ``threadiness`` save workers until cancelled or :meth:`drain` is called."""
         log.info("starting save volume queue")
         async with self.queue, asyncio.TaskGroup() as tg:
             for _ in range(max(1, threadiness)):
-                tg.create_task(self._worker())
+                tg.create_task(run_worker(self.queue, self._process))
         log.info("stopped save volume queue")
-
-    async def _worker(self) -> None:
-        while True:
-            try:
-                name = await self.queue.get()
-            except ShutDownError:
-                return
-            try:
-                await self._process(name)
-            finally:
-                self.queue.done(name)
 
     async def _process(self, name: str) -> None:
         volume = self._pending.get(name)

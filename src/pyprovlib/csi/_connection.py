@@ -45,6 +45,7 @@ __all__ = [
     "Endpoint",
     "PluginCapabilities",
     "default_csi_metrics",
+    "identified_driver",
     "parse_endpoint",
 ]
 
@@ -593,3 +594,14 @@ class CSIConnection:
             "/csi.v1.Controller/DeleteVolume", request, call_timeout=call_timeout
         )
         return result
+
+
+def identified_driver(connection: CSIConnection) -> str:
+    """The driver name of ``connection``, for a controller piece built on it; raises
+    :class:`ValueError` while the driver has not said its name (GetPluginInfo)."""
+    if not connection.driver_name:
+        raise ValueError(
+            f"the CSI connection to {connection.endpoint} has not identified its driver yet: "
+            "open it with CSIConnection.open"
+        )
+    return connection.driver_name

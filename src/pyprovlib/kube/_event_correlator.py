@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from pyprovlib.kube._clock import Clock, RealClock
-from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._objects import Obj, mapping_field
 from pyprovlib.kube._ratelimit import TokenBucket
 
 __all__ = [
@@ -98,13 +98,11 @@ def event_time(dt: datetime) -> str:
 
 def involved_object(event: Mapping[str, Any]) -> Mapping[str, Any]:
     """The event's ``involvedObject`` reference; empty when it has none."""
-    r = event.get("involvedObject")
-    return r if (type(r) is dict or isinstance(r, Mapping)) else {}
+    return mapping_field(event, "involvedObject")
 
 
 def _source(event: Mapping[str, Any]) -> Mapping[str, Any]:
-    s = event.get("source")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+    return mapping_field(event, "source")
 
 
 def _spam_key(event: Mapping[str, Any]) -> tuple[str, ...]:

@@ -1,18 +1,23 @@
-"""Small helpers over the JSON dicts of Kubernetes objects: keys, metadata, annotations,
+"""Small helpers over the JSON dicts of Kubernetes objects: keys, names, metadata, annotations,
 finalizers. They never convert to kubernetes-asyncio models."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
     "Obj",
     "annotations_of",
+    "as_mapping",
     "finalizers_of",
     "has_finalizer",
     "is_deleting",
+    "is_dns1123_label",
+    "is_dns1123_subdomain",
     "labels_of",
+    "mapping_field",
     "meta",
     "meta_namespace_key",
     "name_of",
@@ -27,26 +32,51 @@ __all__ = [
 Obj = dict[str, Any]
 """A Kubernetes object as decoded from the wire's JSON."""
 
-# The helpers below test ``type(x) is dict`` before ``isinstance(x, Mapping)``: decoded JSON
-# is always a plain dict, and the ABC check costs ~1 µs, paid several times per watch event.
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+
+
+def is_dns1123_label(value: str) -> bool:
+    """apimachinery's ``IsDNS1123Label`` passes: at most 63 lowercase alphanumerics or '-',
+    starting and ending alphanumeric (namespace names)."""
+    return len(value) <= 63 and _DNS1123_LABEL.match(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """apimachinery's ``IsDNS1123Subdomain`` passes: at most 253 characters of DNS-1123 labels
+    joined by dots (most object names, API groups, label key prefixes)."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.match(value) is not None
+
+
+def as_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else {}: a field of decoded JSON read without trusting
+    its type."""
+    # ``type(x) is dict`` first: decoded JSON is always a plain dict, and the ABC check costs
+    # ~1 µs, paid several times per watch event.
+    return value if (type(value) is dict or isinstance(value, Mapping)) else {}
+
+
+def mapping_field(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when it is a mapping; {} when missing or anything else."""
+    return as_mapping(obj.get(key))
 
 
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``metadata`` ({} when missing or not a mapping)."""
-    m = obj.get("metadata")
-    return m if (type(m) is dict or isinstance(m, Mapping)) else {}
+    return mapping_field(obj, "metadata")
 
 
 def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``spec`` ({} when missing or not a mapping)."""
-    s = obj.get("spec")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+    return mapping_field(obj, "spec")
 
 
 def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's ``status`` ({} when missing or not a mapping)."""
-    s = obj.get("status")
-    return s if (type(s) is dict or isinstance(s, Mapping)) else {}
+    return mapping_field(obj, "status")
 
 
 def is_deleting(obj: Mapping[str, Any]) -> bool:
@@ -77,14 +107,12 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.annotations`` ({} when missing)."""
-    a = meta(obj).get("annotations")
-    return a if (type(a) is dict or isinstance(a, Mapping)) else {}
+    return mapping_field(meta(obj), "annotations")
 
 
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     """``metadata.labels`` ({} when missing)."""
-    lab = meta(obj).get("labels")
-    return lab if (type(lab) is dict or isinstance(lab, Mapping)) else {}
+    return mapping_field(meta(obj), "labels")
 
 
 def finalizers_of(obj: Mapping[str, Any]) -> list[str]:

@@ -31,6 +31,8 @@ __all__ = [
     "WatchStream",
     "check_watch_event",
     "iterate_pages",
+    "list_query",
+    "watch_query",
 ]
 
 log = get_logger(__name__)
@@ -48,6 +50,53 @@ PATCH_CONTENT_TYPES: Mapping[str, str] = {
 # Seconds added to a watch's server-side timeoutSeconds for the client-side deadline, so the
 # server always ends the stream first and a normal end is never mistaken for a failure.
 WATCH_CLIENT_TIMEOUT_MARGIN = 30.0
+
+
+def list_query(
+    *,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    limit: int | None = None,
+    continue_: str | None = None,
+    resource_version: str | None = None,
+) -> list[tuple[str, str]]:
+    """The query parameters of a LIST, each only when set: ``limit`` 0 means no limit, and
+    ``resource_version`` is sent whenever it is not None ('' reads as unset on the server)."""
+    query: list[tuple[str, str]] = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    if limit:
+        query.append(("limit", str(limit)))
+    if continue_:
+        query.append(("continue", continue_))
+    if resource_version is not None:
+        query.append(("resourceVersion", resource_version))
+    return query
+
+
+def watch_query(
+    *,
+    resource_version: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+    timeout_seconds: int | None = None,
+    allow_bookmarks: bool = True,
+) -> list[tuple[str, str]]:
+    """The query parameters of a WATCH (``watch=true`` and each other one only when set)."""
+    query: list[tuple[str, str]] = [("watch", "true")]
+    if resource_version is not None:
+        query.append(("resourceVersion", resource_version))
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    if timeout_seconds is not None:
+        query.append(("timeoutSeconds", str(timeout_seconds)))
+    if allow_bookmarks:
+        query.append(("allowWatchBookmarks", "true"))
+    return query
 
 
 class WatchError(PyprovlibError, ApiException):
@@ -213,17 +262,13 @@ class ResourceClient:
         resource_version: str | None = None,
     ) -> Obj:
         """LIST (one page when ``limit`` is given); returns the List object as decoded."""
-        query: list[tuple[str, str]] = []
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
-        if limit:
-            query.append(("limit", str(limit)))
-        if continue_:
-            query.append(("continue", continue_))
-        if resource_version is not None:
-            query.append(("resourceVersion", resource_version))
+        query = list_query(
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_=continue_,
+            resource_version=resource_version,
+        )
         path = self.resource.path(self._namespace(namespace))
         return await request_json(self.api_client, "GET", path, query=query)
 
@@ -242,17 +287,13 @@ class ResourceClient:
         The client-side deadline is the server's ``timeout_seconds`` plus a margin, so the server
         ends the stream first; without ``timeout_seconds`` there is no client-side deadline.
         """
-        query: list[tuple[str, str]] = [("watch", "true")]
-        if resource_version is not None:
-            query.append(("resourceVersion", resource_version))
-        if label_selector:
-            query.append(("labelSelector", label_selector))
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
-        if timeout_seconds is not None:
-            query.append(("timeoutSeconds", str(timeout_seconds)))
-        if allow_bookmarks:
-            query.append(("allowWatchBookmarks", "true"))
+        query = watch_query(
+            resource_version=resource_version,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            timeout_seconds=timeout_seconds,
+            allow_bookmarks=allow_bookmarks,
+        )
         client_timeout = (
             None if timeout_seconds is None else timeout_seconds + WATCH_CLIENT_TIMEOUT_MARGIN
         )

@@ -25,7 +25,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, Protocol, Self, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry
@@ -46,6 +46,7 @@ __all__ = [
     "ShutDownError",
     "WorkQueue",
     "default_controller_rate_limiter",
+    "run_worker",
 ]
 
 T = TypeVar("T", bound=Hashable)
@@ -558,3 +559,24 @@ class RateLimitingQueue(DelayingQueue[T]):
     def num_requeues(self, item: T) -> int:
         """How many rate-limited adds ``item`` had since it was last forgotten."""
         return self.rate_limiter.num_requeues(item)
+
+
+async def run_worker(
+    queue: WorkQueue[T],
+    process: Callable[[T], Awaitable[None]],
+    *,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """One worker of ``queue`` (a client-go controller's ``for processNextWorkItem() {}``):
+    take an item, await ``process(item)``, mark it done — also when ``process`` raises, which
+    then ends the worker — until ``get`` raises :class:`ShutDownError`. Once ``stop`` is set,
+    no further item is taken."""
+    while stop is None or not stop.is_set():
+        try:
+            item = await queue.get()
+        except ShutDownError:
+            return
+        try:
+            await process(item)
+        finally:
+            queue.done(item)

@@ -1,7 +1,7 @@
 """The value syntax of Go's ``flag`` package and the Kubernetes CSI sidecars, for pyprovlib's
 flags and environment variables: booleans as ``strconv.ParseBool`` reads them, durations as
 ``time.ParseDuration`` does (``15s``, ``1m30s``, ``500ms``), ``host:port`` listen addresses
-(``:8080``, ``[::1]:9090``), and decimal integers, optionally bounded below.
+(``:8080``, ``[::1]:9090``), decimal integers, optionally bounded below, and rates.
 
 Errors raise :class:`argparse.ArgumentTypeError`, so argparse reports them against the flag.
 """
@@ -9,6 +9,7 @@ Errors raise :class:`argparse.ArgumentTypeError`, so argparse reports them again
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ __all__ = [
     "parse_int",
     "parse_non_negative_int",
     "parse_positive_int",
+    "parse_qps",
 ]
 
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -61,6 +63,18 @@ def parse_non_negative_int(text: str) -> int:
     value = parse_int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def parse_qps(text: str) -> float:
+    """Parse a rate in queries per second (Go's ``float64`` flag: ``5``, ``0.5``, ``inf``);
+    NaN is refused, as no limiter can use it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("must be a number, got NaN")
     return value
 
 

@@ -46,6 +46,7 @@ from pyprovlib.runtime._flag_values import (
     parse_http_address,
     parse_non_negative_int,
     parse_positive_int,
+    parse_qps,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "add_bool_flag",
     "add_duration_flag",
     "add_flag",
+    "add_logging_flags",
     "common_parser",
     "env_name",
     "env_prefix_for",
@@ -91,16 +93,6 @@ def _http_address_or_empty(text: str) -> str:
     return text.strip()
 
 
-def _qps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError("must be a number, got NaN")
-    return value
-
-
 def _metrics_path(text: str) -> str:
     if not text.startswith("/"):
         raise argparse.ArgumentTypeError(f"invalid path {text!r}: must start with '/'")
@@ -117,6 +109,37 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
         return value
 
     return convert
+
+
+def add_logging_flags(
+    parser: RuntimeArgumentParser,
+    group: argparse._ArgumentGroup | None = None,
+    *,
+    log_format: str = "auto",
+    log_level: str = "info",
+) -> None:
+    """``--log-format`` and ``--log-level``, the two arguments of
+    :func:`~pyprovlib.runtime._logging.configure_logging`: the logging flags of every pyprovlib
+    program, whether its parser starts from :func:`common_parser` or not."""
+    add_flag(
+        parser,
+        "--log-format",
+        default=log_format,
+        type=_choice(LOG_FORMATS),
+        help="log output: json (one JSON object per line), console (for humans), or auto "
+        "(console when the log stream is a terminal, json otherwise)",
+        metavar="{" + ",".join(LOG_FORMATS) + "}",
+        group=group,
+    )
+    add_flag(
+        parser,
+        "--log-level",
+        default=log_level,
+        type=_choice(LOG_LEVELS),
+        help="lowest level logged",
+        metavar="{" + ",".join(LOG_LEVELS) + "}",
+        group=group,
+    )
 
 
 def _common_defaults() -> dict[str, object]:
@@ -194,7 +217,7 @@ def common_parser(
         parser,
         "--kube-api-qps",
         default=float(_as_float(values["kube_api_qps"])),
-        type=_qps,
+        type=parse_qps,
         help="queries per second to the API server (client-side limit; 0 disables it)",
         metavar="QPS",
         group=kube,
@@ -279,24 +302,11 @@ def common_parser(
     )
 
     proc = parser.add_argument_group("process")
-    add_flag(
+    add_logging_flags(
         parser,
-        "--log-format",
-        default=values["log_format"],
-        type=_choice(LOG_FORMATS),
-        help="log output: json (one JSON object per line), console (for humans), or auto "
-        "(console when the log stream is a terminal, json otherwise)",
-        metavar="{" + ",".join(LOG_FORMATS) + "}",
-        group=proc,
-    )
-    add_flag(
-        parser,
-        "--log-level",
-        default=values["log_level"],
-        type=_choice(LOG_LEVELS),
-        help="lowest level logged",
-        metavar="{" + ",".join(LOG_LEVELS) + "}",
-        group=proc,
+        proc,
+        log_format=str(values["log_format"]),
+        log_level=str(values["log_level"]),
     )
     add_flag(
         parser,

@@ -8,9 +8,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from pyprovlib.kube._objects import is_dns1123_subdomain
 from pyprovlib.testing._causes import Cause, forbidden, invalid_value, required
 
 __all__ = [
+    "SUBDOMAIN_MSG",
     "label_key_messages",
     "label_selector_causes",
     "label_value_messages",
@@ -19,18 +21,18 @@ __all__ = [
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME_PART_MSG = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
     "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
     "used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
 )
-_PREFIX_MSG = (
-    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-    "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. "
-    "'example.com', regex used for validation is "
-    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+SUBDOMAIN_MSG = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
+"""What kube-apiserver says of a value that is not a DNS-1123 subdomain."""
+_PREFIX_MSG = "prefix part " + SUBDOMAIN_MSG
 _QUALIFIED_MSG = (
     "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start "
     "and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
@@ -59,7 +61,7 @@ def label_key_messages(key: str) -> list[str]:
     else:
         return [_QUALIFIED_MSG]
     messages: list[str] = []
-    if prefix and (len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+    if prefix and not is_dns1123_subdomain(prefix):
         messages.append(_PREFIX_MSG)
     if not name:
         messages.append("name part must be non-empty")

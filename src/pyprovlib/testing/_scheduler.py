@@ -30,7 +30,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pyprovlib._logging import get_logger
 from pyprovlib.kube._errors import is_conflict, is_not_found
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube._objects import Obj, annotations_of, labels_of, name_of, namespace_of
+from pyprovlib.kube._objects import (
+    Obj,
+    annotations_of,
+    as_mapping,
+    labels_of,
+    name_of,
+    namespace_of,
+)
 from pyprovlib.kube._quantity import quantity_or_none
 from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
@@ -62,10 +69,6 @@ NO_PROVISIONER = "kubernetes.io/no-provisioner"
 """The provisioner of classes whose claims bind only to existing (local) PVs."""
 
 _WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> Sequence[Any]:
@@ -106,13 +109,13 @@ def node_matches_terms(node: Mapping[str, Any], terms: Sequence[Any]) -> bool:
     labels = labels_of(node)
     fields = {"metadata.name": name_of(node)}
     for raw in terms:
-        term = _dict(raw)
+        term = as_mapping(raw)
         exprs = _list(term.get("matchExpressions"))
         field_exprs = _list(term.get("matchFields"))
         if not exprs and not field_exprs:
             continue
-        if all(_requirement_matches(_dict(r), labels) for r in exprs) and all(
-            _requirement_matches(_dict(r), fields) for r in field_exprs
+        if all(_requirement_matches(as_mapping(r), labels) for r in exprs) and all(
+            _requirement_matches(as_mapping(r), fields) for r in field_exprs
         ):
             return True
     return False
@@ -124,10 +127,11 @@ def _node_in_topologies(node: Mapping[str, Any], topologies: Sequence[Any]) -> b
         return True
     labels = labels_of(node)
     for term in topologies:
-        exprs = _list(_dict(term).get("matchLabelExpressions"))
+        exprs = _list(as_mapping(term).get("matchLabelExpressions"))
         if all(
-            str(_dict(e).get("key") or "") in labels
-            and labels[str(_dict(e).get("key"))] in [str(v) for v in _list(_dict(e).get("values"))]
+            str(as_mapping(e).get("key") or "") in labels
+            and labels[str(as_mapping(e).get("key"))]
+            in [str(v) for v in _list(as_mapping(e).get("values"))]
             for e in exprs
         ):
             return True
@@ -137,17 +141,18 @@ def _node_in_topologies(node: Mapping[str, Any], topologies: Sequence[Any]) -> b
 def node_schedulable(node: Mapping[str, Any]) -> bool:
     """Ready, not cordoned, not being deleted, no NoSchedule/NoExecute taint (the scheduler
     would need a toleration; the node lifecycle controller taints nodes that are not Ready)."""
-    if _dict(node.get("metadata")).get("deletionTimestamp"):
+    if as_mapping(node.get("metadata")).get("deletionTimestamp"):
         return False
-    spec = _dict(node.get("spec"))
+    spec = as_mapping(node.get("spec"))
     if spec.get("unschedulable"):
         return False
     if any(
-        _dict(t).get("effect") in ("NoSchedule", "NoExecute") for t in _list(spec.get("taints"))
+        as_mapping(t).get("effect") in ("NoSchedule", "NoExecute")
+        for t in _list(spec.get("taints"))
     ):
         return False
-    for raw in _list(_dict(node.get("status")).get("conditions")):
-        condition = _dict(raw)
+    for raw in _list(as_mapping(node.get("status")).get("conditions")):
+        condition = as_mapping(raw)
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False
@@ -281,12 +286,14 @@ class PodScheduler(StartStop):
         ``storageCapacity: true``; then some CSIStorageCapacity of the class, its topology
         matching the node, must hold the request (``maximumVolumeSize`` when set, it is more
         precise, else ``capacity``)."""
-        requests = _dict(_dict(_dict(claim.get("spec")).get("resources")).get("requests"))
+        requests = as_mapping(
+            as_mapping(as_mapping(claim.get("spec")).get("resources")).get("requests")
+        )
         wanted = quantity_or_none(requests.get("storage"))
         if wanted is None:
             return True  # no capacity to check for
         driver = self._drivers.store.get_by_key(str(storage_class.get("provisioner") or ""))
-        if driver is None or _dict(driver.get("spec")).get("storageCapacity") is not True:
+        if driver is None or as_mapping(driver.get("spec")).get("storageCapacity") is not True:
             return True
         size = wanted.value()
         for capacity in self._capacities.store.list():
@@ -308,19 +315,19 @@ class PodScheduler(StartStop):
         return False
 
     def _is_pending(self, pod: Obj) -> bool:
-        spec = _dict(pod.get("spec"))
-        if spec.get("nodeName") or _dict(pod.get("metadata")).get("deletionTimestamp"):
+        spec = as_mapping(pod.get("spec"))
+        if spec.get("nodeName") or as_mapping(pod.get("metadata")).get("deletionTimestamp"):
             return False
         if (spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME) != self.scheduler_name:
             return False
-        return _dict(pod.get("status")).get("phase") not in ("Succeeded", "Failed")
+        return as_mapping(pod.get("status")).get("phase") not in ("Succeeded", "Failed")
 
     async def _schedule(self, pod: Obj) -> str:
         """Select a node for the pod's unbound WaitForFirstConsumer claims; returns why the
         pod cannot be placed yet ("" when there is nothing left to do for its volumes)."""
         namespace = namespace_of(pod)
-        spec = _dict(pod.get("spec"))
-        node_selector = {str(k): str(v) for k, v in _dict(spec.get("nodeSelector")).items()}
+        spec = as_mapping(pod.get("spec"))
+        node_selector = {str(k): str(v) for k, v in as_mapping(spec.get("nodeSelector")).items()}
         nodes = sorted(
             (
                 n
@@ -332,24 +339,24 @@ class PodScheduler(StartStop):
         )
         to_select: list[Obj] = []
         for volume in _list(spec.get("volumes")):
-            source = _dict(_dict(volume).get("persistentVolumeClaim"))
+            source = as_mapping(as_mapping(volume).get("persistentVolumeClaim"))
             claim_name = str(source.get("claimName") or "")
             if not claim_name:
                 continue
             claim = self._claims.store.get_by_key(f"{namespace}/{claim_name}")
             if claim is None:
                 return f'persistentvolumeclaim "{claim_name}" not found'
-            if _dict(claim.get("metadata")).get("deletionTimestamp"):
+            if as_mapping(claim.get("metadata")).get("deletionTimestamp"):
                 return f'persistentvolumeclaim "{claim_name}" is being deleted'
-            volume_name = _dict(claim.get("spec")).get("volumeName")
+            volume_name = as_mapping(claim.get("spec")).get("volumeName")
             if volume_name:
                 pv = self._volumes.store.get_by_key(str(volume_name))
                 if pv is None:
                     return f'persistentvolume "{volume_name}" not found'
                 terms = _list(
-                    _dict(_dict(_dict(pv.get("spec")).get("nodeAffinity")).get("required")).get(
-                        "nodeSelectorTerms"
-                    )
+                    as_mapping(
+                        as_mapping(as_mapping(pv.get("spec")).get("nodeAffinity")).get("required")
+                    ).get("nodeSelectorTerms")
                 )
                 nodes = [n for n in nodes if node_matches_terms(n, terms)]
                 continue
@@ -381,7 +388,7 @@ class PodScheduler(StartStop):
                 {
                     "metadata": {
                         "annotations": {ANN_SELECTED_NODE: node},
-                        "resourceVersion": _dict(claim.get("metadata")).get("resourceVersion"),
+                        "resourceVersion": as_mapping(claim.get("metadata")).get("resourceVersion"),
                     }
                 },
                 namespace=namespace,

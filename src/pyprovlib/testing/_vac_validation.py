@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from pyprovlib.kube._objects import is_dns1123_subdomain
 from pyprovlib.testing._causes import Cause, forbidden, invalid_value, required
+from pyprovlib.testing._labels import SUBDOMAIN_MSG
 
 __all__ = [
     "pv_vac_causes",
@@ -30,12 +32,6 @@ FIELD: Final = "volumeAttributesClassName"
 _MAX_PARAMETERS: Final = 512
 _MAX_PARAMETERS_SIZE: Final = 256 * 1024
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
 _NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _NAME_PART_FMT = (
     "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
@@ -58,8 +54,8 @@ def _qualified_name_messages(value: str) -> list[str]:
         prefix, name = parts
         if not prefix:
             return ["prefix part must be non-empty"]
-        if len(prefix) > 253 or not _SUBDOMAIN.match(prefix):
-            return ["prefix part " + _SUBDOMAIN_MSG]
+        if not is_dns1123_subdomain(prefix):
+            return ["prefix part " + SUBDOMAIN_MSG]
     else:
         return [
             "a valid label key " + _NAME_PART_FMT + " with an optional DNS subdomain prefix and "
@@ -120,8 +116,8 @@ def _class_name_causes(spec: dict[str, Any], *, empty_allowed: bool) -> list[Cau
         return []  # the type check refuses it first
     if not name:
         return [] if empty_allowed else [required(f"spec.{FIELD}", "an empty string is disallowed")]
-    if len(name) > 253 or not _SUBDOMAIN.match(name):
-        return [invalid_value(f"spec.{FIELD}", name, _SUBDOMAIN_MSG)]
+    if not is_dns1123_subdomain(name):
+        return [invalid_value(f"spec.{FIELD}", name, SUBDOMAIN_MSG)]
     return []
 
 

@@ -7,12 +7,12 @@ refuses to change.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from typing import Any
 
 from pyprovlib.controller._provision import ANN_BETA_STORAGE_CLASS
 from pyprovlib.kube import _resources as R
+from pyprovlib.kube._objects import is_dns1123_label, is_dns1123_subdomain
 from pyprovlib.kube._quantity import parse_quantity
 from pyprovlib.kube._resources import Resource
 from pyprovlib.testing._causes import (
@@ -24,7 +24,7 @@ from pyprovlib.testing._causes import (
     unsupported,
 )
 from pyprovlib.testing._crd_validation import crd_immutable_causes, crd_schema_causes
-from pyprovlib.testing._labels import label_selector_causes, selector_matches
+from pyprovlib.testing._labels import SUBDOMAIN_MSG, label_selector_causes, selector_matches
 from pyprovlib.testing._typecheck import PV_SOURCES, type_check
 from pyprovlib.testing._vac_validation import (
     pv_vac_causes,
@@ -47,13 +47,6 @@ __all__ = [
 ]
 
 
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SUBDOMAIN_MSG = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
-    "for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
 _LABEL_MSG = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
     "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
@@ -64,11 +57,11 @@ _LABEL_MSG = (
 def validate_name(resource: Resource, name: str) -> list[Cause]:
     """DNS-1123 label for namespaces, DNS-1123 subdomain for everything else."""
     if resource is R.NAMESPACES:
-        if len(name) > 63 or not _LABEL.match(name):
+        if not is_dns1123_label(name):
             return [invalid_value("metadata.name", name, _LABEL_MSG)]
         return []
-    if len(name) > 253 or not _SUBDOMAIN.match(name):
-        return [invalid_value("metadata.name", name, _SUBDOMAIN_MSG)]
+    if not is_dns1123_subdomain(name):
+        return [invalid_value("metadata.name", name, SUBDOMAIN_MSG)]
     return []
 
 
@@ -319,8 +312,8 @@ def _data_source_causes(spec: dict[str, Any]) -> list[Cause]:
                 )
             )
         group = ref.get("apiGroup")
-        if group and (len(group) > 253 or not _SUBDOMAIN.match(group)):
-            causes.append(invalid_value(f"spec.{key}.apiGroup", group, _SUBDOMAIN_MSG))
+        if group and not is_dns1123_subdomain(group):
+            causes.append(invalid_value(f"spec.{key}.apiGroup", group, SUBDOMAIN_MSG))
         if key == "dataSourceRef" and ref.get("namespace"):
             for msg in validate_name(R.NAMESPACES, ref["namespace"]):
                 causes.append((msg[0], msg[1], "spec.dataSourceRef.namespace"))
@@ -508,8 +501,8 @@ def _capacity_causes(obj: dict[str, Any]) -> list[Cause]:
     causes: list[Cause] = []
     causes.extend(label_selector_causes("nodeTopology", obj.get("nodeTopology")))
     class_name = obj.get("storageClassName") or ""
-    if len(class_name) > 253 or not _SUBDOMAIN.match(class_name):
-        causes.append(invalid_value("storageClassName", class_name, _SUBDOMAIN_MSG))
+    if not is_dns1123_subdomain(class_name):
+        causes.append(invalid_value("storageClassName", class_name, SUBDOMAIN_MSG))
     capacity = obj.get("capacity")
     if isinstance(capacity, str) and _negative_quantity(capacity):
         causes.append(invalid_value("capacity", capacity, "must be greater than or equal to 0"))

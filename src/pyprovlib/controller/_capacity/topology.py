@@ -26,7 +26,7 @@ from pyprovlib._logging import get_logger
 from pyprovlib.kube._informer import SharedInformer
 from pyprovlib.kube._objects import Obj, labels_of, name_of
 from pyprovlib.kube._store import DeletedFinalStateUnknown
-from pyprovlib.kube._workqueue import RateLimitingQueue, ShutDownError
+from pyprovlib.kube._workqueue import RateLimitingQueue, run_worker
 
 __all__ = [
     "TOPOLOGY_QUEUE",
@@ -245,16 +245,11 @@ class NodeTopology(TopologyInformer):
         self.sync()
         self._synced = True
         synced.set()
-        queue = self._queue
-        while True:
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                self.sync()
-            finally:
-                queue.done(key)
+
+        async def recompute(_key: str) -> None:
+            self.sync()
+
+        await run_worker(self._queue, recompute)
 
     def shut_down(self) -> None:
         self._queue.shut_down()

@@ -60,7 +60,7 @@ from pyprovlib.kube._workqueue import (
     ItemExponentialFailureRateLimiter,
     RateLimiter,
     RateLimitingQueue,
-    ShutDownError,
+    run_worker,
 )
 
 __all__ = [
@@ -202,11 +202,7 @@ class CloningProtectionController:
             self._log.info("cloning-protection controller stopped")
 
     async def _worker(self, queue: RateLimitingQueue[str]) -> None:
-        while not self._stop.is_set():
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
+        async def process(key: str) -> None:
             try:
                 await self.sync(key)
             except Exception as err:
@@ -220,8 +216,8 @@ class CloningProtectionController:
                 queue.add_rate_limited(key)
             else:
                 queue.forget(key)
-            finally:
-                queue.done(key)
+
+        await run_worker(queue, process, stop=self._stop)
 
     # -- event handlers: they only enqueue ---------------------------------------------------
 

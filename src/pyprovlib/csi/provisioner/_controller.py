@@ -61,7 +61,7 @@ from pyprovlib._provisioner import (
 )
 from pyprovlib.controller._provision.decisions import storage_request_bytes
 from pyprovlib.controller._renamed import warn_renamed
-from pyprovlib.csi._connection import CSICallError, CSIConnection
+from pyprovlib.csi._connection import CSICallError, CSIConnection, identified_driver
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.provisioner._clone_controller import CloningProtectionController
 from pyprovlib.csi.provisioner._common import CachedReader, ObjectReader, PreparationError
@@ -203,12 +203,10 @@ class CSIProvisioner(Provisioner, BlockProvisioner, ObjectDeleter):
         recorder: EventRecorder | None = None,
         local_node: LocalNode | None = None,
     ) -> None:
-        if not connection.driver_name:
-            raise ValueError("the CSI connection is not identified yet: use CSIConnection.open")
+        self.driver_name = identified_driver(connection)
         self.client = client
         self.connection = connection
         self.options = options or CSIProvisionerOptions()
-        self.driver_name = connection.driver_name
         self.recorder = recorder
         self.capacity: CapacityController | None = None
         """With ``--enable-capacity``: told of every volume created or deleted and of failed

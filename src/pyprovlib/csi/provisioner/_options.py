@@ -6,7 +6,6 @@ place, so a flag and an option cannot disagree."""
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,7 +27,12 @@ from pyprovlib.runtime import (
     provision_controller_options,
 )
 from pyprovlib.runtime._flag_parser import ENV_PREFIX, add_bool_flag, add_duration_flag
-from pyprovlib.runtime._flag_values import parse_int, parse_non_negative_int, parse_positive_int
+from pyprovlib.runtime._flag_values import (
+    parse_int,
+    parse_non_negative_int,
+    parse_positive_int,
+    parse_qps,
+)
 
 __all__ = [
     "PROG",
@@ -241,16 +245,6 @@ def build_parser() -> RuntimeArgumentParser:
     return parser
 
 
-def _qps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError("must be a number, got NaN")
-    return value
-
-
 def _ownerref_level(text: str) -> int:
     value = parse_int(text)
     if value < -1:
@@ -309,7 +303,7 @@ def _add_capacity_flags(parser: RuntimeArgumentParser) -> None:
         parser,
         "--kube-api-capacity-qps",
         default=1.0,
-        type=_qps,
+        type=parse_qps,
         help="queries per second of the capacity controller's writes (0 disables the limit)",
         metavar="QPS",
         group=group,

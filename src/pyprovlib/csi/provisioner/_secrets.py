@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pyprovlib.csi.provisioner._common import PreparationError
 from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._objects import is_dns1123_label, is_dns1123_subdomain
 from pyprovlib.kube._rest import ResourceClient
 
 __all__ = [
@@ -130,10 +131,6 @@ SECRET_PARAMETER_KEYS: Final = frozenset(
 )
 """Every class parameter key that names a secret."""
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
 _TEMPLATE_TOKEN = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z0-9_]+)|(?P<bad>\{|$))")
 
 
@@ -213,16 +210,14 @@ def secret_reference(
         namespace_template,
         namespace_params,
         params.namespace_key,
-        pattern=_DNS1123_LABEL,
-        max_length=63,
+        valid=is_dns1123_label,
         what="namespace name (a DNS-1123 label)",
     )
     name = _resolve_checked(
         name_template,
         name_params,
         params.name_key,
-        pattern=_DNS1123_SUBDOMAIN,
-        max_length=253,
+        valid=is_dns1123_subdomain,
         what="secret name (a DNS-1123 subdomain)",
     )
     return SecretRef(name, namespace)
@@ -233,17 +228,16 @@ def _resolve_checked(
     params: Mapping[str, str],
     key: str,
     *,
-    pattern: re.Pattern[str],
-    max_length: int,
+    valid: Callable[[str], bool],
     what: str,
 ) -> str:
     """``template`` (the class parameter ``key``) resolved with ``params``; raises ValueError
-    unless the result is a valid ``what`` (matches ``pattern``, at most ``max_length`` long)."""
+    unless the result is a ``valid`` ``what``."""
     try:
         value = resolve_template(template, params)
     except ValueError as err:
         raise ValueError(f"error resolving value {template!r} of {key}: {err}") from None
-    if pattern.match(value) and len(value) <= max_length:
+    if valid(value):
         return value
     if template != value:
         raise ValueError(f"{key} {template!r} resolved to {value!r} which is not a valid {what}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, V1CSIPersistentVolumeSource, V1PersistentVolume
 
@@ -21,7 +20,12 @@ from pyprovlib._errors import PyprovlibError
 from pyprovlib._logging import get_logger
 from pyprovlib._redaction import scrub_text
 from pyprovlib._resizer import ExpansionResult, ResizeError, Resizer
-from pyprovlib.csi._connection import GO_STATUS_NAMES, CSICallError, CSIConnection
+from pyprovlib.csi._connection import (
+    GO_STATUS_NAMES,
+    CSICallError,
+    CSIConnection,
+    identified_driver,
+)
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher._controller import (
     UnsupportedAccessModeError,
@@ -30,6 +34,7 @@ from pyprovlib.csi.attacher._controller import (
 )
 from pyprovlib.csi.provisioner._secrets import CONTROLLER_EXPAND_SECRET, SecretRef, secret_reference
 from pyprovlib.kube._errors import ApiException
+from pyprovlib.kube._objects import as_mapping
 from pyprovlib.kube._resources import SECRETS, STORAGE_CLASSES
 from pyprovlib.kube._rest import ResourceClient
 
@@ -50,10 +55,6 @@ _MIN_MASKED_SECRET = 4
 class DriverCannotExpandError(PyprovlibError, RuntimeError):
     """The driver has no Controller service, or can expand volumes neither in the controller
     (EXPAND_VOLUME) nor on the node (the VolumeExpansion plugin capability)."""
-
-
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _csi_source(pv: V1PersistentVolume) -> V1CSIPersistentVolumeSource | None:
@@ -112,10 +113,8 @@ class CSIResizer(Resizer):
         timeout: float | None = None,
         supports_single_node_multi_writer: bool | None = None,
     ) -> None:
-        if not connection.driver_name:
-            raise ValueError("the CSI connection has not identified its driver")
+        self.name = identified_driver(connection)
         self.connection = connection
-        self.name = connection.driver_name
         self.timeout = timeout
         self.supports_single_node_multi_writer = has_capabilities(
             connection, _Caps.SINGLE_NODE_MULTI_WRITER, override=supports_single_node_multi_writer
@@ -188,7 +187,7 @@ class CSIResizer(Resizer):
                 final=False,
             ) from None
         result: dict[str, str] = {}
-        for key, value in _dict(secret.get("data")).items():
+        for key, value in as_mapping(secret.get("data")).items():
             try:
                 result[str(key)] = base64.b64decode(str(value), validate=True).decode(
                     "utf-8", "surrogateescape"
@@ -223,7 +222,9 @@ class CSIResizer(Resizer):
             raise ResizeError(
                 f"get StorageClass {class_name} failed: {_api_message(err)}", final=False
             ) from None
-        parameters = {str(k): str(v) for k, v in _dict(storage_class.get("parameters")).items()}
+        parameters = {
+            str(k): str(v) for k, v in as_mapping(storage_class.get("parameters")).items()
+        }
         claim_ref = spec.claim_ref
         claim = (
             {"metadata": {"name": claim_ref.name, "namespace": claim_ref.namespace}}

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client import ApiClient, V1CSIPersistentVolumeSource, V1
 from pyprovlib._logging import get_logger
 from pyprovlib._modifier import Modifier, ModifyError, NotModifiable
 from pyprovlib._provisioner import ProvisioningError
-from pyprovlib.csi._connection import CSICallError, CSIConnection
+from pyprovlib.csi._connection import CSICallError, CSIConnection, identified_driver
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.provisioner._secrets import (
     ANN_MODIFY_SECRET_NAME,
@@ -57,10 +57,8 @@ class CSIModifier(Modifier):
     def __init__(
         self, connection: CSIConnection, api_client: ApiClient, *, timeout: float | None = None
     ) -> None:
-        if not connection.driver_name:
-            raise ValueError("the CSI connection has not identified its driver")
+        self.name = identified_driver(connection)
         self.connection = connection
-        self.name = connection.driver_name
         self.timeout = timeout
         self._secrets = ResourceClient(api_client, SECRETS)
 

@@ -41,15 +41,13 @@ from pyprovlib.runtime._flag_parser import (
     add_version_flag,
 )
 from pyprovlib.runtime._flag_values import parse_non_negative_int
+from pyprovlib.runtime._flags import add_logging_flags
 from pyprovlib.runtime._logging import configure_logging, get_logger
 
 __all__ = ["PROG", "build_parser", "main", "serve"]
 
 PROG = "python -m pyprovlib.examples.csi_hostpath"
 """The program's name in usage lines and errors."""
-
-LOG_FORMATS = ("auto", "json", "console")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 log = get_logger("pyprovlib.examples.csi_hostpath")
 
@@ -202,25 +200,7 @@ def build_parser() -> RuntimeArgumentParser:
         metavar="{" + ",".join(MOUNT_MODES) + "}",
         group=driver,
     )
-    process = parser.add_argument_group("process")
-    add_flag(
-        parser,
-        "--log-format",
-        default="auto",
-        type=_choice(LOG_FORMATS),
-        help="log output: json, console, or auto (console on a terminal, json otherwise)",
-        metavar="{" + ",".join(LOG_FORMATS) + "}",
-        group=process,
-    )
-    add_flag(
-        parser,
-        "--log-level",
-        default="info",
-        type=_choice(LOG_LEVELS),
-        help="lowest level logged",
-        metavar="{" + ",".join(LOG_LEVELS) + "}",
-        group=process,
-    )
+    add_logging_flags(parser, parser.add_argument_group("process"))
     return parser
 
 

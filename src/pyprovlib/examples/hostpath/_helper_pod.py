@@ -49,6 +49,7 @@ from pyprovlib.examples.hostpath._provisioner import (
 )
 from pyprovlib.kube._clock import Clock, RealClock
 from pyprovlib.kube._errors import is_already_exists, is_not_found
+from pyprovlib.kube._objects import is_dns1123_subdomain
 
 __all__ = [
     "DEFAULT_HELPER_IMAGE",
@@ -81,9 +82,6 @@ ANNOTATION_HELPER_PV = "pyprovlib.io/helper-pv"
 
 _MANAGED_BY = "pyprovlib-hostpath"
 _MAX_POD_NAME = 63
-# PV names are DNS-1123 subdomains; insisting on that keeps them free of glob characters (they
-# are a `find -name` pattern) and of anything a path could be bent with.
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 log = get_logger("pyprovlib.examples.hostpath._helper_pod")
 
@@ -110,7 +108,9 @@ def helper_pod_name(operation: str, volume_name: str) -> str:
 def helper_command(operation: str, volume_name: str, dir_mode: int = DEFAULT_DIR_MODE) -> list[str]:
     """The argv a helper pod runs for ``operation`` (create, delete, archive) on
     ``/data/<volume_name>``. Each path is its own argv element; nothing is parsed by a shell."""
-    if not _DNS_SUBDOMAIN.match(volume_name) or len(volume_name) > 253:
+    # PV names are DNS-1123 subdomains; insisting on that keeps them free of glob characters
+    # (they are a `find -name` pattern) and of anything a path could be bent with.
+    if not is_dns1123_subdomain(volume_name):
         raise UnsafePathError(
             f"PersistentVolume name {volume_name!r} is not a DNS subdomain; refusing to use it "
             "in a helper pod"

@@ -23,6 +23,7 @@ from pyprovlib._logging import get_logger
 from pyprovlib._resizer import NotExpandable
 from pyprovlib.controller._resize import ResizeController
 from pyprovlib.examples.hostpath._provisioner import ANNOTATION_NODE, HOSTNAME_LABEL
+from pyprovlib.kube._objects import as_mapping
 
 __all__ = [
     "NOT_EXPANDABLE_REASON",
@@ -41,24 +42,22 @@ NOT_EXPANDABLE_REASON: Final = (
 """The event message's reason, after ``resizer "<name>" cannot expand volume <pv>:``."""
 
 
-def _dict(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def volume_node(pv: Mapping[str, Any]) -> str | None:
     """The node holding the PV ``pv`` (a JSON dict): the recorded ``pyprovlib.io/hostpath-node``
     annotation, else the hostname in its node affinity (as the provisioner's
     ``volume_node_name``)."""
-    metadata = _dict(pv.get("metadata"))
-    recorded = _dict(metadata.get("annotations")).get(ANNOTATION_NODE)
+    metadata = as_mapping(pv.get("metadata"))
+    recorded = as_mapping(metadata.get("annotations")).get(ANNOTATION_NODE)
     if isinstance(recorded, str) and recorded:
         return recorded
-    affinity = _dict(_dict(_dict(pv.get("spec")).get("nodeAffinity")).get("required"))
+    affinity = as_mapping(
+        as_mapping(as_mapping(pv.get("spec")).get("nodeAffinity")).get("required")
+    )
     terms = affinity.get("nodeSelectorTerms")
     for term in terms if isinstance(terms, list) else []:
-        expressions = _dict(term).get("matchExpressions")
+        expressions = as_mapping(term).get("matchExpressions")
         for raw in expressions if isinstance(expressions, list) else []:
-            req = _dict(raw)
+            req = as_mapping(raw)
             values = req.get("values")
             if (
                 req.get("key") == HOSTNAME_LABEL
@@ -99,7 +98,7 @@ class HostPathResizeController(ResizeController[HostPathResizer]):
     async def sync_claim(self, key: str) -> None:
         """Skip claims of other nodes' volumes, then look at the claim as usual."""
         pvc = self.pvc_informer.store.get_by_key(key)
-        volume_name = _dict(pvc.get("spec")).get("volumeName") if pvc is not None else None
+        volume_name = as_mapping(pvc.get("spec")).get("volumeName") if pvc is not None else None
         if isinstance(volume_name, str) and volume_name:
             pv = self.pv_informer.store.get_by_key(volume_name)
             if pv is not None and not self.resizer.serves(pv):

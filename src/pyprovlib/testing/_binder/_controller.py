@@ -36,7 +36,7 @@ from pyprovlib.kube._store import DeletedFinalStateUnknown
 from pyprovlib.kube._workqueue import (
     ItemExponentialFailureRateLimiter,
     RateLimitingQueue,
-    ShutDownError,
+    run_worker,
 )
 from pyprovlib.testing._binder._claims import BY_CLAIM_REF, ClaimSync, volume_indexers
 from pyprovlib.testing._binder._objects import (
@@ -288,16 +288,7 @@ class PVBinder(StartStop):
         # Like upstream, nothing is decided before the caches are complete: a claim missing
         # from a half-filled cache must not release its volume.
         await self.wait_for_sync()
-        queue = self._queue
-        while True:
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                await self._sync(key)
-            finally:
-                queue.done(key)
+        await run_worker(self._queue, self._sync)
 
     async def _sync(self, key: Key) -> None:
         try:

@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 
-from pyprovlib.kube._config import check_status, send_request
+from pyprovlib.kube._config import check_status, request_json, send_request
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, Resource
-from pyprovlib.kube._rest import check_watch_event
+from pyprovlib.kube._rest import check_watch_event, list_query, watch_query
 from pyprovlib.testing._binder._objects import ANN_SELECTED_NODE
 
 __all__ = ["BinderTransport", "HttpTransport", "TransportListerWatcher", "set_selected_node"]
@@ -53,27 +53,6 @@ class HttpTransport:
     def __init__(self, api_client: ApiClient) -> None:
         self.api = api_client
 
-    async def _open(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: aiohttp.ClientTimeout | None = None,  # noqa: ASYNC109
-    ) -> aiohttp.ClientResponse:
-        resp = await send_request(
-            self.api,
-            method,
-            path,
-            body=body,
-            content_type=content_type,
-            query=[(k, str(v)) for k, v in (query or {}).items()],
-            request_timeout=timeout,
-        )
-        return await check_status(resp)
-
     async def json(
         self,
         method: str,
@@ -84,29 +63,31 @@ class HttpTransport:
         content_type: str = "application/json",
     ) -> Obj:
         """Send one request; the JSON object of a 2xx answer, else raise ApiException."""
-        resp = await self._open(method, path, query=query, body=body, content_type=content_type)
-        try:
-            data = await resp.read()
-        finally:
-            resp.release()
-        out = json.loads(data)
-        return out if isinstance(out, dict) else {}
+        return await request_json(
+            self.api, method, path, body=body, content_type=content_type, query=_pairs(query)
+        )
 
     @contextlib.asynccontextmanager
     async def stream(
         self, path: str, *, query: Mapping[str, Any] | None = None
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a watch: its bytes until the server ends it."""
-        resp = await self._open(
+        resp = await send_request(
+            self.api,
             "GET",
             path,
-            query=query,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+            query=_pairs(query),
+            request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
         )
+        await check_status(resp)
         try:
             yield resp.content.iter_any()
         finally:
             resp.close()
+
+
+def _pairs(query: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    return [(k, str(v)) for k, v in (query or {}).items()]
 
 
 class TransportListerWatcher:
@@ -122,28 +103,20 @@ class TransportListerWatcher:
         self, *, resource_version: str | None, limit: int | None, continue_: str | None
     ) -> Obj:
         """One LIST page."""
-        query: dict[str, Any] = {}
-        if limit:
-            query["limit"] = limit
-        if continue_:
-            query["continue"] = continue_
-        if resource_version is not None:
-            query["resourceVersion"] = resource_version
-        return await self.transport.json("GET", self.resource.path(), query=query)
+        query = list_query(limit=limit, continue_=continue_, resource_version=resource_version)
+        return await self.transport.json("GET", self.resource.path(), query=dict(query))
 
     @contextlib.asynccontextmanager
     async def watch(
         self, *, resource_version: str, timeout_seconds: int | None, allow_bookmarks: bool
     ) -> AsyncIterator[AsyncIterator[Obj]]:
         """One WATCH: its events, ERROR events raised as ``WatchExpiredError``/``WatchError``."""
-        query: dict[str, Any] = {"watch": "true"}
-        if resource_version:
-            query["resourceVersion"] = resource_version
-        if timeout_seconds is not None:
-            query["timeoutSeconds"] = timeout_seconds
-        if allow_bookmarks:
-            query["allowWatchBookmarks"] = "true"
-        async with self.transport.stream(self.resource.path(), query=query) as chunks:
+        query = watch_query(
+            resource_version=resource_version or None,
+            timeout_seconds=timeout_seconds,
+            allow_bookmarks=allow_bookmarks,
+        )
+        async with self.transport.stream(self.resource.path(), query=dict(query)) as chunks:
             events = _events(chunks)
             try:
                 yield events
