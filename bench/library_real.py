@@ -672,7 +672,10 @@ def run_py_nfs(variants: list[str], argv: list[str]) -> int:
         import variants as changes  # bench/variants.py
 
         changes.install(variants)
-    from pyprovlib.examples.nfs._cli import main as nfs_main
+    try:  # the module's name since issue 29 made the example's modules private
+        from pyprovlib.examples.nfs._cli import main as nfs_main
+    except ModuleNotFoundError:  # a tree from before (py@SRC)
+        from pyprovlib.examples.nfs.cli import main as nfs_main  # type: ignore[no-redef]
 
     return nfs_main(argv)
 

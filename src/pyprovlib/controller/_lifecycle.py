@@ -47,7 +47,7 @@ from pyprovlib.kube._informer import (
     strip_managed_fields,
 )
 from pyprovlib.kube._leaderelection import LeaderElectionConfig, LeaderElector
-from pyprovlib.kube._workqueue import RateLimitingQueue, ShutDownError
+from pyprovlib.kube._workqueue import RateLimitingQueue, run_worker
 
 if TYPE_CHECKING:
     from pyprovlib.kube._events import EventRecorder
@@ -466,15 +466,7 @@ class ControllerLifecycle:
         """Take keys from ``queue`` and ``process`` them until the queue is shut down. With
         ``drain`` the worker also takes what is still queued after a stop request (the queue
         hands it out until empty); without, it takes nothing once a stop was requested."""
-        while drain or not self._stop_requested.is_set():
-            try:
-                key = await queue.get()
-            except ShutDownError:
-                return
-            try:
-                await process(key)
-            finally:
-                queue.done(key)
+        await run_worker(queue, process, stop=None if drain else self._stop_requested)
 
 
 async def process_with_retry(

@@ -17,7 +17,15 @@ from typing import Any, Final
 from pyprovlib._attacher import AttachError, AttachVolume
 from pyprovlib._redaction import scrub_text
 from pyprovlib.kube._errors import ApiException, api_error_text
-from pyprovlib.kube._objects import Obj, annotations_of, is_deleting, meta, spec_of, status_of
+from pyprovlib.kube._objects import (
+    Obj,
+    annotations_of,
+    is_deleting,
+    mapping_field,
+    meta,
+    spec_of,
+    status_of,
+)
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.kube._store import Store
 
@@ -50,8 +58,7 @@ _MIN_MASKED_SECRET: Final = 4
 
 def source_of(va: Mapping[str, Any]) -> Mapping[str, Any]:
     """The VolumeAttachment's ``spec.source``."""
-    s = spec_of(va).get("source")
-    return s if isinstance(s, Mapping) else {}
+    return mapping_field(spec_of(va), "source")
 
 
 def attacher_of(va: Mapping[str, Any]) -> str:

@@ -11,7 +11,15 @@ import enum
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pyprovlib.kube._objects import Obj, meta, name_of, namespace_of
+from pyprovlib.kube._objects import (
+    Obj,
+    as_mapping,
+    meta,
+    name_of,
+    namespace_of,
+    spec_of,
+    status_of,
+)
 
 __all__ = [
     "CONDITION_MODIFYING_VOLUME",
@@ -80,18 +88,6 @@ TARGET: Final = "targetVolumeAttributesClassName"
 # -- readers ------------------------------------------------------------------------------------
 
 
-def dict_of(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def spec_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return dict_of(obj.get("spec"))
-
-
-def status_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return dict_of(obj.get("status"))
-
-
 def claim_key(pvc: Mapping[str, Any]) -> str:
     return f"{namespace_of(pvc)}/{name_of(pvc)}"
 
@@ -116,7 +112,7 @@ def modify_status(pvc: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def target_class(pvc: Mapping[str, Any]) -> str:
     """``status.modifyVolumeStatus.targetVolumeAttributesClassName`` ("" when unset)."""
-    return str(dict_of(modify_status(pvc)).get(TARGET) or "")
+    return str(as_mapping(modify_status(pvc)).get(TARGET) or "")
 
 
 def conditions_of(pvc: Mapping[str, Any]) -> list[Obj]:

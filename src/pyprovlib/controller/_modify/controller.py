@@ -35,7 +35,6 @@ from pyprovlib.controller._modify.claims import (
     VAC_INDEX,
     claim_key,
     claims_by_class,
-    dict_of,
     modify_status,
     should_enqueue,
 )
@@ -48,7 +47,7 @@ from pyprovlib.controller._modify.sync import ModifySync
 from pyprovlib.controller._resize.claim_controller import ResizerClaimController
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
-from pyprovlib.kube._objects import Obj, name_of
+from pyprovlib.kube._objects import Obj, as_mapping, name_of
 from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -146,7 +145,7 @@ class ModifyController(ResizerClaimController, Generic[ModifierT]):
         instance started: it may still be running in the driver, so its target is finished
         first (upstream's ``initUncertainPVCs``)."""
         for pvc in self.pvc_informer.store.list():
-            state = dict_of(modify_status(pvc)).get("status")
+            state = as_mapping(modify_status(pvc)).get("status")
             if state in (STATUS_IN_PROGRESS, STATUS_INFEASIBLE):
                 self.expectations.set_uncertain(claim_key(pvc))
 

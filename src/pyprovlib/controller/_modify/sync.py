@@ -37,13 +37,10 @@ from pyprovlib.controller._modify.claims import (
     STATUS_INFEASIBLE,
     Step,
     current_class,
-    dict_of,
     has_condition,
     modify_status,
     next_step,
     spec_class,
-    spec_of,
-    status_of,
     target_class,
 )
 from pyprovlib.controller._modify.errors import VolumeNotCachedError, error_text
@@ -53,7 +50,7 @@ from pyprovlib.controller._modify.status import ModifyStatusWriter
 from pyprovlib.kube._convert import ConversionError, to_model
 from pyprovlib.kube._errors import ApiException, api_error_text
 from pyprovlib.kube._events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING
-from pyprovlib.kube._objects import Obj, name_of, namespace_of
+from pyprovlib.kube._objects import Obj, as_mapping, name_of, namespace_of, spec_of, status_of
 from pyprovlib.kube._store import Indexer
 from pyprovlib.kube._workqueue import RateLimitingQueue
 
@@ -142,7 +139,7 @@ class ModifySync:
         self._delay_if_recently_infeasible(key, pvc)
         done = self.expectations.modified_target(key)
         if done is not None:
-            state = dict_of(modify_status(pvc)).get("status")
+            state = as_mapping(modify_status(pvc)).get("status")
             if state == STATUS_IN_PROGRESS and target_class(pvc) == done:
                 await self._complete(key, pvc, pv, done)
                 return
@@ -259,7 +256,7 @@ class ModifySync:
                 f'"{self.name}" whose volume this is: name a class of "{self.name}"',
                 code=GrpcCode.INVALID_ARGUMENT,
             )
-        parameters = {str(k): str(v) for k, v in dict_of(vac.get("parameters")).items()}
+        parameters = {str(k): str(v) for k, v in as_mapping(vac.get("parameters")).items()}
         if self.options.extra_modify_metadata:
             parameters[PVC_NAME_KEY] = name_of(pvc)
             parameters[PVC_NAMESPACE_KEY] = namespace_of(pvc)

@@ -14,6 +14,7 @@ from typing import Any, Final
 from pyprovlib.kube._objects import (
     Obj,
     annotations_of,
+    as_mapping,
     meta,
     name_of,
     namespace_of,
@@ -103,29 +104,25 @@ TERMINAL_POD_PHASES: Final = frozenset({"Succeeded", "Failed"})
 # -- readers ------------------------------------------------------------------------------------
 
 
-def dict_of(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def request_of(pvc: Mapping[str, Any]) -> Quantity | None:
-    requests = dict_of(dict_of(spec_of(pvc).get("resources")).get("requests"))
+    requests = as_mapping(as_mapping(spec_of(pvc).get("resources")).get("requests"))
     return quantity_or_none(requests.get(STORAGE))
 
 
 def claim_capacity(pvc: Mapping[str, Any]) -> Quantity | None:
-    return quantity_or_none(dict_of(status_of(pvc).get("capacity")).get(STORAGE))
+    return quantity_or_none(as_mapping(status_of(pvc).get("capacity")).get(STORAGE))
 
 
 def pv_capacity(pv: Mapping[str, Any]) -> Quantity | None:
-    return quantity_or_none(dict_of(spec_of(pv).get("capacity")).get(STORAGE))
+    return quantity_or_none(as_mapping(spec_of(pv).get("capacity")).get(STORAGE))
 
 
 def allocated_of(pvc: Mapping[str, Any]) -> Quantity | None:
-    return quantity_or_none(dict_of(status_of(pvc).get("allocatedResources")).get(STORAGE))
+    return quantity_or_none(as_mapping(status_of(pvc).get("allocatedResources")).get(STORAGE))
 
 
 def resize_status_of(pvc: Mapping[str, Any]) -> str:
-    value = dict_of(status_of(pvc).get("allocatedResourceStatuses")).get(STORAGE)
+    value = as_mapping(status_of(pvc).get("allocatedResourceStatuses")).get(STORAGE)
     return value if isinstance(value, str) else ""
 
 
@@ -283,7 +280,7 @@ def pod_claims(pod: Obj) -> list[str]:
     namespace = namespace_of(pod)
     claims: list[str] = []
     for volume in spec_of(pod).get("volumes") or ():
-        claim = dict_of(dict_of(volume).get("persistentVolumeClaim")).get("claimName")
+        claim = as_mapping(as_mapping(volume).get("persistentVolumeClaim")).get("claimName")
         if isinstance(claim, str) and claim:
             claims.append(f"{namespace}/{claim}")
     return claims

@@ -24,14 +24,21 @@ from pyprovlib.controller._resize.claims import (
     STORAGE,
     claim_key,
     conditions_of,
-    dict_of,
     merge_resize_conditions,
     size_text,
 )
 from pyprovlib.controller._volume_store import event_target
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._events import EVENT_TYPE_NORMAL, EventRecorder
-from pyprovlib.kube._objects import Obj, annotations_of, meta, name_of, namespace_of, status_of
+from pyprovlib.kube._objects import (
+    Obj,
+    annotations_of,
+    as_mapping,
+    meta,
+    name_of,
+    namespace_of,
+    status_of,
+)
 from pyprovlib.kube._quantity import Quantity
 from pyprovlib.kube._rest import ResourceClient
 
@@ -164,7 +171,7 @@ class ResizeStatusWriter(ClaimWriter):
             conditions_of(pvc), [], keep_old_resize_conditions=False
         )
         status: Obj = {"capacity": {STORAGE: size_text(new_size)}, "conditions": conditions}
-        statuses = dict_of(status_of(pvc).get("allocatedResourceStatuses"))
+        statuses = as_mapping(status_of(pvc).get("allocatedResourceStatuses"))
         if STORAGE in statuses:
             # JSON merge patch: null removes the key, or the whole map when nothing else is in it.
             status["allocatedResourceStatuses"] = {STORAGE: None} if len(statuses) > 1 else None

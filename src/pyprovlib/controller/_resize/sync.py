@@ -35,7 +35,6 @@ from pyprovlib.controller._resize.claims import (
     bytes_quantity,
     claim_key,
     claim_needs_resize,
-    dict_of,
     expansion_target,
     resize_status_of,
     size_text,
@@ -47,7 +46,7 @@ from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._convert import ConversionError, to_model
 from pyprovlib.kube._errors import ApiException, api_error_text
 from pyprovlib.kube._events import EVENT_TYPE_NORMAL, EVENT_TYPE_WARNING
-from pyprovlib.kube._objects import Obj, name_of, namespace_of, spec_of, uid_of
+from pyprovlib.kube._objects import Obj, as_mapping, name_of, namespace_of, spec_of, uid_of
 from pyprovlib.kube._quantity import Quantity
 from pyprovlib.kube._store import Indexer
 
@@ -136,7 +135,7 @@ class ResizeSync:
             if ours:
                 self._cannot_expand(pvc, pv, self.resizer.unsupported_reason(volume))
             return None
-        claim_ref = dict_of(spec_of(pv).get("claimRef"))
+        claim_ref = as_mapping(spec_of(pv).get("claimRef"))
         if claim_ref.get("namespace") != namespace_of(pvc) or claim_ref.get("uid") != uid_of(pvc):
             self.log.debug("volume is not bound to the claim", claim=key, pv=name_of(pv))
             return None
