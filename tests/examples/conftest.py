@@ -1,5 +1,6 @@
-"""Fixtures for the example backends' tests: ``ceph``, one real single-node Ceph cluster per
-test session (see ``tests/ceph/cluster.py``), started on first use.
+"""Fixtures for the example backends' tests: ``short_dir`` for a unix socket, and ``ceph``, one
+real single-node Ceph cluster per test session (see ``tests/ceph/cluster.py``), started on first
+use.
 
 Tests that need it skip with the reason when the ceph packages are not installed — unless
 ``PYPROVLIB_REQUIRE_CEPH=1`` is set (as in CI), in which case they fail.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,14 @@ def _load_cluster_module() -> ModuleType:
 
 
 ceph_cluster = _load_cluster_module()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A temporary directory with a path short enough for a unix socket (107 bytes), which
+    pytest's ``tmp_path`` may not be."""
+    with tempfile.TemporaryDirectory(prefix="pex") as directory:
+        yield Path(directory)
 
 
 def pytest_configure(config: pytest.Config) -> None:
