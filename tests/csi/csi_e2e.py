@@ -13,7 +13,6 @@ import lzma
 import os
 import pathlib
 import shutil
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 import claim_support
 import pytest
 from csi_driver import DriverState, serve_driver
+from kubernetes_asyncio.client import ApiClient
+from process_support import terminate
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
@@ -34,7 +35,9 @@ from pyprovlib.kube._errors import is_not_found
 from pyprovlib.kube._informer import SharedInformerFactory
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
+    CSINODES,
     EVENTS,
+    NODES,
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_SNAPSHOT_CONTENTS,
@@ -53,6 +56,31 @@ SHARED_XZ = (
     pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "kube" / "hostpathplugin.xz"
 )
 HOSTPATH_TOPOLOGY_KEY = "topology.hostpath.csi/node"
+
+
+async def register_hostpath_node(api: ApiClient, driver: str, node: str) -> None:
+    """The Node ``node`` labelled with the hostpath driver's topology key (its value the node's
+    name, as the driver reports it) and its CSINode naming ``driver`` with that key: a Go
+    sidecar finds no topology without them."""
+    await ResourceClient(api, NODES).create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": node, "labels": {HOSTPATH_TOPOLOGY_KEY: node}},
+        }
+    )
+    await ResourceClient(api, CSINODES).create(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": node},
+            "spec": {
+                "drivers": [
+                    {"name": driver, "nodeID": node, "topologyKeys": [HOSTPATH_TOPOLOGY_KEY]}
+                ]
+            },
+        }
+    )
 
 
 def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
@@ -152,14 +180,7 @@ async def go_hostpath(
                 await asyncio.sleep(0.05)
         yield GoHostpath(process, socket, name, node_id, state_dir)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(10):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate(process, 10)
         log.close()
 
 

@@ -1,11 +1,14 @@
 """What the tests of the CSI entry points as real processes (``python -m
 pyprovlib.csi.provisioner``, ``python -m pyprovlib.csi``) share: the objects they provision
-(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``) and a wait that fails
-at once, with the process's log, when the process exits first."""
+(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``), a wait that fails
+at once, with the process's log, when the process exits first, and the stop of a process the
+tests started themselves (the Go binaries)."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
+import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
@@ -49,6 +52,20 @@ def entry_point(
         terminate_timeout=terminate_timeout,
         env=testing.child_env(**(env or {})),
     )
+
+
+async def terminate(process: asyncio.subprocess.Process, grace: float) -> None:
+    """Stop ``process`` as a kubelet would: SIGTERM, then SIGKILL when it has not exited
+    within ``grace`` seconds. Nothing when it has exited already."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(grace):
+            await process.wait()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
 
 
 RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"

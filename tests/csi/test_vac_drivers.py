@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from csi_e2e import HOSTPATH_TOPOLOGY_KEY, go_hostpath
+from csi_e2e import go_hostpath, register_hostpath_node
 from sidecar_support import kubeconfig_of, wait_for
 
 from pyprovlib import testing
@@ -164,26 +164,8 @@ async def start_driver(
             await process.wait_for("hostpath CSI driver serving")
             driver = Driver(kind, name, socket, directory, process)
         cluster.track(NODES, node)
-        await ResourceClient(cluster.api_client, NODES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node, "labels": {HOSTPATH_TOPOLOGY_KEY: node}},
-            }
-        )
         cluster.track(CSINODES, node)
-        await ResourceClient(cluster.api_client, CSINODES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": node},
-                "spec": {
-                    "drivers": [
-                        {"name": name, "nodeID": node, "topologyKeys": [HOSTPATH_TOPOLOGY_KEY]}
-                    ]
-                },
-            }
-        )
+        await register_hostpath_node(cluster.api_client, name, node)
         yield driver
 
 
