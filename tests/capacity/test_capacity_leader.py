@@ -48,8 +48,7 @@ async def test_only_the_leaders_capacity_controller_writes_and_the_follower_take
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         sources = [FakeSource(), FakeSource(default=Capacity(50 << 30, None))]
         lease = {
