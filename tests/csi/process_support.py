@@ -1,6 +1,7 @@
 """What the tests of the CSI entry points as real processes (``python -m
 pyprovlib.csi.provisioner``, ``python -m pyprovlib.csi``) share: the objects they provision
-(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``), a wait that fails
+(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``, the driver on
+``node-1`` and attachments there), a wait that fails
 at once, with the process's log, when the process exits first, and the stop of a process the
 tests started themselves (the Go binaries)."""
 
@@ -14,13 +15,19 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import yaml
+from claim_support import attachment_body, claim_body
 from csi_driver import DRIVER_NAME
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib import testing
 from pyprovlib.kube import _resources as resources
 from pyprovlib.kube._objects import Obj
-from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube._resources import (
+    CSINODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+)
 from pyprovlib.kube._rest import ResourceClient
 
 DEADLINE = 30.0
@@ -110,19 +117,7 @@ async def create_claim(api: ApiClient, name: str, **spec: Any) -> ResourceClient
     """A 1Gi ReadWriteOnce claim ``name`` of class ``csi`` in ``default`` (``spec`` adds spec
     fields); returns the claims' client."""
     claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-    await claims.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "csi",
-                "resources": {"requests": {"storage": "1Gi"}},
-                **spec,
-            },
-        }
-    )
+    await claims.create(claim_body(name, "csi", namespace="default", **spec))
     return claims
 
 
@@ -146,6 +141,33 @@ async def until(
         return value
 
     return await testing.eventually(check, timeout=DEADLINE, message=what)
+
+
+async def register_node_1(api: ApiClient) -> None:
+    """The CSINode of ``node-1``: the test driver runs there, as node ``node-1-id``."""
+    await ResourceClient(api, CSINODES).create(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": "node-1"},
+            "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+        }
+    )
+
+
+async def attach_to_node_1(
+    api: ApiClient, name: str, volume: str, process: testing.ChildProcess | None = None
+) -> Obj:
+    """Create the VolumeAttachment ``name`` of the PV ``volume`` to ``node-1`` for the test
+    driver, and wait until it is attached; return it."""
+    attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+    await attachments.create(attachment_body(name, DRIVER_NAME, "node-1", volume))
+
+    async def attached() -> Obj | None:
+        va = await attachments.get(name)
+        return va if status(va).get("attached") else None
+
+    return await until(attached, f"VolumeAttachment {name} attached", process)
 
 
 async def wait_claim_bound(

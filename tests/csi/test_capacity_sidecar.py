@@ -19,6 +19,7 @@ from csi_full_driver import serve_full_driver
 from process_support import (
     DEADLINE,
     create_claim,
+    create_class,
     entry_point,
     rbac_granted,
     rbac_used,
@@ -177,15 +178,8 @@ async def test_the_provisioner_sidecar_publishes_and_refreshes_capacity(
         deployment = await deployment_chain(api)
         await node(api, "node-1", [TOPOLOGY_KEY])
         await node(api, "node-2", [TOPOLOGY_KEY])
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "parameters": {"kind": "fast"},
-            }
+        await create_class(
+            api, volumeBindingMode="WaitForFirstConsumer", parameters={"kind": "fast"}
         )
         async with entry_point(
             "pyprovlib.csi.provisioner",
@@ -260,14 +254,7 @@ async def test_the_combined_process_carries_capacity(
         await deployment_chain(api)
         await node(api, "node-1", [])
         await node(api, "node-2", [])
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-            }
-        )
+        await create_class(api)
         async with entry_point(
             "pyprovlib.csi",
             kubeconfig,

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from claim_support import attachment_body
 from csi_e2e import (
     GoHostpath,
     create_claim,
@@ -145,18 +146,7 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
         va_name = cluster.unique_name("va")
         async with running(AttachController(api, go_driver.name, attacher, attach_options)):
             cluster.track(VOLUME_ATTACHMENTS, va_name)
-            await vas.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": va_name},
-                    "spec": {
-                        "attacher": go_driver.name,
-                        "nodeName": node,
-                        "source": {"persistentVolumeName": pv_name},
-                    },
-                }
-            )
+            await vas.create(attachment_body(va_name, go_driver.name, node, pv_name))
 
             async def attached() -> Obj | None:
                 va: Obj = await vas.get(va_name)

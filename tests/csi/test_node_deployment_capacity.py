@@ -10,8 +10,9 @@ import contextlib
 import pathlib
 
 import pytest
+from claim_support import claim_body
 from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
-from process_support import entry_point, until
+from process_support import create_class, entry_point, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -23,7 +24,6 @@ from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
-    STORAGE_CLASSES,
 )
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._server import ApiServer
@@ -73,15 +73,7 @@ async def test_each_node_publishes_only_its_segment(
         api = await stack.enter_async_context(
             LimitedApiClient(server.configuration(), limiter=TokenBucket(0, 0))
         )
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "WaitForFirstConsumer",
-            }
-        )
+        await create_class(api, volumeBindingMode="WaitForFirstConsumer")
         states: dict[str, DriverState] = {}
         processes: list[testing.ChildProcess] = []
         for node, size in NODES.items():
@@ -165,16 +157,7 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
         api = await stack.enter_async_context(
             LimitedApiClient(server.configuration(), limiter=TokenBucket(0, 0))
         )
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "Immediate",
-                "parameters": {"kind": "fast"},
-            }
-        )
+        await create_class(api, volumeBindingMode="Immediate", parameters={"kind": "fast"})
         states: dict[str, DriverState] = {}
         processes: list[testing.ChildProcess] = []
 
@@ -203,17 +186,7 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
         # node-a alone first, so that it is the one to look at the claim: it must decline.
         await start("node-a")
         await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "big", "namespace": NAMESPACE},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "csi",
-                    "resources": {"requests": {"storage": "5Gi"}},
-                },
-            },
-            NAMESPACE,
+            claim_body("big", "csi", namespace=NAMESPACE, size="5Gi"), NAMESPACE
         )
 
         async def asked() -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from claim_support import claim_body
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.testing._cluster import TestCluster
@@ -262,17 +263,8 @@ def observe(resp: Response, side: Side) -> dict[str, Any]:
 
 
 def claim(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "storageClassName": NO_CLASS,
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            **spec,
-        },
-    }
+    """A 1Gi claim of :data:`NO_CLASS` (no PV controller binds it), with ``spec`` added."""
+    return claim_body(name, NO_CLASS, **spec)
 
 
 DRIVER = "differential.pyprovlib.example.com"

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from claim_support import attachment_body
 from kubernetes_asyncio.client import ApiClient
 from rel_support import (
     FAULT_KINDS,
@@ -202,16 +203,7 @@ class World(Problems):
         await self._pace()
         name = unique("va")
         self.live[name] = (pv, node)
-        body = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "VolumeAttachment",
-            "metadata": {"name": name},
-            "spec": {
-                "attacher": self.driver,
-                "nodeName": node,
-                "source": {"persistentVolumeName": pv},
-            },
-        }
+        body = attachment_body(name, self.driver, node, pv)
         await with_retries(lambda: ResourceClient(self.client, VOLUME_ATTACHMENTS).create(body))
         return name
 
