@@ -5,13 +5,13 @@ in-memory API server (or a real cluster: every object has a unique name)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from informer_support import informers_running
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
@@ -291,18 +291,5 @@ async def capacity_controller(
         informer_factory=factory,
         clock=clock,
     )
-    informers = asyncio.create_task(run_informers(factory))
-    try:
-        async with testing.running(controller, ready=True):
-            yield Running(controller, source, factory, registry)
-    finally:
-        informers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await informers
-
-
-async def run_informers(factory: SharedInformerFactory) -> None:
-    """Run ``factory``'s informers until cancelled."""
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()
+    async with informers_running(factory), testing.running(controller, ready=True):
+        yield Running(controller, source, factory, registry)

@@ -20,13 +20,13 @@ from typing import Any
 import claim_support
 import pytest
 from csi_driver import DriverState, serve_driver
+from informer_support import informers_running
 from kubernetes_asyncio.client import ApiClient
 from process_support import terminate
 from prometheus_client import CollectorRegistry
+from provision_support import fast_options
 
 from pyprovlib import testing
-from pyprovlib.controller._metrics import ProvisionMetrics
-from pyprovlib.controller._options import ProvisionControllerOptions
 from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
@@ -245,19 +245,15 @@ async def csi_env(
             provisioner = CSIProvisioner(
                 cluster.api_client, connection, options, informer_factory=factory
             )
-            defaults: dict[str, Any] = {
-                "leader_election": False,
-                "metrics": ProvisionMetrics(CollectorRegistry()),
+            settings: dict[str, Any] = {
                 "rate_limiter": ItemExponentialFailureRateLimiter(0.01, 0.2),
-                "create_provisioned_pv_retry_count": 3,
-                "create_provisioned_pv_interval": 0.01,
+                **controller_options,
             }
-            defaults.update(controller_options)
             controller = ProvisionController(
                 cluster.api_client,
                 connection.driver_name,
                 provisioner,
-                ProvisionControllerOptions(**defaults),
+                fast_options(**settings),
                 informer_factory=factory,
             )
             provisioner.recorder = controller.recorder
@@ -272,24 +268,10 @@ async def csi_env(
             )
             if cloner is not None:
                 controller.run_beside("cloning-protection", cloner.run)
-            informers = asyncio.create_task(_run_informers(factory))
-            try:
-                async with testing.running(controller):
-                    yield Env(cluster, state, connection, provisioner, controller, cloner)
-            finally:
-                informers.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await informers
+            async with informers_running(factory), testing.running(controller):
+                yield Env(cluster, state, connection, provisioner, controller, cloner)
         finally:
             connection.close()
-
-
-async def _run_informers(factory: SharedInformerFactory | None) -> None:
-    if factory is None:
-        return
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()
 
 
 async def create_class(env: Env, **extra: Any) -> str:

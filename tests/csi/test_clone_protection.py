@@ -28,6 +28,7 @@ from csi_e2e import (
     wait_until,
 )
 from grpclib.const import Status
+from informer_support import informers_running
 from prometheus_client import CollectorRegistry
 
 from pyprovlib import testing
@@ -238,20 +239,8 @@ async def cloning_protection(cluster: TestCluster) -> AsyncIterator[CloningProte
         rate_limiter=ItemExponentialFailureRateLimiter(0.01, 0.2),
         registry=CollectorRegistry(),
     )
-    informers = asyncio.create_task(run_informers(factory))
-    try:
-        async with testing.running(controller):
-            yield controller
-    finally:
-        informers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await informers
-
-
-async def run_informers(factory: SharedInformerFactory) -> None:
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()  # until cancelled
+    async with informers_running(factory), testing.running(controller):
+        yield controller
 
 
 async def test_the_finalizer_goes_with_the_last_clone_in_flight_even_across_a_restart(
