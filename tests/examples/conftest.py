@@ -8,34 +8,19 @@ Tests that need it skip with the reason when the ceph packages are not installed
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from module_support import load_file
 
 _CLUSTER_PY = Path(__file__).resolve().parents[1] / "ceph" / "cluster.py"
 
 
-def _load_cluster_module() -> ModuleType:
-    name = "pyprovlib_tests_ceph_cluster"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _CLUSTER_PY)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ceph_cluster = _load_cluster_module()
+ceph_cluster = load_file("pyprovlib_tests_ceph_cluster", _CLUSTER_PY, register=True)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import itertools
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import claim_support
 from kubernetes_asyncio.client import (
     ApiClient,
     V1HostPathVolumeSource,
@@ -42,6 +42,7 @@ from kubernetes_asyncio.client import (
     V1PersistentVolume,
     V1PersistentVolumeSpec,
 )
+from module_support import load_file
 
 from pyprovlib import testing
 from pyprovlib._provisioner import Provisioner, ProvisionOptions
@@ -205,16 +206,7 @@ async def create_class(client: ApiClient, provisioner: str = PROVISIONER, **extr
 
 
 def claim_body(namespace: str, name: str, class_name: str, size: str = "1Gi") -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class_name,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return claim_support.claim_body(name, class_name, namespace=namespace, size=size)
 
 
 def csi_volume_body(name: str, csi: Obj, *, access_mode: str = "ReadWriteOnce", **spec: Any) -> Obj:
@@ -599,16 +591,8 @@ def asset_dirs(root: Path) -> list[str]:
 def load_support(suite: str, name: str) -> ModuleType:
     """The support module ``tests/<suite>/<name>.py``, which is not on ``sys.path`` when only
     this suite runs (loaded once, under a private module name)."""
-    key = f"pyprovlib_tests_{suite}_{name}"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / suite / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    path = Path(__file__).resolve().parents[1] / suite / f"{name}.py"
+    return load_file(f"pyprovlib_tests_{suite}_{name}", path, register=True)
 
 
 # -- API server chaos ----------------------------------------------------------------------------
