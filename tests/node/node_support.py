@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from claim_support import claim_body
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._binder import HttpTransport
 from pyprovlib.testing._cluster import TestCluster
 from pyprovlib.testing._node import KubeletNode
@@ -24,16 +26,7 @@ MOUNT = "/data"
 
 
 def claim(name: str, storage_class: str, size: str = "1Mi") -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return claim_body(name, storage_class, size=size)
 
 
 def pod(name: str, claim_name: str, script: str, *, restart: str = "Never") -> Obj:
@@ -69,6 +62,27 @@ async def until(probe: Callable[[], Awaitable[T | None]], what: str, *, within: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(0.5)
+
+
+async def create_storage_class(
+    cluster: TestCluster, name: str, provisioner: str, **fields: Any
+) -> str:
+    """The StorageClass ``name`` of ``provisioner`` binding on first consumer (``fields``
+    added), removed with the cluster's objects; its name."""
+    await http(cluster).json(
+        "POST",
+        STORAGE_CLASSES.path(),
+        body={
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": name},
+            "provisioner": provisioner,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            **fields,
+        },
+    )
+    cluster.track(STORAGE_CLASSES, name)
+    return name
 
 
 def http(cluster: TestCluster) -> HttpTransport:

@@ -20,6 +20,7 @@ from node_support import (
     bound_volume,
     claim,
     create,
+    create_storage_class,
     delete,
     get,
     gone,
@@ -33,7 +34,6 @@ from node_support import (
 from pyprovlib.csi._connection import CSIConnection
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.kube._objects import Obj
-from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.node
@@ -60,21 +60,9 @@ async def cluster(real_node: RealNode) -> AsyncIterator[TestCluster]:
 
 
 async def storage_class(cluster: TestCluster, stack: stacks.Stack) -> str:
-    name = f"csi-{cluster.namespace}"
-    await http(cluster).json(
-        "POST",
-        STORAGE_CLASSES.path(),
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": stack.driver,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": True,
-        },
+    return await create_storage_class(
+        cluster, f"csi-{cluster.namespace}", stack.driver, allowVolumeExpansion=True
     )
-    cluster.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def attachments(cluster: TestCluster, pv_name: str) -> list[Obj]:

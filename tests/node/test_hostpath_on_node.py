@@ -22,6 +22,7 @@ from node_support import (
     bound_volume,
     claim,
     create,
+    create_storage_class,
     delete,
     events_for,
     get,
@@ -35,7 +36,6 @@ from node_support import (
     until,
 )
 
-from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._cluster import TestCluster
 from pyprovlib.testing._node import KubeletNode
 
@@ -92,22 +92,13 @@ def helper_flags(cluster: TestCluster, image: str = BUSYBOX, timeout: str = "2m"
 
 
 async def storage_class(cluster: TestCluster, provisioner_name: str, base: Path) -> str:
-    name = f"hostpath-{cluster.namespace}"
-    await http(cluster).json(
-        "POST",
-        STORAGE_CLASSES.path(),
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": provisioner_name,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Delete",
-            "parameters": {"basePath": str(base)},
-        },
+    return await create_storage_class(
+        cluster,
+        f"hostpath-{cluster.namespace}",
+        provisioner_name,
+        reclaimPolicy="Delete",
+        parameters={"basePath": str(base)},
     )
-    cluster.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def helper_pods(cluster: TestCluster) -> list[str]:
