@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from claim_support import attachment_body
 from csi_fault_driver import (
     CREATE,
     DELETE,
@@ -982,16 +983,7 @@ class Attachments:
     async def create(self) -> None:
         for index, name in enumerate(self.names):
             await self.vas.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": f"va-{index}"},
-                    "spec": {
-                        "attacher": DRIVER_NAME,
-                        "nodeName": f"node-{index}",
-                        "source": {"persistentVolumeName": name},
-                    },
-                }
+                attachment_body(f"va-{index}", DRIVER_NAME, f"node-{index}", name)
             )
 
     async def delete(self) -> None:
