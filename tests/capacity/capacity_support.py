@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from informer_support import informers_running
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib.controller._capacity import (

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from capacity_support import FakeSource, cluster_for
-from informer_support import informers_running
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib._provisioner import IgnoredError, Provisioner, ProvisionOptions

@@ -20,11 +20,12 @@ from typing import Any
 import claim_support
 import pytest
 from csi_driver import DriverState, serve_driver
-from informer_support import informers_running
 from kubernetes_asyncio.client import ApiClient
 from process_support import terminate
 from prometheus_client import CollectorRegistry
 from provision_support import fast_options
+from task_support import informers_running
+from topology_support import create_driver_node
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ProvisionController
@@ -35,9 +36,7 @@ from pyprovlib.kube._errors import is_not_found
 from pyprovlib.kube._informer import SharedInformerFactory
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
-    CSINODES,
     EVENTS,
-    NODES,
     SECRETS,
     STORAGE_CLASSES,
     VOLUME_SNAPSHOT_CONTENTS,
@@ -62,25 +61,7 @@ async def register_hostpath_node(api: ApiClient, driver: str, node: str) -> None
     """The Node ``node`` labelled with the hostpath driver's topology key (its value the node's
     name, as the driver reports it) and its CSINode naming ``driver`` with that key: a Go
     sidecar finds no topology without them."""
-    await ResourceClient(api, NODES).create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": node, "labels": {HOSTPATH_TOPOLOGY_KEY: node}},
-        }
-    )
-    await ResourceClient(api, CSINODES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "CSINode",
-            "metadata": {"name": node},
-            "spec": {
-                "drivers": [
-                    {"name": driver, "nodeID": node, "topologyKeys": [HOSTPATH_TOPOLOGY_KEY]}
-                ]
-            },
-        }
-    )
+    await create_driver_node(api, node, driver, HOSTPATH_TOPOLOGY_KEY)
 
 
 def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:

@@ -26,6 +26,7 @@ from process_support import (
     until,
     wait_claim_bound,
 )
+from topology_support import create_driver_node
 
 from pyprovlib import testing
 from pyprovlib.kube._config import DEFAULT_USER_AGENT, LimitedApiClient
@@ -33,9 +34,7 @@ from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._ratelimit import TokenBucket
 from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
-    CSINODES,
     DEPLOYMENTS,
-    NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PODS,
     REPLICA_SETS,
@@ -122,21 +121,7 @@ async def deployment_chain(api: Any) -> Obj:
 
 async def node(api: Any, name: str, keys: list[str]) -> None:
     """A Node labelled with its name under :data:`TOPOLOGY_KEY`, and its CSINode."""
-    await ResourceClient(api, NODES).create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {TOPOLOGY_KEY: name}},
-        }
-    )
-    await ResourceClient(api, CSINODES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "CSINode",
-            "metadata": {"name": name},
-            "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": name, "topologyKeys": keys}]},
-        }
-    )
+    await create_driver_node(api, name, DRIVER_NAME, TOPOLOGY_KEY, keys=keys)
 
 
 async def capacities(api: Any) -> dict[str, Obj]:

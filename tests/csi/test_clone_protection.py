@@ -28,8 +28,8 @@ from csi_e2e import (
     wait_until,
 )
 from grpclib.const import Status
-from informer_support import informers_running
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib._logging import get_logger
@@ -121,6 +121,19 @@ async def test_a_source_deleted_while_a_clone_is_in_flight_stays_until_the_clone
         assert request.volume_content_source is not None  # type: ignore[attr-defined]
 
 
+async def pending_clone_of_deleted(env: Env, class_name: str, source: str, refusal: str) -> str:
+    """A clone of ``source`` the driver refuses (an event saying ``refusal``), so it stays
+    Pending; then ``source`` deleted, which it keeps terminating and protected. The clone's
+    name."""
+    clone = await create_claim(env, class_name, dataSource=clone_of(source))
+    clone_name: str = clone["metadata"]["name"]
+    await wait_event(env, clone_name, "ProvisioningFailed", refusal)
+    await wait_protected(env.cluster, source)
+    deleted = await delete(env.cluster, source)
+    await assert_terminating_and_protected(env.cluster, env.cloning_protection, deleted)
+    return clone_name
+
+
 @pytest.mark.parametrize("provisioning_finalizer", [False, True], ids=["plain", "protected"])
 async def test_an_abandoned_clone_releases_its_source(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, provisioning_finalizer: bool
@@ -132,13 +145,7 @@ async def test_an_abandoned_clone_releases_its_source(
         source = await bound_source(env, class_name)
         # The driver refuses every clone: the clone stays Pending, retried.
         env.driver.fail("CreateVolume", Fault(status=Status.INTERNAL, times=10**6))
-        clone = await create_claim(env, class_name, dataSource=clone_of(source))
-        clone_name = clone["metadata"]["name"]
-        await wait_event(env, clone_name, "ProvisioningFailed", "injected failure")
-        await wait_protected(kube_cluster, source)
-
-        deleted = await delete(kube_cluster, source)
-        await assert_terminating_and_protected(kube_cluster, env.cloning_protection, deleted)
+        clone_name = await pending_clone_of_deleted(env, class_name, source, "injected failure")
 
         await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
             clone_name, kube_cluster.namespace
@@ -339,12 +346,9 @@ async def test_clone_protection_with_the_go_hostpath_driver(
             marker = pathlib.Path(driver.volumes()[source_handle]["VolPath"]) / "marker"
             marker.write_text("from the source")
 
-            clone = await create_claim(env, class_name, dataSource=clone_of(source))
-            clone_name = clone["metadata"]["name"]
-            await wait_event(env, clone_name, "ProvisioningFailed", "ResourceExhausted")
-            await wait_protected(cluster, source)
-            deleted = await delete(cluster, source)
-            await assert_terminating_and_protected(cluster, env.cloning_protection, deleted)
+            clone_name = await pending_clone_of_deleted(
+                env, class_name, source, "ResourceExhausted"
+            )
 
             await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(filler, cluster.namespace)
             bound = await wait_bound(env, clone_name, timeout=60.0)

@@ -6,8 +6,8 @@ they were. Runs in memory by default and on a real control plane with
 from __future__ import annotations
 
 import pytest
-from informer_support import informers_running
 from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
+from task_support import informers_running
 
 from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.kube._config import request_json

@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import pytest
 from claim_support import create_claim
-from informer_support import informers_running
 from provision_support import (
     MemoryProvisioner,
     create_class,
@@ -22,6 +21,7 @@ from provision_support import (
     provisioner_name,
     wait_ready,
 )
+from task_support import informers_running
 
 from pyprovlib.controller._provision import LeaderElectionLostError, ProvisionController
 from pyprovlib.kube._informer import SharedInformerFactory

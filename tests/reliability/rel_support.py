@@ -24,7 +24,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Collection,
-    Coroutine,
     Iterable,
     Sequence,
 )
@@ -43,6 +42,7 @@ from kubernetes_asyncio.client import (
     V1PersistentVolumeSpec,
 )
 from module_support import load_file
+from task_support import background
 
 from pyprovlib import testing
 from pyprovlib._provisioner import Provisioner, ProvisionOptions
@@ -156,19 +156,6 @@ async def cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
-
-
-@contextlib.asynccontextmanager
-async def background(coro: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
-    """Run ``coro`` (a watcher, a loop injecting faults) for the duration of the block; it is
-    cancelled and awaited afterwards."""
-    task = asyncio.create_task(coro)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def stop_controllers(

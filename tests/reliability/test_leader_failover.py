@@ -20,7 +20,6 @@ from rel_support import (
     Backend,
     BackendProvisioner,
     Replicas,
-    background,
     cancel,
     create_paced,
     delete_claims,
@@ -30,6 +29,7 @@ from rel_support import (
     stop_controllers,
     wait_until,
 )
+from task_support import background
 
 from pyprovlib.controller._provision import ProvisionController
 
