@@ -125,3 +125,16 @@ def attachment_body(name: str, attacher: str, node: str, volume: str) -> Obj:
             "source": {"persistentVolumeName": volume},
         },
     }
+
+
+def vac_body(name: str, driver: str, **fields: Any) -> Obj:
+    """A VolumeAttributesClass ``name`` of ``driver`` (``iops: 3000``), ``fields`` added or
+    replaced."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttributesClass",
+        "metadata": {"name": name},
+        "driverName": driver,
+        "parameters": {"iops": "3000"},
+        **fields,
+    }

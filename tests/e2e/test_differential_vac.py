@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from claim_support import vac_body
 from differential_support import (
     DRIVER,
     JSON_PATCH,
@@ -40,15 +41,7 @@ VAC_PROTECTION = "kubernetes.io/vac-protection"
 
 
 def vac(name: str, **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "VolumeAttributesClass",
-        "metadata": {"name": name},
-        "driverName": DRIVER,
-        "parameters": {"iops": "3000"},
-    }
-    body.update(fields)
-    return body
+    return vac_body(name, DRIVER, **fields)
 
 
 def prebound_volume(name: str, claim_name: str, namespace: str, **spec: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from claim_support import claim_body
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from rel_support import (
     FAULT_KINDS,
@@ -177,17 +178,7 @@ class World(Problems):
             )
         )
         await ResourceClient(self.client, PERSISTENT_VOLUME_CLAIMS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": self.namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                    "storageClassName": self.storage_class,
-                    "volumeName": pv,
-                },
-            },
+            claim_body(claim, self.storage_class, namespace=self.namespace, volumeName=pv),
             self.namespace,
         )
 

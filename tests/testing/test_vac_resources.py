@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from claim_support import claim_body
+from claim_support import claim_body, vac_body
 from kubernetes_asyncio.client import ApiClient
 from server_support import get_json
 from sidecar_support import wait_for
@@ -28,15 +28,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 
 def vac(name: str, **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "VolumeAttributesClass",
-        "metadata": {"name": name},
-        "driverName": "hostpath.csi.k8s.io",
-        "parameters": {"iops": "3000"},
-    }
-    body.update(fields)
-    return body
+    return vac_body(name, "hostpath.csi.k8s.io", **fields)
 
 
 def causes(err: ApiException) -> list[tuple[str, str]]:
