@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+import pytest
 import yaml
 from claim_support import attachment_body, claim_body
 from csi_driver import DRIVER_NAME
@@ -32,6 +33,13 @@ from pyprovlib.kube._rest import ResourceClient
 
 DEADLINE = 30.0
 T = TypeVar("T")
+
+
+# The provisioner as the sidecar and as the combined process: a test of either runs on both.
+both_provisioner_entry_points = pytest.mark.parametrize(
+    ("module", "args"),
+    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
+)
 
 
 def entry_point(

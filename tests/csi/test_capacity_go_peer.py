@@ -206,23 +206,29 @@ async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, 
 
         # A 10Gi volume of kind fast on the first node: every fast object says 90Gi (the
         # volume's node at once, the others by the poll).
-        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
-        claim = await create_claim(
-            scene.cluster,
-            fast,
-            size="10Gi",
-            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
-        )
-        claim_name = claim["metadata"]["name"]
-        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        claim_name, volume = await fast_volume_on(scene, nodes[0])
         await stage("capacity changed", scene.expected(nodes, {"fast": 10 * GI}))
 
         # Back to the start for the next run: the volume deleted (by this provisioner), the
         # class gone, the node back.
-        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
+        await delete_claim_and_volume(scene, claim_name, volume)
         await scene.remove_class(added)
     await scene.add_node(gone)
     return seen
+
+
+async def fast_volume_on(scene: Scene, node: str) -> tuple[str, str]:
+    """A 10Gi claim of the first class of kind fast, its node ``node`` selected, once bound:
+    the claim's name and its volume's."""
+    fast = next(name for name, kind in scene.classes.items() if kind == "fast")
+    claim = await create_claim(
+        scene.cluster,
+        fast,
+        size="10Gi",
+        annotations={"volume.kubernetes.io/selected-node": node},
+    )
+    bound = await testing.wait_bound(scene.cluster, claim["metadata"]["name"], timeout=60)
+    return claim["metadata"]["name"], bound["spec"]["volumeName"]
 
 
 async def set_scene(
@@ -375,20 +381,12 @@ async def run_node_stages(
 
         # A 10Gi volume of kind fast for the first node, made by that node's instance: only
         # that node's fast objects go down (each node has a driver of its own).
-        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
-        claim = await create_claim(
-            scene.cluster,
-            fast,
-            size="10Gi",
-            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
-        )
-        claim_name = claim["metadata"]["name"]
-        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        claim_name, volume = await fast_volume_on(scene, nodes[0])
         used = {nodes[0]: {"fast": 10 * GI}}
         want = sorted(row for node in nodes for row in scene.expected([node], used.get(node)))
         await stage("capacity changed", want)
 
-        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
+        await delete_claim_and_volume(scene, claim_name, volume)
         await scene.remove_class(scene.added_class)
     return seen
 

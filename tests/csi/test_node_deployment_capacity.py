@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 import pathlib
 
-import pytest
 from claim_support import claim_body
 from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
-from process_support import create_class, entry_point, until
+from process_support import both_provisioner_entry_points, create_class, entry_point, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -58,10 +57,7 @@ async def objects(api: object) -> dict[str, Obj]:
     }
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_each_node_publishes_only_its_segment(
     server: ApiServer,
     kubeconfig: pathlib.Path,
@@ -139,10 +135,7 @@ async def test_each_node_publishes_only_its_segment(
             assert process.proc.returncode is None, process.tail(20)
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_an_immediate_claim_goes_to_the_node_with_room(
     server: ApiServer,
     kubeconfig: pathlib.Path,

@@ -9,11 +9,10 @@ import contextlib
 import pathlib
 from collections.abc import AsyncIterator
 
-import pytest
 from claim_support import claim_body
 from csi_driver import TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
 from kubernetes_asyncio.client import ApiClient
-from process_support import create_class, entry_point, until
+from process_support import both_provisioner_entry_points, create_class, entry_point, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -80,10 +79,7 @@ async def bound_claims(claims: ResourceClient, names: list[str]) -> dict[str, Ob
     return bound if all(n in bound for n in names) else None
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_each_node_provisions_and_deletes_its_own_claims(
     server: ApiServer,
     kubeconfig: pathlib.Path,
