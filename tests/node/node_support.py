@@ -85,6 +85,22 @@ async def create_storage_class(
     return name
 
 
+async def write(cluster: TestCluster, claim_name: str, text: str) -> None:
+    """A pod ``writer`` writes ``text`` to a file on the claim's volume and completes."""
+    await create(cluster, "pods", pod("writer", claim_name, f"echo {text} > {MOUNT}/file"))
+    await pod_phase(cluster, "writer", {"Succeeded"})
+
+
+async def read_back(cluster: TestCluster, claim_name: str, text: str) -> None:
+    """Persistence: the ``writer`` pod gone, a new pod on the same claim finds ``text`` in the
+    file; that pod is deleted and gone too."""
+    await delete(cluster, ns_path(cluster, "pods", "writer"))
+    await create(cluster, "pods", pod("reader", claim_name, f'test "$(cat {MOUNT}/file)" = {text}'))
+    await pod_phase(cluster, "reader", {"Succeeded"})
+    await delete(cluster, ns_path(cluster, "pods", "reader"))
+    await gone(cluster, ns_path(cluster, "pods", "reader"))
+
+
 def http(cluster: TestCluster) -> HttpTransport:
     return HttpTransport(cluster.api_client)
 

@@ -28,7 +28,9 @@ from node_support import (
     ns_path,
     pod,
     pod_phase,
+    read_back,
     until,
+    write,
 )
 
 from pyprovlib.csi._connection import CSIConnection
@@ -107,8 +109,7 @@ async def test_pod_writes_and_data_survives_the_pod(
 ) -> None:
     class_name = await storage_class(cluster, stack)
     await create(cluster, "persistentvolumeclaims", claim("data", class_name))
-    await create(cluster, "pods", pod("writer", "data", f"echo from-the-pod > {MOUNT}/file"))
-    await pod_phase(cluster, "writer", {"Succeeded"})
+    await write(cluster, "data", "from-the-pod")
     pv = await bound_volume(cluster, "data")
     assert pv["spec"]["csi"]["driver"] == stack.driver
     assert pv["spec"]["csi"]["volumeHandle"] in await driver_volumes(real_node, stack)
@@ -116,13 +117,7 @@ async def test_pod_writes_and_data_survives_the_pod(
         a["status"].get("attached") for a in await attachments(cluster, pv["metadata"]["name"])
     ] == [True]
 
-    await delete(cluster, ns_path(cluster, "pods", "writer"))
-    await create(
-        cluster, "pods", pod("reader", "data", f'test "$(cat {MOUNT}/file)" = from-the-pod')
-    )
-    await pod_phase(cluster, "reader", {"Succeeded"})
-    await delete(cluster, ns_path(cluster, "pods", "reader"))
-    await gone(cluster, ns_path(cluster, "pods", "reader"))
+    await read_back(cluster, "data", "from-the-pod")
     # Unpublish, unstage, then detach (ControllerUnpublish) once no pod uses the volume.
     await detached(cluster, pv["metadata"]["name"])
     await delete_claim_and_volume(real_node, stack, cluster, pv)

@@ -18,7 +18,6 @@ import pytest_asyncio
 from conftest import RealNode
 from node_support import (
     BUSYBOX,
-    MOUNT,
     bound_volume,
     claim,
     create,
@@ -31,9 +30,10 @@ from node_support import (
     kubeconfig,
     ns_path,
     pod,
-    pod_phase,
     python_module,
+    read_back,
     until,
+    write,
 )
 
 from pyprovlib.testing._cluster import TestCluster
@@ -111,22 +111,13 @@ async def helper_pods(cluster: TestCluster) -> list[str]:
 async def write_read_delete(cluster: TestCluster, class_name: str, base: Path) -> None:
     """The life of a local volume as a user sees it, checked on the node's disk."""
     await create(cluster, "persistentvolumeclaims", claim("data", class_name))
-    await create(cluster, "pods", pod("writer", "data", f"echo written-by-pod > {MOUNT}/file"))
-    await pod_phase(cluster, "writer", {"Succeeded"})
+    await write(cluster, "data", "written-by-pod")
     pv = await bound_volume(cluster, "data")
     directory = base / pv["metadata"]["name"]
     assert pv["spec"]["local"]["path"] == str(directory)
     assert (directory / "file").read_text() == "written-by-pod\n"
 
-    # Persistence: a new pod on the same claim finds the data.
-    await delete(cluster, ns_path(cluster, "pods", "writer"))
-    await create(
-        cluster, "pods", pod("reader", "data", f'test "$(cat {MOUNT}/file)" = written-by-pod')
-    )
-    await pod_phase(cluster, "reader", {"Succeeded"})
-
-    await delete(cluster, ns_path(cluster, "pods", "reader"))
-    await gone(cluster, ns_path(cluster, "pods", "reader"))
+    await read_back(cluster, "data", "written-by-pod")
     await delete(cluster, ns_path(cluster, "persistentvolumeclaims", "data"))
     await gone(cluster, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
     await until(lambda: _absent(directory), f"{directory} to be removed")
