@@ -690,11 +690,14 @@ async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> N
             assert any(killed_mid_work), "no kill landed while there was work left"
 
 
-@pytest.mark.heavy
-async def test_attacher_process_sigkilled_at_random_points(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, vas=8, kills=2, seed=70)
-
-
-@pytest.mark.slow
-async def test_attacher_process_sigkilled_at_random_points_100_vas(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, vas=100, kills=8, seed=71)
+@pytest.mark.parametrize(
+    ("vas", "kills", "seed"),
+    [
+        pytest.param(8, 2, 70, marks=pytest.mark.heavy, id="8-vas"),
+        pytest.param(100, 8, 71, marks=pytest.mark.slow, id="100-vas"),
+    ],
+)
+async def test_attacher_process_sigkilled_at_random_points(
+    tmp_path: Path, vas: int, kills: int, seed: int
+) -> None:
+    await sigkill_scenario(tmp_path, vas=vas, kills=kills, seed=seed)
