@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import Any
 
 import claim_support
+import provision_support
 from kubernetes_asyncio.client import (
     ApiClient,
     V1HostPathVolumeSource,
@@ -133,15 +134,13 @@ class BackendProvisioner(Provisioner):
 def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
     """The integration suite's options (no leader election, private metrics, millisecond
     retries), with retries up to half a second, no give-up thresholds and eight workers."""
-    integration = load_support("integration", "test_provision_e2e")
     defaults: dict[str, Any] = {
         "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
         "failed_provision_threshold": 0,
         "failed_delete_threshold": 0,
         "workers": 8,
     }
-    options: ProvisionControllerOptions = integration.fast_options(**{**defaults, **kwargs})
-    return options
+    return provision_support.fast_options(**{**defaults, **kwargs})
 
 
 def running(
