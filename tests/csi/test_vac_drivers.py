@@ -21,10 +21,8 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
-import shutil
 import signal
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,16 +111,6 @@ class Driver:
         return data
 
 
-@pytest.fixture
-def short_dir() -> Iterator[pathlib.Path]:
-    """An absolute directory with a path short enough for a unix socket."""
-    directory = pathlib.Path(tempfile.mkdtemp(prefix="vac-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 @contextlib.asynccontextmanager
 async def start_driver(
     kind: str, request: pytest.FixtureRequest, cluster: TestCluster, directory: pathlib.Path
@@ -196,7 +184,7 @@ async def test_a_claims_classes_reach_the_driver_once_each(
     kind: str,
     request: pytest.FixtureRequest,
     kube_cluster: TestCluster,
-    short_dir: pathlib.Path,
+    sock_dir: pathlib.Path,
     tmp_path: pathlib.Path,
 ) -> None:
     cluster = kube_cluster
@@ -206,7 +194,7 @@ async def test_a_claims_classes_reach_the_driver_once_each(
     volumes = ResourceClient(api, PERSISTENT_VOLUMES)
     vacs = ResourceClient(api, VOLUME_ATTRIBUTES_CLASSES)
 
-    async with start_driver(kind, request, cluster, short_dir) as driver:
+    async with start_driver(kind, request, cluster, sock_dir) as driver:
         classes: dict[str, str] = {}
         for label, parameters in (
             ("gold", {"iops": "3000"}),
