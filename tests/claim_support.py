@@ -68,6 +68,18 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
+def class_body(name: str, provisioner: str, **fields: Any) -> Obj:
+    """A StorageClass ``name`` of ``provisioner``, with ``fields`` (parameters, binding mode,
+    reclaim policy, ...) added."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        **fields,
+    }
+
+
 def claim_body(
     name: str,
     class_name: str | None = None,

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from claim_support import class_body
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from task_support import informers_running
@@ -131,14 +132,12 @@ class Cluster:
     ) -> str:
         name = self.name(base)
         await ResourceClient(self.api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": name},
-                "provisioner": provisioner or self.driver,
-                "volumeBindingMode": mode,
-                "parameters": {"kind": kind} if kind else {},
-            }
+            class_body(
+                name,
+                provisioner or self.driver,
+                volumeBindingMode=mode,
+                parameters={"kind": kind} if kind else {},
+            )
         )
         return name
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import claim_support
 import pytest
+from claim_support import class_body
 from csi_driver import DriverState, serve_driver
 from kubernetes_asyncio.client import ApiClient
 from process_support import terminate
@@ -257,13 +258,7 @@ async def csi_env(
 
 async def create_class(env: Env, **extra: Any) -> str:
     name = env.cluster.unique_name("sc")
-    body: Obj = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": env.name,
-        **extra,
-    }
+    body: Obj = class_body(name, env.name, **extra)
     await ResourceClient(env.cluster.api_client, STORAGE_CLASSES).create(body)
     env.cluster.track(STORAGE_CLASSES, name)
     return name

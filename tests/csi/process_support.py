@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from claim_support import attachment_body, claim_body
+from claim_support import attachment_body, claim_body, class_body
 from csi_driver import DRIVER_NAME
 from kubernetes_asyncio.client import ApiClient
 
@@ -110,15 +110,7 @@ def rbac_used(requests: Mapping[tuple[str, str], int]) -> set[tuple[str, str, st
 
 async def create_class(api: ApiClient, **fields: Any) -> None:
     """The StorageClass ``csi`` of the test driver, plus ``fields``."""
-    await ResourceClient(api, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "csi"},
-            "provisioner": DRIVER_NAME,
-            **fields,
-        }
-    )
+    await ResourceClient(api, STORAGE_CLASSES).create(class_body("csi", DRIVER_NAME, **fields))
 
 
 async def create_claim(api: ApiClient, name: str, **spec: Any) -> ResourceClient:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from claim_support import create_claim
+from claim_support import class_body, create_claim
 from csi_e2e import HOSTPATH_TOPOLOGY_KEY, find_go_binary, go_hostpath, register_hostpath_node
 from process_support import terminate
 
@@ -98,15 +98,13 @@ class Scene:
 
     async def add_class(self, name: str, kind: str, mode: str = "WaitForFirstConsumer") -> None:
         await ResourceClient(self.api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": name},
-                "provisioner": self.driver,
-                "volumeBindingMode": mode,
-                "reclaimPolicy": "Delete",
-                "parameters": {"kind": kind},
-            }
+            class_body(
+                name,
+                self.driver,
+                volumeBindingMode=mode,
+                reclaimPolicy="Delete",
+                parameters={"kind": kind},
+            )
         )
         self.cluster.track(STORAGE_CLASSES, name)
         if mode == "WaitForFirstConsumer":

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import claim_support
 import pytest
+from claim_support import class_body
 from csi_driver import DriverState, Fault
 from csi_e2e import (
     Env,
@@ -325,14 +326,7 @@ async def test_clone_protection_with_the_go_hostpath_driver(
         async with csi_env(cluster, sock_dir, go=driver, failed_provision_threshold=0) as env:
             class_name = cluster.unique_name("sc")
             await ResourceClient(api, STORAGE_CLASSES).create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "StorageClass",
-                    "metadata": {"name": class_name},
-                    "provisioner": name,
-                    "parameters": {"kind": "fast"},
-                    "reclaimPolicy": "Delete",
-                }
+                class_body(class_name, name, parameters={"kind": "fast"}, reclaimPolicy="Delete")
             )
             cluster.track(STORAGE_CLASSES, class_name)
             source = await bound_source(env, class_name)

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable
 
 import claim_support
 import pytest
+from claim_support import class_body
 from csi_e2e import GoHostpath, go_hostpath, register_hostpath_node
 from process_support import terminate
 
@@ -113,14 +114,7 @@ async def hostpath(
 async def storage_class(cluster: TestCluster, driver: GoHostpath, **extra: object) -> str:
     name = cluster.unique_name("sc")
     await ResourceClient(cluster.api_client, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": driver.name,
-            "reclaimPolicy": "Delete",
-            **extra,
-        }
+        class_body(name, driver.name, reclaimPolicy="Delete", **extra)
     )
     cluster.track(STORAGE_CLASSES, name)
     return name

@@ -28,6 +28,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from claim_support import class_body
 from csi_e2e import go_hostpath, register_hostpath_node
 from sidecar_support import kubeconfig_of, wait_for
 
@@ -216,14 +217,9 @@ async def test_a_claims_classes_reach_the_driver_once_each(
         storage_class = cluster.unique_name("sc")
         cluster.track(STORAGE_CLASSES, storage_class)
         await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": storage_class},
-                "provisioner": driver.name,
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "Immediate",
-            }
+            class_body(
+                storage_class, driver.name, reclaimPolicy="Delete", volumeBindingMode="Immediate"
+            )
         )
 
         async with testing.child_process(

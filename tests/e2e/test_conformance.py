@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from claim_support import attachment_body
+from claim_support import attachment_body, class_body
 from kubernetes_asyncio.client import (
     CoordinationV1Api,
     CoreV1Api,
@@ -190,13 +190,7 @@ async def test_storage_class_crud_and_defaults(kube_cluster: TestCluster) -> Non
     name = kube_cluster.unique_name("sc")
     kube_cluster.track(STORAGE_CLASSES, name)
     created = await storage.create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": PROVISIONER,
-            "parameters": {"speed": "fast"},
-        }
+        class_body(name, PROVISIONER, parameters={"speed": "fast"})
     )
     assert created.volume_binding_mode == "Immediate"
     assert created.reclaim_policy == "Delete"

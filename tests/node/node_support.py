@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from claim_support import claim_body
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.kube._objects import Obj
@@ -72,14 +72,7 @@ async def create_storage_class(
     await http(cluster).json(
         "POST",
         STORAGE_CLASSES.path(),
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": provisioner,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            **fields,
-        },
+        body=class_body(name, provisioner, volumeBindingMode="WaitForFirstConsumer", **fields),
     )
     cluster.track(STORAGE_CLASSES, name)
     return name

@@ -35,6 +35,7 @@ from typing import Any
 
 import claim_support
 import provision_support
+from claim_support import class_body
 from kubernetes_asyncio.client import (
     ApiClient,
     V1HostPathVolumeSource,
@@ -180,13 +181,7 @@ async def create_namespace(client: ApiClient, name: str) -> None:
 
 async def create_class(client: ApiClient, provisioner: str = PROVISIONER, **extra: Any) -> str:
     name = unique("sc")
-    body: Obj = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": provisioner,
-        **extra,
-    }
+    body: Obj = class_body(name, provisioner, **extra)
     await ResourceClient(client, STORAGE_CLASSES).create(body)
     return name
 

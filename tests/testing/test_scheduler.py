@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from claim_support import claim_body
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient
 from standalone_support import standalone
 
@@ -72,14 +72,7 @@ async def add_class(
     api: ApiClient, name: str, mode: str = "WaitForFirstConsumer", **extra: object
 ) -> None:
     await ResourceClient(api, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "example.com/late",
-            "volumeBindingMode": mode,
-            **extra,
-        }
+        class_body(name, "example.com/late", volumeBindingMode=mode, **extra)
     )
 
 
