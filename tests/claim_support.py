@@ -68,7 +68,7 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
-def class_body(name: str, provisioner: str, **fields: Any) -> Obj:
+def class_body(name: str, provisioner: str, /, **fields: Any) -> Obj:
     """A StorageClass ``name`` of ``provisioner``, with ``fields`` (parameters, binding mode,
     reclaim policy, ...) added."""
     return {

@@ -69,10 +69,14 @@ async def add_node(
 
 
 async def add_class(
-    api: ApiClient, name: str, mode: str = "WaitForFirstConsumer", **extra: object
+    api: ApiClient,
+    name: str,
+    mode: str = "WaitForFirstConsumer",
+    provisioner: str = "example.com/late",
+    **extra: object,
 ) -> None:
     await ResourceClient(api, STORAGE_CLASSES).create(
-        class_body(name, "example.com/late", volumeBindingMode=mode, **extra)
+        class_body(name, provisioner, volumeBindingMode=mode, **extra)
     )
 
 
