@@ -1,9 +1,11 @@
 """Claims and volumes as raw JSON on a :class:`~pyprovlib.testing._cluster.TestCluster`: the
-create/get/delete helpers the provisioning tests of tests/integration and tests/csi share
-(here at the root of ``tests/``, which pytest puts on ``sys.path``)."""
+create/get/delete helpers the provisioning tests of tests/integration and tests/csi share, and
+the bodies of the storage objects many suites create (here at the root of ``tests/``, which
+pytest puts on ``sys.path``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
@@ -26,19 +28,14 @@ async def create_claim(
 ) -> Obj:
     """A ReadWriteOnce claim of ``size`` in the cluster's namespace (a unique name unless
     ``name``); ``spec`` adds or overrides spec fields."""
-    body: Obj = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name or cluster.unique_name("claim"), "namespace": cluster.namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class_name,
-            "resources": {"requests": {"storage": size}},
-            **spec,
-        },
-    }
-    if annotations:
-        body["metadata"]["annotations"] = annotations
+    body = claim_body(
+        name or cluster.unique_name("claim"),
+        class_name,
+        namespace=cluster.namespace,
+        size=size,
+        annotations=annotations,
+        **spec,
+    )
     return await ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS).create(body)
 
 
@@ -71,6 +68,48 @@ async def delete_claim(cluster: TestCluster, name: str) -> None:
     )
 
 
+def class_body(name: str, provisioner: str, /, **fields: Any) -> Obj:
+    """A StorageClass ``name`` of ``provisioner``, with ``fields`` (parameters, binding mode,
+    reclaim policy, ...) added."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        **fields,
+    }
+
+
+def claim_body(
+    name: str,
+    class_name: str | None = None,
+    *,
+    namespace: str | None = None,
+    size: str = "1Gi",
+    annotations: Mapping[str, str] | None = None,
+    **spec: Any,
+) -> Obj:
+    """A ReadWriteOnce claim ``name`` of ``size``; of the class ``class_name``, in ``namespace``
+    and with ``annotations`` when they are given; ``spec`` adds or overrides spec fields."""
+    metadata: Obj = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    class_field = {} if class_name is None else {"storageClassName": class_name}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            **class_field,
+            "resources": {"requests": {"storage": size}},
+            **spec,
+        },
+    }
+
+
 def volume_body(name: str, **spec: Any) -> Obj:
     """A PV (1Gi, ReadWriteOnce, on a host path) for tests, with ``spec`` added."""
     return {
@@ -83,4 +122,31 @@ def volume_body(name: str, **spec: Any) -> Obj:
             "hostPath": {"path": f"/tmp/{name}"},
             **spec,
         },
+    }
+
+
+def attachment_body(name: str, attacher: str, node: str, volume: str) -> Obj:
+    """A VolumeAttachment ``name`` asking ``attacher`` to attach the PV ``volume`` to ``node``."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {
+            "attacher": attacher,
+            "nodeName": node,
+            "source": {"persistentVolumeName": volume},
+        },
+    }
+
+
+def vac_body(name: str, driver: str, **fields: Any) -> Obj:
+    """A VolumeAttributesClass ``name`` of ``driver`` (``iops: 3000``), ``fields`` added or
+    replaced."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttributesClass",
+        "metadata": {"name": name},
+        "driverName": driver,
+        "parameters": {"iops": "3000"},
+        **fields,
     }

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from typing import Any
 
-from claim_support import create_claim, delete_claim
+from claim_support import class_body, create_claim, delete_claim
 from kubernetes_asyncio.client import (
     V1HostPathVolumeSource,
     V1ObjectMeta,
@@ -75,13 +75,7 @@ async def create_class(
     cluster: TestCluster, provisioner: str, *, name: str | None = None, **extra: Any
 ) -> str:
     class_name = name or cluster.unique_name("sc")
-    body: Obj = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": class_name},
-        "provisioner": provisioner,
-        **extra,
-    }
+    body: Obj = class_body(class_name, provisioner, **extra)
     await ResourceClient(cluster.api_client, STORAGE_CLASSES).create(body)
     cluster.track(STORAGE_CLASSES, class_name)
     return class_name

@@ -5,7 +5,6 @@ step)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import sys
@@ -14,17 +13,13 @@ from types import ModuleType
 
 import pytest
 from bench_support import BENCH, run_bench
+from module_support import load_file
 
 
 def _load(name: str) -> ModuleType:
     sys.path.insert(0, str(BENCH))
     try:
-        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return load_file(f"bench_{name}", BENCH / f"{name}.py")
     finally:
         sys.path.remove(str(BENCH))
 

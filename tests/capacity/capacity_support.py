@@ -5,15 +5,16 @@ in-memory API server (or a real cluster: every object has a unique name)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from claim_support import class_body
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib.controller._capacity import (
@@ -27,6 +28,7 @@ from pyprovlib.kube._errors import is_not_found
 from pyprovlib.kube._informer import SharedInformerFactory
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
+    CONFIGMAPS,
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     NAMESPACES,
@@ -96,6 +98,12 @@ class Cluster:
         )
         return name
 
+    async def driver_node(self, base: str) -> str:
+        """A Node (as :meth:`node`) that runs the driver: its CSINode reports the topology key."""
+        name = await self.node(base)
+        await self.csinode(name)
+        return name
+
     async def csinode(self, node: str, keys: list[str] | None = None) -> Obj:
         return await ResourceClient(self.api, CSINODES).create(
             {
@@ -124,16 +132,62 @@ class Cluster:
     ) -> str:
         name = self.name(base)
         await ResourceClient(self.api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": name},
-                "provisioner": provisioner or self.driver,
-                "volumeBindingMode": mode,
-                "parameters": {"kind": kind} if kind else {},
-            }
+            class_body(
+                name,
+                provisioner or self.driver,
+                volumeBindingMode=mode,
+                parameters={"kind": kind} if kind else {},
+            )
         )
         return name
+
+    async def owner(self, name: str) -> Obj:
+        """A controller reference to a ConfigMap ``name``, created in the namespace to stand in
+        for the Deployment: an owner that exists (a real garbage collector deletes the
+        dependents of one that does not)."""
+        stand_in = await ResourceClient(self.api, CONFIGMAPS).create(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": self.namespace},
+            }
+        )
+        return {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": name,
+            "uid": stand_in["metadata"]["uid"],
+            "controller": True,
+        }
+
+    async def capacity_object(
+        self,
+        storage_class: str,
+        node: str,
+        *,
+        name: str = "",
+        labels: Mapping[str, str] | None = None,
+        owner: Obj | None = None,
+        **fields: Any,
+    ) -> Obj:
+        """A CSIStorageCapacity of 1Gi in the namespace for ``node``'s segment, as an earlier
+        instance would have left it: labelled as ours unless ``labels`` says otherwise, named
+        ``name`` (else generated), owned by ``owner``; ``fields`` added or replaced."""
+        metadata: Obj = {"name": name} if name else {"generateName": "csisc-"}
+        metadata.update(namespace=self.namespace, labels=dict(labels or self.labels()))
+        if owner is not None:
+            metadata["ownerReferences"] = [owner]
+        return await ResourceClient(self.api, CSI_STORAGE_CAPACITIES).create(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "CSIStorageCapacity",
+                "metadata": metadata,
+                "storageClassName": storage_class,
+                "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: node}},
+                "capacity": "1Gi",
+                **fields,
+            }
+        )
 
     async def delete(self, resource: Any, name: str) -> None:
         with contextlib.suppress(Exception):
@@ -236,18 +290,5 @@ async def capacity_controller(
         informer_factory=factory,
         clock=clock,
     )
-    informers = asyncio.create_task(run_informers(factory))
-    try:
-        async with testing.running(controller, ready=True):
-            yield Running(controller, source, factory, registry)
-    finally:
-        informers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await informers
-
-
-async def run_informers(factory: SharedInformerFactory) -> None:
-    """Run ``factory``'s informers until cancelled."""
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()
+    async with informers_running(factory), testing.running(controller, ready=True):
+        yield Running(controller, source, factory, registry)

@@ -22,7 +22,6 @@ from pyprovlib.controller._capacity import Capacity, CapacityControllerOptions
 from pyprovlib.controller._capacity.options import InvalidCapacityOptionsError
 from pyprovlib.kube._clock import FakeClock
 from pyprovlib.kube._resources import (
-    CONFIGMAPS,
     CSI_STORAGE_CAPACITIES,
     CSINODES,
     NODES,
@@ -36,9 +35,7 @@ pytestmark = pytest.mark.e2e
 
 async def test_one_object_per_class_and_segment(kube_cluster: TestCluster) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1, n2 = await c.node("n1"), await c.node("n2")
-        await c.csinode(n1)
-        await c.csinode(n2)
+        n1, n2 = await c.driver_node("n1"), await c.driver_node("n2")
         fast = await c.storage_class("fast", "fast")
         slow = await c.storage_class("slow", "slow")
         await c.storage_class("now", "fast", mode="Immediate")  # not for the scheduler
@@ -79,8 +76,7 @@ async def test_one_object_per_class_and_segment(kube_cluster: TestCluster) -> No
 
 async def test_classes_nodes_and_segments_come_and_go(kube_cluster: TestCluster) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         async with capacity_controller(c) as run:
             await c.wait_shapes([c.expect(fast, n1, "100Gi")], "the first object")
@@ -168,8 +164,7 @@ async def test_immediate_classes_only_with_capacity_for_immediate_binding(
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         now = await c.storage_class("now", mode="Immediate")
         async with capacity_controller(c, immediate_binding=True):
             await c.wait_shapes([c.expect(now, n1, "100Gi")], "the Immediate class")
@@ -177,9 +172,7 @@ async def test_immediate_classes_only_with_capacity_for_immediate_binding(
 
 async def test_capacity_changes_reach_the_objects_at_the_poll(kube_cluster: TestCluster) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1, n2 = await c.node("n1"), await c.node("n2")
-        await c.csinode(n1)
-        await c.csinode(n2)
+        n1, n2 = await c.driver_node("n1"), await c.driver_node("n2")
         fast = await c.storage_class("fast", "fast")
         source = FakeSource()
         clock = FakeClock()
@@ -206,9 +199,7 @@ async def test_a_volume_created_or_deleted_refreshes_its_topology_before_the_pol
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1, n2 = await c.node("n1"), await c.node("n2")
-        await c.csinode(n1)
-        await c.csinode(n2)
+        n1, n2 = await c.driver_node("n1"), await c.driver_node("n2")
         fast = await c.storage_class("fast", "fast")
         slow = await c.storage_class("slow", "slow")
         source = FakeSource()
@@ -278,8 +269,7 @@ async def test_objects_of_others_are_left_alone_and_stale_ones_deleted(
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         objects = ResourceClient(kube_cluster.api_client, CSI_STORAGE_CAPACITIES)
         ours = {
@@ -288,17 +278,7 @@ async def test_objects_of_others_are_left_alone_and_stale_ones_deleted(
         }
 
         async def make(name: str, labels: dict[str, str], **fields: Any) -> dict[str, Any]:
-            return await objects.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "CSIStorageCapacity",
-                    "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
-                    "storageClassName": fast,
-                    "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: n1}},
-                    "capacity": "1Gi",
-                    **fields,
-                }
-            )
+            return await c.capacity_object(fast, n1, name=name, labels=labels, **fields)
 
         # Another instance's (per-node managed-by) and another driver's: never touched.
         theirs = await make(
@@ -341,8 +321,7 @@ async def test_an_object_deleted_or_taken_away_by_someone_is_made_again(
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         objects = ResourceClient(kube_cluster.api_client, CSI_STORAGE_CAPACITIES)
         async with capacity_controller(c):
@@ -376,75 +355,20 @@ async def test_the_owner_reference_is_set_and_added_to_adopted_objects(
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        # An owner that exists (a real garbage collector deletes the dependents of one that
-        # does not): a ConfigMap stands in for the Deployment.
-        stand_in = await ResourceClient(kube_cluster.api_client, CONFIGMAPS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "csi-provisioner", "namespace": c.namespace},
-            }
-        )
-        owner = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": "csi-provisioner",
-            "uid": stand_in["metadata"]["uid"],
-            "controller": True,
-        }
-        n1, n2 = await c.node("n1"), await c.node("n2")
-        await c.csinode(n1)
-        await c.csinode(n2)
+        owner = await c.owner("csi-provisioner")
+        n1, n2 = await c.driver_node("n1"), await c.driver_node("n2")
         fast = await c.storage_class("fast", "fast")
-        objects = ResourceClient(kube_cluster.api_client, CSI_STORAGE_CAPACITIES)
         # Left by the instance of an old deployment (that still exists): adopted, and its
         # controller reference replaced (an object has one controller only).
-        old_deployment = await ResourceClient(kube_cluster.api_client, CONFIGMAPS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "old-provisioner", "namespace": c.namespace},
-            }
-        )
-        old_owner = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": "old-provisioner",
-            "uid": old_deployment["metadata"]["uid"],
-            "controller": True,
-        }
-        await objects.create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSIStorageCapacity",
-                "metadata": {
-                    "generateName": "csisc-",
-                    "namespace": c.namespace,
-                    "labels": dict(c.labels()),
-                    "ownerReferences": [old_owner],
-                },
-                "storageClassName": fast,
-                "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: n2}},
-                "capacity": "100Gi",
-                "maximumVolumeSize": "10Gi",
-            }
+        await c.capacity_object(
+            fast,
+            n2,
+            owner=await c.owner("old-provisioner"),
+            capacity="100Gi",
+            maximumVolumeSize="10Gi",
         )
         # Left by an instance without owner (or the Go sidecar before): adopted.
-        adopted = await objects.create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSIStorageCapacity",
-                "metadata": {
-                    "generateName": "csisc-",
-                    "namespace": c.namespace,
-                    "labels": dict(c.labels()),
-                },
-                "storageClassName": fast,
-                "nodeTopology": {"matchLabels": {TOPOLOGY_KEY: n1}},
-                "capacity": "100Gi",
-                "maximumVolumeSize": "10Gi",
-            }
-        )
+        adopted = await c.capacity_object(fast, n1, capacity="100Gi", maximumVolumeSize="10Gi")
         async with capacity_controller(c, owner=owner):
 
             async def owned() -> list[dict[str, Any]] | None:
@@ -459,8 +383,7 @@ async def test_the_owner_reference_is_set_and_added_to_adopted_objects(
 
 async def test_a_failing_get_capacity_is_retried(kube_cluster: TestCluster) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         source = FakeSource(fail=True)
         async with capacity_controller(c, source) as run:

@@ -6,12 +6,12 @@ Runs in memory, and on a real cluster with ``PYPROVLIB_E2E_KUBECONFIG`` or
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from capacity_support import FakeSource, cluster_for
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib._provisioner import IgnoredError, Provisioner, ProvisionOptions
@@ -48,8 +48,7 @@ async def test_only_the_leaders_capacity_controller_writes_and_the_follower_take
     kube_cluster: TestCluster,
 ) -> None:
     async with cluster_for(kube_cluster.api_client) as c:
-        n1 = await c.node("n1")
-        await c.csinode(n1)
+        n1 = await c.driver_node("n1")
         fast = await c.storage_class("fast", "fast")
         sources = [FakeSource(), FakeSource(default=Capacity(50 << 30, None))]
         lease = {
@@ -85,44 +84,37 @@ async def test_only_the_leaders_capacity_controller_writes_and_the_follower_take
             provisioner.run_beside("capacity", capacity.run)
             controllers.append(provisioner)
             capacities.append(capacity)
-        informers = [asyncio.create_task(_informers(f)) for f in factories]
-        try:
-            async with testing.running(controllers[0]), testing.running(controllers[1]):
+        async with (
+            informers_running(factories[0]),
+            informers_running(factories[1]),
+            testing.running(controllers[0]),
+            testing.running(controllers[1]),
+        ):
 
-                async def one_leader() -> bool:
-                    return sum(p.ready() for p in controllers) == 1
+            async def one_leader() -> bool:
+                return sum(p.ready() for p in controllers) == 1
 
-                await testing.eventually(one_leader, message="one leader")
-                leader = 0 if controllers[0].ready() else 1
-                follower = 1 - leader
-                expected = "100Gi" if leader == 0 else "50Gi"
-                maximum = "10Gi" if leader == 0 else None
-                await c.wait_shapes([c.expect(fast, n1, expected, maximum)], "the leader's object")
-                attempts = controllers[follower].lease_attempts
-                await testing.eventually(
-                    lambda: controllers[follower].lease_attempts >= attempts + 3,
-                    message="the follower kept trying for the Lease",
-                )
-                assert sources[follower].calls == []
-                assert not capacities[follower].ready()
-                (before,) = await c.objects()
+            await testing.eventually(one_leader, message="one leader")
+            leader = 0 if controllers[0].ready() else 1
+            follower = 1 - leader
+            expected = "100Gi" if leader == 0 else "50Gi"
+            maximum = "10Gi" if leader == 0 else None
+            await c.wait_shapes([c.expect(fast, n1, expected, maximum)], "the leader's object")
+            attempts = controllers[follower].lease_attempts
+            await testing.eventually(
+                lambda: controllers[follower].lease_attempts >= attempts + 3,
+                message="the follower kept trying for the Lease",
+            )
+            assert sources[follower].calls == []
+            assert not capacities[follower].ready()
+            (before,) = await c.objects()
 
-                controllers[leader].stop()
-                other = "50Gi" if leader == 0 else "100Gi"
-                other_max = None if leader == 0 else "10Gi"
-                (after,) = await c.wait_shapes(
-                    [c.expect(fast, n1, other, other_max)], "the new leader's capacity"
-                )
-                # Adopted, not replaced: the same object, updated.
-                assert after["metadata"]["uid"] == before["metadata"]["uid"]
-                assert sources[follower].calls
-        finally:
-            for task in informers:
-                task.cancel()
-            await asyncio.gather(*informers, return_exceptions=True)
-
-
-async def _informers(factory: SharedInformerFactory) -> None:
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()
+            controllers[leader].stop()
+            other = "50Gi" if leader == 0 else "100Gi"
+            other_max = None if leader == 0 else "10Gi"
+            (after,) = await c.wait_shapes(
+                [c.expect(fast, n1, other, other_max)], "the new leader's capacity"
+            )
+            # Adopted, not replaced: the same object, updated.
+            assert after["metadata"]["uid"] == before["metadata"]["uid"]
+            assert sources[follower].calls

@@ -118,6 +118,11 @@ class DriverState:
     async def apply_fault(self, method: str) -> None:
         await play(self.faults.get(method))
 
+    async def called(self, method: str, message: object) -> None:
+        """Record the call of ``method`` with ``message``, then play its fault, if any."""
+        self.calls.append((method, message))
+        await self.apply_fault(method)
+
 
 class TestIdentity(IdentityService):
     __test__ = False  # a driver service, not a pytest test class
@@ -218,8 +223,7 @@ class TestController(ControllerService):
         )
 
     async def create_snapshot(self, message: v1.CreateSnapshotRequest) -> v1.CreateSnapshotResponse:
-        self.state.calls.append(("CreateSnapshot", message))
-        await self.state.apply_fault("CreateSnapshot")
+        await self.state.called("CreateSnapshot", message)
         if not message.name or not message.source_volume_id:
             raise CSIError(Status.INVALID_ARGUMENT, "name and source_volume_id are required")
         snap = self.state.take_snapshot(message.source_volume_id, message.name)
@@ -233,14 +237,12 @@ class TestController(ControllerService):
         )
 
     async def delete_snapshot(self, message: v1.DeleteSnapshotRequest) -> v1.DeleteSnapshotResponse:
-        self.state.calls.append(("DeleteSnapshot", message))
-        await self.state.apply_fault("DeleteSnapshot")
+        await self.state.called("DeleteSnapshot", message)
         self.state.snapshots.pop(message.snapshot_id, None)
         return v1.DeleteSnapshotResponse()
 
     async def get_capacity(self, message: v1.GetCapacityRequest) -> v1.GetCapacityResponse:
-        self.state.calls.append(("GetCapacity", message))
-        await self.state.apply_fault("GetCapacity")
+        await self.state.called("GetCapacity", message)
         if self.state.capacity is None:
             raise CSIError(Status.UNIMPLEMENTED, "GetCapacity is not implemented")
         topology = message.accessible_topology
@@ -249,8 +251,7 @@ class TestController(ControllerService):
         return v1.GetCapacityResponse(available_capacity=available, maximum_volume_size=available)
 
     async def delete_volume(self, message: v1.DeleteVolumeRequest) -> v1.DeleteVolumeResponse:
-        self.state.calls.append(("DeleteVolume", message))
-        await self.state.apply_fault("DeleteVolume")
+        await self.state.called("DeleteVolume", message)
         for name, volume in list(self.state.volumes.items()):
             if volume.volume_id == message.volume_id:
                 del self.state.volumes[name]
@@ -259,8 +260,7 @@ class TestController(ControllerService):
     async def controller_modify_volume(
         self, message: v1.ControllerModifyVolumeRequest
     ) -> v1.ControllerModifyVolumeResponse:
-        self.state.calls.append(("ControllerModifyVolume", message))
-        await self.state.apply_fault("ControllerModifyVolume")
+        await self.state.called("ControllerModifyVolume", message)
         return v1.ControllerModifyVolumeResponse()
 
 

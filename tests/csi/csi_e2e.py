@@ -13,19 +13,22 @@ import lzma
 import os
 import pathlib
 import shutil
-import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import claim_support
 import pytest
+from claim_support import class_body
 from csi_driver import DriverState, serve_driver
+from kubernetes_asyncio.client import ApiClient
+from process_support import terminate
 from prometheus_client import CollectorRegistry
+from provision_support import fast_options
+from task_support import informers_running
+from topology_support import create_driver_node
 
 from pyprovlib import testing
-from pyprovlib.controller._metrics import ProvisionMetrics
-from pyprovlib.controller._options import ProvisionControllerOptions
 from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi.provisioner import CSIProvisioner, CSIProvisionerOptions
@@ -53,6 +56,13 @@ SHARED_XZ = (
     pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "kube" / "hostpathplugin.xz"
 )
 HOSTPATH_TOPOLOGY_KEY = "topology.hostpath.csi/node"
+
+
+async def register_hostpath_node(api: ApiClient, driver: str, node: str) -> None:
+    """The Node ``node`` labelled with the hostpath driver's topology key (its value the node's
+    name, as the driver reports it) and its CSINode naming ``driver`` with that key: a Go
+    sidecar finds no topology without them."""
+    await create_driver_node(api, node, driver, HOSTPATH_TOPOLOGY_KEY)
 
 
 def find_hostpathplugin(unpack_dir: pathlib.Path) -> pathlib.Path | None:
@@ -152,14 +162,7 @@ async def go_hostpath(
                 await asyncio.sleep(0.05)
         yield GoHostpath(process, socket, name, node_id, state_dir)
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(10):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate(process, 10)
         log.close()
 
 
@@ -224,19 +227,15 @@ async def csi_env(
             provisioner = CSIProvisioner(
                 cluster.api_client, connection, options, informer_factory=factory
             )
-            defaults: dict[str, Any] = {
-                "leader_election": False,
-                "metrics": ProvisionMetrics(CollectorRegistry()),
+            settings: dict[str, Any] = {
                 "rate_limiter": ItemExponentialFailureRateLimiter(0.01, 0.2),
-                "create_provisioned_pv_retry_count": 3,
-                "create_provisioned_pv_interval": 0.01,
+                **controller_options,
             }
-            defaults.update(controller_options)
             controller = ProvisionController(
                 cluster.api_client,
                 connection.driver_name,
                 provisioner,
-                ProvisionControllerOptions(**defaults),
+                fast_options(**settings),
                 informer_factory=factory,
             )
             provisioner.recorder = controller.recorder
@@ -251,35 +250,15 @@ async def csi_env(
             )
             if cloner is not None:
                 controller.run_beside("cloning-protection", cloner.run)
-            informers = asyncio.create_task(_run_informers(factory))
-            try:
-                async with testing.running(controller):
-                    yield Env(cluster, state, connection, provisioner, controller, cloner)
-            finally:
-                informers.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await informers
+            async with informers_running(factory), testing.running(controller):
+                yield Env(cluster, state, connection, provisioner, controller, cloner)
         finally:
             connection.close()
 
 
-async def _run_informers(factory: SharedInformerFactory | None) -> None:
-    if factory is None:
-        return
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()
-
-
 async def create_class(env: Env, **extra: Any) -> str:
     name = env.cluster.unique_name("sc")
-    body: Obj = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": env.name,
-        **extra,
-    }
+    body: Obj = class_body(name, env.name, **extra)
     await ResourceClient(env.cluster.api_client, STORAGE_CLASSES).create(body)
     env.cluster.track(STORAGE_CLASSES, name)
     return name

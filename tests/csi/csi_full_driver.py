@@ -62,8 +62,7 @@ class FullController(TestController):
     async def controller_publish_volume(
         self, message: v1.ControllerPublishVolumeRequest
     ) -> v1.ControllerPublishVolumeResponse:
-        self.state.calls.append(("ControllerPublishVolume", message))
-        await self.state.apply_fault("ControllerPublishVolume")
+        await self.state.called("ControllerPublishVolume", message)
         self._volume(message.volume_id)
         self.published.setdefault(message.volume_id, set()).add(message.node_id)
         return v1.ControllerPublishVolumeResponse(
@@ -73,16 +72,14 @@ class FullController(TestController):
     async def controller_unpublish_volume(
         self, message: v1.ControllerUnpublishVolumeRequest
     ) -> v1.ControllerUnpublishVolumeResponse:
-        self.state.calls.append(("ControllerUnpublishVolume", message))
-        await self.state.apply_fault("ControllerUnpublishVolume")
+        await self.state.called("ControllerUnpublishVolume", message)
         self.published.get(message.volume_id, set()).discard(message.node_id)
         return v1.ControllerUnpublishVolumeResponse()
 
     async def controller_expand_volume(
         self, message: v1.ControllerExpandVolumeRequest
     ) -> v1.ControllerExpandVolumeResponse:
-        self.state.calls.append(("ControllerExpandVolume", message))
-        await self.state.apply_fault("ControllerExpandVolume")
+        await self.state.called("ControllerExpandVolume", message)
         volume = self.state.volumes[self._volume(message.volume_id)]
         required = message.capacity_range.required_bytes if message.capacity_range else 0
         volume.capacity = max(volume.capacity, required)
@@ -101,8 +98,7 @@ class FullController(TestController):
     async def controller_modify_volume(
         self, message: v1.ControllerModifyVolumeRequest
     ) -> v1.ControllerModifyVolumeResponse:
-        self.state.calls.append(("ControllerModifyVolume", message))
-        await self.state.apply_fault("ControllerModifyVolume")
+        await self.state.called("ControllerModifyVolume", message)
         self._volume(message.volume_id)
         self.mutable.setdefault(message.volume_id, {}).update(message.mutable_parameters)
         return v1.ControllerModifyVolumeResponse()

@@ -1,27 +1,45 @@
 """What the tests of the CSI entry points as real processes (``python -m
 pyprovlib.csi.provisioner``, ``python -m pyprovlib.csi``) share: the objects they provision
-(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``) and a wait that fails
-at once, with the process's log, when the process exits first."""
+(the ``csi`` StorageClass of the test driver, 1Gi claims in ``default``, the driver on
+``node-1`` and attachments there), a wait that fails
+at once, with the process's log, when the process exits first, and the stop of a process the
+tests started themselves (the Go binaries)."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
+import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
+import pytest
 import yaml
+from claim_support import attachment_body, claim_body, class_body
 from csi_driver import DRIVER_NAME
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib import testing
 from pyprovlib.kube import _resources as resources
 from pyprovlib.kube._objects import Obj
-from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, STORAGE_CLASSES
+from pyprovlib.kube._resources import (
+    CSINODES,
+    PERSISTENT_VOLUME_CLAIMS,
+    STORAGE_CLASSES,
+    VOLUME_ATTACHMENTS,
+)
 from pyprovlib.kube._rest import ResourceClient
 
 DEADLINE = 30.0
 T = TypeVar("T")
+
+
+# The provisioner as the sidecar and as the combined process: a test of either runs on both.
+both_provisioner_entry_points = pytest.mark.parametrize(
+    ("module", "args"),
+    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
+)
 
 
 def entry_point(
@@ -51,6 +69,20 @@ def entry_point(
     )
 
 
+async def terminate(process: asyncio.subprocess.Process, grace: float) -> None:
+    """Stop ``process`` as a kubelet would: SIGTERM, then SIGKILL when it has not exited
+    within ``grace`` seconds. Nothing when it has exited already."""
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        async with asyncio.timeout(grace):
+            await process.wait()
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+
+
 RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath" / "rbac.yaml"
 
 
@@ -78,34 +110,14 @@ def rbac_used(requests: Mapping[tuple[str, str], int]) -> set[tuple[str, str, st
 
 async def create_class(api: ApiClient, **fields: Any) -> None:
     """The StorageClass ``csi`` of the test driver, plus ``fields``."""
-    await ResourceClient(api, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "csi"},
-            "provisioner": DRIVER_NAME,
-            **fields,
-        }
-    )
+    await ResourceClient(api, STORAGE_CLASSES).create(class_body("csi", DRIVER_NAME, **fields))
 
 
 async def create_claim(api: ApiClient, name: str, **spec: Any) -> ResourceClient:
     """A 1Gi ReadWriteOnce claim ``name`` of class ``csi`` in ``default`` (``spec`` adds spec
     fields); returns the claims' client."""
     claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-    await claims.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "csi",
-                "resources": {"requests": {"storage": "1Gi"}},
-                **spec,
-            },
-        }
-    )
+    await claims.create(claim_body(name, "csi", namespace="default", **spec))
     return claims
 
 
@@ -129,6 +141,33 @@ async def until(
         return value
 
     return await testing.eventually(check, timeout=DEADLINE, message=what)
+
+
+async def register_node_1(api: ApiClient) -> None:
+    """The CSINode of ``node-1``: the test driver runs there, as node ``node-1-id``."""
+    await ResourceClient(api, CSINODES).create(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": "node-1"},
+            "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
+        }
+    )
+
+
+async def attach_to_node_1(
+    api: ApiClient, name: str, volume: str, process: testing.ChildProcess | None = None
+) -> Obj:
+    """Create the VolumeAttachment ``name`` of the PV ``volume`` to ``node-1`` for the test
+    driver, and wait until it is attached; return it."""
+    attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
+    await attachments.create(attachment_body(name, DRIVER_NAME, "node-1", volume))
+
+    async def attached() -> Obj | None:
+        va = await attachments.get(name)
+        return va if status(va).get("attached") else None
+
+    return await until(attached, f"VolumeAttachment {name} attached", process)
 
 
 async def wait_claim_bound(

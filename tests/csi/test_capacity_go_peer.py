@@ -17,14 +17,14 @@ import copy
 import json
 import os
 import pathlib
-import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from claim_support import create_claim
-from csi_e2e import HOSTPATH_TOPOLOGY_KEY, find_go_binary, go_hostpath
+from claim_support import class_body, create_claim
+from csi_e2e import HOSTPATH_TOPOLOGY_KEY, find_go_binary, go_hostpath, register_hostpath_node
+from process_support import terminate
 
 from pyprovlib import testing
 from pyprovlib.kube._errors import is_not_found
@@ -90,29 +90,7 @@ class Scene:
         return self.cluster.api_client
 
     async def add_node(self, name: str) -> None:
-        await ResourceClient(self.api, NODES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": name, "labels": {HOSTPATH_TOPOLOGY_KEY: name}},
-            }
-        )
-        await ResourceClient(self.api, CSINODES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": name},
-                "spec": {
-                    "drivers": [
-                        {
-                            "name": self.driver,
-                            "nodeID": name,
-                            "topologyKeys": [HOSTPATH_TOPOLOGY_KEY],
-                        }
-                    ]
-                },
-            }
-        )
+        await register_hostpath_node(self.api, self.driver, name)
 
     async def remove_node(self, name: str) -> None:
         for resource in (CSINODES, NODES):
@@ -120,15 +98,13 @@ class Scene:
 
     async def add_class(self, name: str, kind: str, mode: str = "WaitForFirstConsumer") -> None:
         await ResourceClient(self.api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": name},
-                "provisioner": self.driver,
-                "volumeBindingMode": mode,
-                "reclaimPolicy": "Delete",
-                "parameters": {"kind": kind},
-            }
+            class_body(
+                name,
+                self.driver,
+                volumeBindingMode=mode,
+                reclaimPolicy="Delete",
+                parameters={"kind": kind},
+            )
         )
         self.cluster.track(STORAGE_CLASSES, name)
         if mode == "WaitForFirstConsumer":
@@ -228,23 +204,53 @@ async def run_stages(scene: Scene, runner: Runner, namespace: str) -> dict[str, 
 
         # A 10Gi volume of kind fast on the first node: every fast object says 90Gi (the
         # volume's node at once, the others by the poll).
-        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
-        claim = await create_claim(
-            scene.cluster,
-            fast,
-            size="10Gi",
-            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
-        )
-        claim_name = claim["metadata"]["name"]
-        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        claim_name, volume = await fast_volume_on(scene, nodes[0])
         await stage("capacity changed", scene.expected(nodes, {"fast": 10 * GI}))
 
         # Back to the start for the next run: the volume deleted (by this provisioner), the
         # class gone, the node back.
-        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
+        await delete_claim_and_volume(scene, claim_name, volume)
         await scene.remove_class(added)
     await scene.add_node(gone)
     return seen
+
+
+async def fast_volume_on(scene: Scene, node: str) -> tuple[str, str]:
+    """A 10Gi claim of the first class of kind fast, its node ``node`` selected, once bound:
+    the claim's name and its volume's."""
+    fast = next(name for name, kind in scene.classes.items() if kind == "fast")
+    claim = await create_claim(
+        scene.cluster,
+        fast,
+        size="10Gi",
+        annotations={"volume.kubernetes.io/selected-node": node},
+    )
+    bound = await testing.wait_bound(scene.cluster, claim["metadata"]["name"], timeout=60)
+    return claim["metadata"]["name"], bound["spec"]["volumeName"]
+
+
+async def set_scene(
+    cluster: TestCluster, prefix: str, *, nodes: int
+) -> tuple[Scene, dict[str, str]]:
+    """A driver and ``nodes`` nodes of its own (named after ``prefix``), the classes ``fast`` and
+    ``slow``, and a namespace for each provisioner (``go``, ``py``: its namespace)."""
+    driver = f"{cluster.unique_name(prefix)}.hostpath.csi"
+    names = [cluster.unique_name(f"{prefix}-n{i}") for i in range(1, nodes + 1)]
+    scene = Scene(cluster, driver, names, added_class=cluster.unique_name("fast2"))
+    namespaces = {}
+    for who in ("go", "py"):
+        namespaces[who] = f"{cluster.namespace}-{prefix}-{who}"
+        await ResourceClient(cluster.api_client, NAMESPACES).create(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[who]}}
+        )
+        cluster.track(NAMESPACES, namespaces[who])
+    for name in names:
+        cluster.track(NODES, name)
+        cluster.track(CSINODES, name)
+        await scene.add_node(name)
+    await scene.add_class(cluster.unique_name("fast"), "fast")
+    await scene.add_class(cluster.unique_name("slow"), "slow")
+    return scene, namespaces
 
 
 @contextlib.asynccontextmanager
@@ -278,14 +284,7 @@ async def go_sidecar(
         yield
         assert process.returncode is None, "the Go csi-provisioner exited"
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(15):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate(process, 15)
         log.close()
 
 
@@ -322,23 +321,8 @@ async def test_go_and_pyprovlib_publish_the_same_capacity(
 ) -> None:
     kubeconfig = kube_cluster.kubeconfig
     assert kubeconfig is not None
-    api = kube_cluster.api_client
-    driver = f"{kube_cluster.unique_name('cap')}.hostpath.csi"
-    nodes = [kube_cluster.unique_name(f"cap-n{i}") for i in (1, 2, 3)]
-    scene = Scene(kube_cluster, driver, nodes, added_class=kube_cluster.unique_name("fast2"))
-    namespaces = {}
-    for who in ("go", "py"):
-        namespaces[who] = f"{kube_cluster.namespace}-{who}"
-        await ResourceClient(api, NAMESPACES).create(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[who]}}
-        )
-        kube_cluster.track(NAMESPACES, namespaces[who])
-    for name in nodes:
-        kube_cluster.track(NODES, name)
-        kube_cluster.track(CSINODES, name)
-        await scene.add_node(name)
-    await scene.add_class(kube_cluster.unique_name("fast"), "fast")
-    await scene.add_class(kube_cluster.unique_name("slow"), "slow")
+    scene, namespaces = await set_scene(kube_cluster, "cap", nodes=3)
+    driver, nodes = scene.driver, scene.nodes
     # Immediate binding: no object from either (the scheduler does not read them).
     await scene.add_class(kube_cluster.unique_name("now"), "fast", mode="Immediate")
 
@@ -395,20 +379,12 @@ async def run_node_stages(
 
         # A 10Gi volume of kind fast for the first node, made by that node's instance: only
         # that node's fast objects go down (each node has a driver of its own).
-        fast = next(name for name, kind in scene.classes.items() if kind == "fast")
-        claim = await create_claim(
-            scene.cluster,
-            fast,
-            size="10Gi",
-            annotations={"volume.kubernetes.io/selected-node": nodes[0]},
-        )
-        claim_name = claim["metadata"]["name"]
-        bound = await testing.wait_bound(scene.cluster, claim_name, timeout=60)
+        claim_name, volume = await fast_volume_on(scene, nodes[0])
         used = {nodes[0]: {"fast": 10 * GI}}
         want = sorted(row for node in nodes for row in scene.expected([node], used.get(node)))
         await stage("capacity changed", want)
 
-        await delete_claim_and_volume(scene, claim_name, bound["spec"]["volumeName"])
+        await delete_claim_and_volume(scene, claim_name, volume)
         await scene.remove_class(scene.added_class)
     return seen
 
@@ -424,23 +400,8 @@ async def test_node_deployment_publishes_the_same_capacity_as_go(
     node's segment, under a managed-by label of its node."""
     kubeconfig = kube_cluster.kubeconfig
     assert kubeconfig is not None
-    api = kube_cluster.api_client
-    driver = f"{kube_cluster.unique_name('ndcap')}.hostpath.csi"
-    nodes = [kube_cluster.unique_name(f"ndcap-n{i}") for i in (1, 2)]
-    scene = Scene(kube_cluster, driver, nodes, added_class=kube_cluster.unique_name("fast2"))
-    namespaces = {}
-    for who in ("go", "py"):
-        namespaces[who] = f"{kube_cluster.namespace}-nd{who}"
-        await ResourceClient(api, NAMESPACES).create(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespaces[who]}}
-        )
-        kube_cluster.track(NAMESPACES, namespaces[who])
-    for name in nodes:
-        kube_cluster.track(NODES, name)
-        kube_cluster.track(CSINODES, name)
-        await scene.add_node(name)
-    await scene.add_class(kube_cluster.unique_name("fast"), "fast")
-    await scene.add_class(kube_cluster.unique_name("slow"), "slow")
+    scene, namespaces = await set_scene(kube_cluster, "ndcap", nodes=2)
+    driver, nodes = scene.driver, scene.nodes
 
     def go_instance(namespace: str, node: str, socket: pathlib.Path) -> Any:
         return go_sidecar(

@@ -18,7 +18,7 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
-from claim_support import create_claim
+from claim_support import class_body, create_claim
 from csi_driver import TOPOLOGY_KEY, DriverState, serve_driver
 
 from pyprovlib import testing
@@ -157,13 +157,7 @@ async def test_the_scheduler_places_claims_only_where_capacity_allows(
     kube_cluster.track(CSIDRIVERS, driver)
     class_name = kube_cluster.unique_name("sched")
     await ResourceClient(api, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": class_name},
-            "provisioner": driver,
-            "volumeBindingMode": "WaitForFirstConsumer",
-        }
+        class_body(class_name, driver, volumeBindingMode="WaitForFirstConsumer")
     )
     kube_cluster.track(STORAGE_CLASSES, class_name)
     assert kube_cluster.kubeconfig is not None

@@ -19,12 +19,14 @@ from csi_full_driver import serve_full_driver
 from process_support import (
     DEADLINE,
     create_claim,
+    create_class,
     entry_point,
     rbac_granted,
     rbac_used,
     until,
     wait_claim_bound,
 )
+from topology_support import create_driver_node
 
 from pyprovlib import testing
 from pyprovlib.kube._config import DEFAULT_USER_AGENT, LimitedApiClient
@@ -32,9 +34,7 @@ from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._ratelimit import TokenBucket
 from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
-    CSINODES,
     DEPLOYMENTS,
-    NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PODS,
     REPLICA_SETS,
@@ -121,21 +121,7 @@ async def deployment_chain(api: Any) -> Obj:
 
 async def node(api: Any, name: str, keys: list[str]) -> None:
     """A Node labelled with its name under :data:`TOPOLOGY_KEY`, and its CSINode."""
-    await ResourceClient(api, NODES).create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {TOPOLOGY_KEY: name}},
-        }
-    )
-    await ResourceClient(api, CSINODES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "CSINode",
-            "metadata": {"name": name},
-            "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": name, "topologyKeys": keys}]},
-        }
-    )
+    await create_driver_node(api, name, DRIVER_NAME, TOPOLOGY_KEY, keys=keys)
 
 
 async def capacities(api: Any) -> dict[str, Obj]:
@@ -177,15 +163,8 @@ async def test_the_provisioner_sidecar_publishes_and_refreshes_capacity(
         deployment = await deployment_chain(api)
         await node(api, "node-1", [TOPOLOGY_KEY])
         await node(api, "node-2", [TOPOLOGY_KEY])
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "WaitForFirstConsumer",
-                "parameters": {"kind": "fast"},
-            }
+        await create_class(
+            api, volumeBindingMode="WaitForFirstConsumer", parameters={"kind": "fast"}
         )
         async with entry_point(
             "pyprovlib.csi.provisioner",
@@ -260,14 +239,7 @@ async def test_the_combined_process_carries_capacity(
         await deployment_chain(api)
         await node(api, "node-1", [])
         await node(api, "node-2", [])
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-            }
-        )
+        await create_class(api)
         async with entry_point(
             "pyprovlib.csi",
             kubeconfig,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import claim_support
 import pytest
+from claim_support import class_body
 from csi_driver import DriverState, Fault
 from csi_e2e import (
     Env,
@@ -29,6 +30,7 @@ from csi_e2e import (
 )
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
+from task_support import informers_running
 
 from pyprovlib import testing
 from pyprovlib._logging import get_logger
@@ -120,6 +122,19 @@ async def test_a_source_deleted_while_a_clone_is_in_flight_stays_until_the_clone
         assert request.volume_content_source is not None  # type: ignore[attr-defined]
 
 
+async def pending_clone_of_deleted(env: Env, class_name: str, source: str, refusal: str) -> str:
+    """A clone of ``source`` the driver refuses (an event saying ``refusal``), so it stays
+    Pending; then ``source`` deleted, which it keeps terminating and protected. The clone's
+    name."""
+    clone = await create_claim(env, class_name, dataSource=clone_of(source))
+    clone_name: str = clone["metadata"]["name"]
+    await wait_event(env, clone_name, "ProvisioningFailed", refusal)
+    await wait_protected(env.cluster, source)
+    deleted = await delete(env.cluster, source)
+    await assert_terminating_and_protected(env.cluster, env.cloning_protection, deleted)
+    return clone_name
+
+
 @pytest.mark.parametrize("provisioning_finalizer", [False, True], ids=["plain", "protected"])
 async def test_an_abandoned_clone_releases_its_source(
     kube_cluster: TestCluster, sock_dir: pathlib.Path, provisioning_finalizer: bool
@@ -131,13 +146,7 @@ async def test_an_abandoned_clone_releases_its_source(
         source = await bound_source(env, class_name)
         # The driver refuses every clone: the clone stays Pending, retried.
         env.driver.fail("CreateVolume", Fault(status=Status.INTERNAL, times=10**6))
-        clone = await create_claim(env, class_name, dataSource=clone_of(source))
-        clone_name = clone["metadata"]["name"]
-        await wait_event(env, clone_name, "ProvisioningFailed", "injected failure")
-        await wait_protected(kube_cluster, source)
-
-        deleted = await delete(kube_cluster, source)
-        await assert_terminating_and_protected(kube_cluster, env.cloning_protection, deleted)
+        clone_name = await pending_clone_of_deleted(env, class_name, source, "injected failure")
 
         await ResourceClient(kube_cluster.api_client, PERSISTENT_VOLUME_CLAIMS).delete(
             clone_name, kube_cluster.namespace
@@ -238,20 +247,8 @@ async def cloning_protection(cluster: TestCluster) -> AsyncIterator[CloningProte
         rate_limiter=ItemExponentialFailureRateLimiter(0.01, 0.2),
         registry=CollectorRegistry(),
     )
-    informers = asyncio.create_task(run_informers(factory))
-    try:
-        async with testing.running(controller):
-            yield controller
-    finally:
-        informers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await informers
-
-
-async def run_informers(factory: SharedInformerFactory) -> None:
-    async with asyncio.TaskGroup() as group:
-        factory.start(group)
-        await asyncio.Event().wait()  # until cancelled
+    async with informers_running(factory), testing.running(controller):
+        yield controller
 
 
 async def test_the_finalizer_goes_with_the_last_clone_in_flight_even_across_a_restart(
@@ -329,14 +326,7 @@ async def test_clone_protection_with_the_go_hostpath_driver(
         async with csi_env(cluster, sock_dir, go=driver, failed_provision_threshold=0) as env:
             class_name = cluster.unique_name("sc")
             await ResourceClient(api, STORAGE_CLASSES).create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "StorageClass",
-                    "metadata": {"name": class_name},
-                    "provisioner": name,
-                    "parameters": {"kind": "fast"},
-                    "reclaimPolicy": "Delete",
-                }
+                class_body(class_name, name, parameters={"kind": "fast"}, reclaimPolicy="Delete")
             )
             cluster.track(STORAGE_CLASSES, class_name)
             source = await bound_source(env, class_name)
@@ -350,12 +340,9 @@ async def test_clone_protection_with_the_go_hostpath_driver(
             marker = pathlib.Path(driver.volumes()[source_handle]["VolPath"]) / "marker"
             marker.write_text("from the source")
 
-            clone = await create_claim(env, class_name, dataSource=clone_of(source))
-            clone_name = clone["metadata"]["name"]
-            await wait_event(env, clone_name, "ProvisioningFailed", "ResourceExhausted")
-            await wait_protected(cluster, source)
-            deleted = await delete(cluster, source)
-            await assert_terminating_and_protected(cluster, env.cloning_protection, deleted)
+            clone_name = await pending_clone_of_deleted(
+                env, class_name, source, "ResourceExhausted"
+            )
 
             await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).delete(filler, cluster.namespace)
             bound = await wait_bound(env, clone_name, timeout=60.0)

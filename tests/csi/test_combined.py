@@ -19,11 +19,13 @@ from csi_driver import DRIVER_NAME, serve_driver
 from csi_full_driver import serve_full_driver
 from process_support import (
     DEADLINE,
+    attach_to_node_1,
     create_claim,
     create_class,
     entry_point,
     rbac_granted,
     rbac_used,
+    register_node_1,
     status,
     until,
     wait_claim_bound,
@@ -39,7 +41,6 @@ from pyprovlib.kube._config import DEFAULT_USER_AGENT, LimitedApiClient
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._ratelimit import TokenBucket
 from pyprovlib.kube._resources import (
-    CSINODES,
     LEASES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
@@ -225,14 +226,7 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
         claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
         volumes = ResourceClient(api, PERSISTENT_VOLUMES)
         attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
-        await ResourceClient(api, CSINODES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": "node-1"},
-                "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
-            }
-        )
+        await register_node_1(api)
         await create_class(api, allowVolumeExpansion=True)
         classes = ResourceClient(api, VOLUME_ATTRIBUTES_CLASSES)
         for name, parameters in (("gold", {"iops": "3000"}), ("platinum", {"iops": "9000"})):
@@ -250,24 +244,7 @@ async def run_lifecycle(server: ApiServer, process: Process) -> dict[str, Obj]:
         pv_name = spec(claim)["volumeName"]
         seen["bound_pv"] = await volumes.get(pv_name)
 
-        await attachments.create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "VolumeAttachment",
-                "metadata": {"name": "va-data"},
-                "spec": {
-                    "attacher": DRIVER_NAME,
-                    "nodeName": "node-1",
-                    "source": {"persistentVolumeName": pv_name},
-                },
-            }
-        )
-
-        async def attached() -> Obj | None:
-            va = await attachments.get("va-data")
-            return va if status(va).get("attached") else None
-
-        seen["attached"] = await until(attached, "volume attached", process)
+        seen["attached"] = await attach_to_node_1(api, "va-data", pv_name, process)
 
         await claims.patch(
             "data",
@@ -391,50 +368,14 @@ async def test_read_only_many_is_published_read_only_with_controller_publish_rea
             args.append("--controller-publish-readonly")
         async with combined(kubeconfig, *args) as process, own_client(server) as api:
             claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
-            attachments = ResourceClient(api, VOLUME_ATTACHMENTS)
-            await ResourceClient(api, CSINODES).create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "CSINode",
-                    "metadata": {"name": "node-1"},
-                    "spec": {"drivers": [{"name": DRIVER_NAME, "nodeID": "node-1-id"}]},
-                }
-            )
+            await register_node_1(api)
             await create_class(api)
-            await claims.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": "shared", "namespace": "default"},
-                    "spec": {
-                        "accessModes": ["ReadOnlyMany"],
-                        "storageClassName": "csi",
-                        "resources": {"requests": {"storage": "1Gi"}},
-                    },
-                }
-            )
+            await create_claim(api, "shared", accessModes=["ReadOnlyMany"])
             claim = await wait_claim_bound(claims, "shared", process)
             pv_name = spec(claim)["volumeName"]
             pv = await ResourceClient(api, PERSISTENT_VOLUMES).get(pv_name)
             assert spec(pv)["csi"].get("readOnly", False) is flag
-            await attachments.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": "va-shared"},
-                    "spec": {
-                        "attacher": DRIVER_NAME,
-                        "nodeName": "node-1",
-                        "source": {"persistentVolumeName": pv_name},
-                    },
-                }
-            )
-
-            async def attached() -> Obj | None:
-                va = await attachments.get("va-shared")
-                return va if status(va).get("attached") else None
-
-            await until(attached, "volume attached", process)
+            await attach_to_node_1(api, "va-shared", pv_name, process)
             (publish,) = state.requests("ControllerPublishVolume")
             assert publish.readonly is flag  # type: ignore[attr-defined]
             mode = publish.volume_capability.access_mode.mode  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from claim_support import attachment_body, class_body
 from csi_e2e import (
     GoHostpath,
     create_claim,
@@ -108,14 +109,9 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
         assert env.connection.driver_name == go_driver.name
         class_name = cluster.unique_name("sc")
         await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": class_name},
-                "provisioner": go_driver.name,
-                "allowVolumeExpansion": True,
-                "reclaimPolicy": "Delete",
-            }
+            class_body(
+                class_name, go_driver.name, allowVolumeExpansion=True, reclaimPolicy="Delete"
+            )
         )
         cluster.track(STORAGE_CLASSES, class_name)
 
@@ -145,18 +141,7 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
         va_name = cluster.unique_name("va")
         async with running(AttachController(api, go_driver.name, attacher, attach_options)):
             cluster.track(VOLUME_ATTACHMENTS, va_name)
-            await vas.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": va_name},
-                    "spec": {
-                        "attacher": go_driver.name,
-                        "nodeName": node,
-                        "source": {"persistentVolumeName": pv_name},
-                    },
-                }
-            )
+            await vas.create(attachment_body(va_name, go_driver.name, node, pv_name))
 
             async def attached() -> Obj | None:
                 va: Obj = await vas.get(va_name)

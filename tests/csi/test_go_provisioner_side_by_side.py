@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import os
 import pathlib
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 
 import claim_support
 import pytest
-from csi_e2e import HOSTPATH_TOPOLOGY_KEY, GoHostpath, go_hostpath
+from claim_support import class_body
+from csi_e2e import GoHostpath, go_hostpath, register_hostpath_node
+from process_support import terminate
 
 from pyprovlib import testing
 from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER
@@ -90,14 +91,7 @@ async def provisioner(
     try:
         yield process
     finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(30):
-                    await process.wait()
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+        await terminate(process, 30)
         log.close()
 
 
@@ -112,40 +106,15 @@ async def hostpath(
     node = cluster.unique_name("node")
     async with go_hostpath(binary, directory, name, node_id=node, extra_args=extra) as driver:
         cluster.track(NODES, node)
-        await ResourceClient(cluster.api_client, NODES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node, "labels": {HOSTPATH_TOPOLOGY_KEY: node}},
-            }
-        )
         cluster.track(CSINODES, node)
-        await ResourceClient(cluster.api_client, CSINODES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": node},
-                "spec": {
-                    "drivers": [
-                        {"name": name, "nodeID": node, "topologyKeys": [HOSTPATH_TOPOLOGY_KEY]}
-                    ]
-                },
-            }
-        )
+        await register_hostpath_node(cluster.api_client, name, node)
         yield driver
 
 
 async def storage_class(cluster: TestCluster, driver: GoHostpath, **extra: object) -> str:
     name = cluster.unique_name("sc")
     await ResourceClient(cluster.api_client, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": driver.name,
-            "reclaimPolicy": "Delete",
-            **extra,
-        }
+        class_body(name, driver.name, reclaimPolicy="Delete", **extra)
     )
     cluster.track(STORAGE_CLASSES, name)
     return name

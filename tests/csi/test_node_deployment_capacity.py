@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import pathlib
 
-import pytest
+from claim_support import claim_body
 from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
-from process_support import entry_point, until
+from process_support import both_provisioner_entry_points, create_class, entry_point, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -23,7 +23,6 @@ from pyprovlib.kube._resources import (
     CSI_STORAGE_CAPACITIES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
-    STORAGE_CLASSES,
 )
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._server import ApiServer
@@ -58,10 +57,7 @@ async def objects(api: object) -> dict[str, Obj]:
     }
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_each_node_publishes_only_its_segment(
     server: ApiServer,
     kubeconfig: pathlib.Path,
@@ -73,15 +69,7 @@ async def test_each_node_publishes_only_its_segment(
         api = await stack.enter_async_context(
             LimitedApiClient(server.configuration(), limiter=TokenBucket(0, 0))
         )
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "WaitForFirstConsumer",
-            }
-        )
+        await create_class(api, volumeBindingMode="WaitForFirstConsumer")
         states: dict[str, DriverState] = {}
         processes: list[testing.ChildProcess] = []
         for node, size in NODES.items():
@@ -147,10 +135,7 @@ async def test_each_node_publishes_only_its_segment(
             assert process.proc.returncode is None, process.tail(20)
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_an_immediate_claim_goes_to_the_node_with_room(
     server: ApiServer,
     kubeconfig: pathlib.Path,
@@ -165,16 +150,7 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
         api = await stack.enter_async_context(
             LimitedApiClient(server.configuration(), limiter=TokenBucket(0, 0))
         )
-        await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "csi"},
-                "provisioner": DRIVER_NAME,
-                "volumeBindingMode": "Immediate",
-                "parameters": {"kind": "fast"},
-            }
-        )
+        await create_class(api, volumeBindingMode="Immediate", parameters={"kind": "fast"})
         states: dict[str, DriverState] = {}
         processes: list[testing.ChildProcess] = []
 
@@ -203,17 +179,7 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
         # node-a alone first, so that it is the one to look at the claim: it must decline.
         await start("node-a")
         await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "big", "namespace": NAMESPACE},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "csi",
-                    "resources": {"requests": {"storage": "5Gi"}},
-                },
-            },
-            NAMESPACE,
+            claim_body("big", "csi", namespace=NAMESPACE, size="5Gi"), NAMESPACE
         )
 
         async def asked() -> bool:

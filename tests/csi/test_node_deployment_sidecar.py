@@ -9,9 +9,10 @@ import contextlib
 import pathlib
 from collections.abc import AsyncIterator
 
-import pytest
-from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
-from process_support import until
+from claim_support import claim_body
+from csi_driver import TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
+from kubernetes_asyncio.client import ApiClient
+from process_support import both_provisioner_entry_points, create_class, entry_point, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -19,7 +20,6 @@ from pyprovlib.kube._objects import Obj, name_of
 from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
-    STORAGE_CLASSES,
 )
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._server import ApiServer
@@ -30,23 +30,14 @@ NODE_NAMES = ("node-a", "node-b")
 def sidecar(
     module: str, kubeconfig: pathlib.Path, socket: pathlib.Path, node: str | None, *args: str
 ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
-    extra = {"NODE_NAME": node} if node else {}
-    return testing.child_process(
-        "-m",
+    return entry_point(
         module,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--log-format",
-        "json",
+        kubeconfig,
         "--csi-address",
         f"unix://{socket}",
-        "--retry-interval-start",
-        "10ms",
-        "--retry-interval-max",
-        "200ms",
         "--node-deployment",
         *args,
-        env=testing.child_env(**extra),
+        env={"NODE_NAME": node} if node else None,
     )
 
 
@@ -72,33 +63,14 @@ async def nodes_with_sidecars(
         yield out
 
 
-async def create_objects(api: object, binding: str) -> None:
-    await ResourceClient(api, STORAGE_CLASSES).create(  # type: ignore[arg-type]
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": "csi"},
-            "provisioner": DRIVER_NAME,
-            "reclaimPolicy": "Delete",
-            "volumeBindingMode": binding,
-        }
-    )
+async def create_objects(api: ApiClient, binding: str) -> None:
+    await create_class(api, reclaimPolicy="Delete", volumeBindingMode=binding)
 
 
-def claim_body(name: str, node: str | None) -> Obj:
-    metadata: Obj = {"name": name, "namespace": "default"}
-    if node:
-        metadata["annotations"] = {ANN_SELECTED_NODE: node}
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": metadata,
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "csi",
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
+def claim_of(name: str, node: str | None) -> Obj:
+    """A 1Gi claim of class ``csi`` in ``default``, its node selected when ``node``."""
+    selected = {ANN_SELECTED_NODE: node} if node else None
+    return claim_body(name, "csi", namespace="default", annotations=selected)
 
 
 async def bound_claims(claims: ResourceClient, names: list[str]) -> dict[str, Obj] | None:
@@ -107,10 +79,7 @@ async def bound_claims(claims: ResourceClient, names: list[str]) -> dict[str, Ob
     return bound if all(n in bound for n in names) else None
 
 
-@pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
-)
+@both_provisioner_entry_points
 async def test_each_node_provisions_and_deletes_its_own_claims(
     server: ApiServer,
     kubeconfig: pathlib.Path,
@@ -126,7 +95,7 @@ async def test_each_node_provisions_and_deletes_its_own_claims(
         claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
         placed = {f"claim-{i}": NODE_NAMES[i % 2] for i in range(6)}
         for name, node in placed.items():
-            await claims.create(claim_body(name, node))
+            await claims.create(claim_of(name, node))
         bound = await until(lambda: bound_claims(claims, list(placed)), "claims bound")
         volumes = ResourceClient(api, PERSISTENT_VOLUMES)
         for node in NODE_NAMES:
@@ -175,7 +144,7 @@ async def test_immediate_claims_are_created_once(
         claims = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
         names = [f"claim-{i}" for i in range(8)]
         for name in names:
-            await claims.create(claim_body(name, None))
+            await claims.create(claim_of(name, None))
         bound = await until(lambda: bound_claims(claims, names), "claims bound")
     created = {node: len(state.volumes) for node, (state, _) in nodes.items()}
     assert sum(created.values()) == len(names)

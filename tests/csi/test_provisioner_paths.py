@@ -6,6 +6,7 @@ import asyncio
 import pathlib
 
 import pytest
+from claim_support import attachment_body
 from csi_driver import TOPOLOGY_KEY, Fault
 from csi_e2e import (
     Env,
@@ -261,16 +262,9 @@ async def test_delete_is_refused_while_attached(
         bound = await wait_bound(env, claim["metadata"]["name"])
         pv_name = bound["spec"]["volumeName"]
         attachments = ResourceClient(kube_cluster.api_client, VOLUME_ATTACHMENTS)
-        attachment: Obj = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "VolumeAttachment",
-            "metadata": {"name": kube_cluster.unique_name("va")},
-            "spec": {
-                "attacher": env.name,
-                "nodeName": "node-1",
-                "source": {"persistentVolumeName": pv_name},
-            },
-        }
+        attachment: Obj = attachment_body(
+            kube_cluster.unique_name("va"), env.name, "node-1", pv_name
+        )
         await attachments.create(attachment)
         kube_cluster.track(VOLUME_ATTACHMENTS, attachment["metadata"]["name"])
         await delete_claim(env, claim["metadata"]["name"])

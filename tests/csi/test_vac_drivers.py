@@ -21,16 +21,15 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
-import shutil
 import signal
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
-from csi_e2e import HOSTPATH_TOPOLOGY_KEY, go_hostpath
+from claim_support import class_body
+from csi_e2e import go_hostpath, register_hostpath_node
 from sidecar_support import kubeconfig_of, wait_for
 
 from pyprovlib import testing
@@ -113,16 +112,6 @@ class Driver:
         return data
 
 
-@pytest.fixture
-def short_dir() -> Iterator[pathlib.Path]:
-    """An absolute directory with a path short enough for a unix socket."""
-    directory = pathlib.Path(tempfile.mkdtemp(prefix="vac-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 @contextlib.asynccontextmanager
 async def start_driver(
     kind: str, request: pytest.FixtureRequest, cluster: TestCluster, directory: pathlib.Path
@@ -164,26 +153,8 @@ async def start_driver(
             await process.wait_for("hostpath CSI driver serving")
             driver = Driver(kind, name, socket, directory, process)
         cluster.track(NODES, node)
-        await ResourceClient(cluster.api_client, NODES).create(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": node, "labels": {HOSTPATH_TOPOLOGY_KEY: node}},
-            }
-        )
         cluster.track(CSINODES, node)
-        await ResourceClient(cluster.api_client, CSINODES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "CSINode",
-                "metadata": {"name": node},
-                "spec": {
-                    "drivers": [
-                        {"name": name, "nodeID": node, "topologyKeys": [HOSTPATH_TOPOLOGY_KEY]}
-                    ]
-                },
-            }
-        )
+        await register_hostpath_node(cluster.api_client, name, node)
         yield driver
 
 
@@ -214,7 +185,7 @@ async def test_a_claims_classes_reach_the_driver_once_each(
     kind: str,
     request: pytest.FixtureRequest,
     kube_cluster: TestCluster,
-    short_dir: pathlib.Path,
+    sock_dir: pathlib.Path,
     tmp_path: pathlib.Path,
 ) -> None:
     cluster = kube_cluster
@@ -224,7 +195,7 @@ async def test_a_claims_classes_reach_the_driver_once_each(
     volumes = ResourceClient(api, PERSISTENT_VOLUMES)
     vacs = ResourceClient(api, VOLUME_ATTRIBUTES_CLASSES)
 
-    async with start_driver(kind, request, cluster, short_dir) as driver:
+    async with start_driver(kind, request, cluster, sock_dir) as driver:
         classes: dict[str, str] = {}
         for label, parameters in (
             ("gold", {"iops": "3000"}),
@@ -246,14 +217,9 @@ async def test_a_claims_classes_reach_the_driver_once_each(
         storage_class = cluster.unique_name("sc")
         cluster.track(STORAGE_CLASSES, storage_class)
         await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": storage_class},
-                "provisioner": driver.name,
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "Immediate",
-            }
+            class_body(
+                storage_class, driver.name, reclaimPolicy="Delete", volumeBindingMode="Immediate"
+            )
         )
 
         async with testing.child_process(

@@ -46,6 +46,25 @@ def instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
     return out
 
 
+Steps = list[tuple[str, str]]
+
+
+def two_stages(dockerfile: Path) -> tuple[Steps, Steps]:
+    """The build stage's and the final stage's instructions of ``dockerfile``, which must be
+    two stages from the same base, the build argument ``PYTHON_IMAGE``."""
+    steps = instructions(dockerfile)
+    assert steps[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim")
+    froms = [rest for keyword, rest in steps if keyword == "FROM"]
+    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
+    return steps[: len(steps) - len(final)], final
+
+
+def runs_of(stage: Steps) -> str:
+    """A stage's RUN commands, joined by spaces."""
+    return " ".join(rest for keyword, rest in stage if keyword == "RUN")
+
+
 @pytest.mark.parametrize("dockerfile", [DOCKERFILE, TUTORIAL / "Dockerfile"])
 def test_hadolint_passes(dockerfile: Path) -> None:
     binary = hadolint()
@@ -62,13 +81,8 @@ def test_hadolint_passes(dockerfile: Path) -> None:
 
 
 def test_multi_stage_from_a_wheel_as_an_unprivileged_user() -> None:
-    steps = instructions()
-    assert steps[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim")
-    froms = [rest for keyword, rest in steps if keyword == "FROM"]
-    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
-    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
-    build = steps[: len(steps) - len(final)]
-    runs = " ".join(rest for keyword, rest in build if keyword == "RUN")
+    build, final = two_stages(DOCKERFILE)
+    runs = runs_of(build)
     assert "pip wheel" in runs
     assert "/wheels/pyprovlib-*.whl" in runs
     assert "--no-index" in runs  # the install uses the wheels just built, nothing else
@@ -76,7 +90,7 @@ def test_multi_stage_from_a_wheel_as_an_unprivileged_user() -> None:
     # cache, no build backend, no compilers.
     copies = [rest for keyword, rest in final if keyword == "COPY"]
     assert copies == ["--from=build /opt/pyprovlib /opt/pyprovlib"]
-    final_runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    final_runs = runs_of(final)
     assert "pip" not in final_runs
     assert "rm -rf /var/lib/apt/lists/*" in final_runs
     (user,) = [rest for keyword, rest in final if keyword == "USER"]
@@ -125,13 +139,8 @@ def test_dockerignore_sends_only_what_the_build_copies() -> None:
 
 
 def test_the_tutorial_recipe_builds_a_users_package_from_wheels_as_an_unprivileged_user() -> None:
-    steps = instructions(TUTORIAL / "Dockerfile")
-    assert steps[0] == ("ARG", "PYTHON_IMAGE=python:3.11-slim")
-    froms = [rest for keyword, rest in steps if keyword == "FROM"]
-    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
-    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
-    build = steps[: len(steps) - len(final)]
-    runs = " ".join(rest for keyword, rest in build if keyword == "RUN")
+    build, final = two_stages(TUTORIAL / "Dockerfile")
+    runs = runs_of(build)
     assert "pip wheel" in runs
     assert "--find-links wheels ." in runs  # pyprovlib's wheel from wheels/, the rest an index's
     assert "--no-index" in runs  # the virtualenv gets the wheels just built, nothing else

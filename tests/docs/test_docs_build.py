@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from module_support import load_file
 
 from pyprovlib._moved import MOVED
 
@@ -70,12 +71,7 @@ def referenced_modules() -> set[str]:
 
 
 def _load_hook(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(name, ROOT / "docs" / "hooks" / f"{name}.py")
 
 
 @pytest.mark.skipif(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import os
 import re
 import signal
@@ -34,6 +33,7 @@ import pytest
 import structlog
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
+from module_support import load_file
 
 from pyprovlib import testing
 from pyprovlib.runtime import CommonOptions, RuntimeContext
@@ -56,12 +56,7 @@ T = TypeVar("T")
 
 
 def load_tutorial() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("my_provisioner", TUTORIAL)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("my_provisioner", TUTORIAL)
 
 
 async def eventually(

@@ -5,17 +5,22 @@ builders, and the e2e mark with its skip when no real kube-apiserver is configur
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
+from claim_support import claim_body
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.testing._cluster import TestCluster
+from pyprovlib.testing._server import ApiServer
 
 # A real kube-apiserver comes from a kubeconfig or from the launcher of an assets directory.
 _REAL_CLUSTER_ENV = ("PYPROVLIB_E2E_KUBECONFIG", "PYPROVLIB_KUBE_ASSETS", "KUBEBUILDER_ASSETS")
@@ -160,6 +165,44 @@ class Side:
         return events
 
 
+@contextlib.asynccontextmanager
+async def two_sides(cluster: TestCluster, in_memory: ApiServer) -> AsyncIterator[tuple[Side, Side]]:
+    """The in-memory side (its namespace created, named as the real one) and the real side,
+    sharing one fresh token."""
+    token = secrets.token_hex(4)
+    async with in_memory.api_client() as mem_client:
+        mem = Side("in-memory", mem_client, cluster.namespace, token)
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": mem.namespace}}
+        assert (await mem.request("POST", "/api/v1/namespaces", ns)).code == 201
+        yield mem, Side("real", cluster.api_client, cluster.namespace, token)
+
+
+async def transcript_of(side: Side, row: Awaitable[None]) -> list[tuple[str, Any]]:
+    """Run ``row`` (a row's steps on ``side``), then delete what it left; its transcript."""
+    try:
+        await row
+    finally:
+        for path in side.cleanup:
+            await side.request("DELETE", path)
+    return side.transcript
+
+
+def assert_same_answers(
+    row_id: str, summary: str, mem_t: list[tuple[str, Any]], real_t: list[tuple[str, Any]]
+) -> None:
+    """Print the two transcripts step by step (``DIFF`` rows with both answers), then fail on
+    the first step the sides answered differently."""
+    print(f"\n== row {row_id}: {summary}")
+    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=False):
+        mark = "same" if mine == theirs else "DIFF"
+        print(f"  [{mark}] {label}: in-memory={json.dumps(mine, sort_keys=True)}")
+        if mine != theirs:
+            print(f"  [{mark}] {label}: real     ={json.dumps(theirs, sort_keys=True)}")
+    assert [label for label, _ in mem_t] == [label for label, _ in real_t]
+    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=True):
+        assert mine == theirs, f"{row_id}: step {label!r} differs"
+
+
 def _normalise_warning(text: str) -> str:
     # RFC 7234 warn-code and agent: "299 - "message""
     parts = text.split(" ", 2)
@@ -220,30 +263,28 @@ def observe(resp: Response, side: Side) -> dict[str, Any]:
 
 
 def claim(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "storageClassName": NO_CLASS,
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            **spec,
-        },
-    }
+    """A 1Gi claim of :data:`NO_CLASS` (no PV controller binds it), with ``spec`` added."""
+    return claim_body(name, NO_CLASS, **spec)
 
 
-def volume(name: str) -> dict[str, Any]:
+DRIVER = "differential.pyprovlib.example.com"
+
+
+def volume(
+    name: str, *, storage_class: str = "pyprovlib-differential-pv-only", **spec: Any
+) -> dict[str, Any]:
+    """A retained 1Gi CSI PV of :data:`DRIVER` in ``storage_class``, with ``spec`` added."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": name},
         "spec": {
-            "storageClassName": "pyprovlib-differential-pv-only",
+            "storageClassName": storage_class,
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Retain",
-            "csi": {"driver": "differential.pyprovlib.example.com", "volumeHandle": name},
+            "csi": {"driver": DRIVER, "volumeHandle": name},
+            **spec,
         },
     }
 

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from claim_support import attachment_body, class_body
 from kubernetes_asyncio.client import (
     CoordinationV1Api,
     CoreV1Api,
@@ -189,13 +190,7 @@ async def test_storage_class_crud_and_defaults(kube_cluster: TestCluster) -> Non
     name = kube_cluster.unique_name("sc")
     kube_cluster.track(STORAGE_CLASSES, name)
     created = await storage.create_storage_class(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": PROVISIONER,
-            "parameters": {"speed": "fast"},
-        }
+        class_body(name, PROVISIONER, parameters={"speed": "fast"})
     )
     assert created.volume_binding_mode == "Immediate"
     assert created.reclaim_policy == "Delete"
@@ -320,18 +315,9 @@ async def test_volume_attachment_and_status_subresource(kube_cluster: TestCluste
     storage = StorageV1Api(kube_cluster.api_client)
     name = kube_cluster.unique_name("va")
     kube_cluster.track(VOLUME_ATTACHMENTS, name)
+    # An attacher nothing on a real cluster serves, for a node that is not there.
     created = await storage.create_volume_attachment(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "VolumeAttachment",
-            "metadata": {"name": name},
-            "spec": {
-                # An attacher nothing on a real cluster serves, for a node that is not there.
-                "attacher": PROVISIONER,
-                "nodeName": "pyprovlib-conformance-node",
-                "source": {"persistentVolumeName": "pyprovlib-conformance-pv"},
-            },
-        }
+        attachment_body(name, PROVISIONER, "pyprovlib-conformance-node", "pyprovlib-conformance-pv")
     )
     assert created.spec.attacher == PROVISIONER
     assert created.status is None or not created.status.attached
@@ -917,16 +903,7 @@ async def test_status_writes_and_metadata(
         status = {"message": "from the test"}
     else:
         collection = VOLUME_ATTACHMENTS.path()
-        body = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "VolumeAttachment",
-            "metadata": {"name": name},
-            "spec": {
-                "attacher": PROVISIONER,
-                "nodeName": "pyprovlib-no-such-node",
-                "source": {"persistentVolumeName": name},
-            },
-        }
+        body = attachment_body(name, PROVISIONER, "pyprovlib-no-such-node", name)
         status = {"attached": True}
         kube_cluster.track(VOLUME_ATTACHMENTS, name)
     await http.json("POST", collection, body=body)

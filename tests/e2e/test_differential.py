@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +25,15 @@ from differential_support import (
     MERGE,
     STRATEGIC,
     Side,
+    assert_same_answers,
     claim,
     config_map,
     core_event,
     observe,
     pytestmark,  # noqa: F401 - the e2e mark and the skip without a real kube-apiserver
     require_real_apiserver,
+    transcript_of,
+    two_sides,
     volume,
 )
 
@@ -869,26 +870,13 @@ async def in_memory(kube_cluster: TestCluster) -> AsyncIterator[ApiServer]:
         yield server
 
 
-async def _run(case: Case, side: Side, compact: Compact) -> list[tuple[str, Any]]:
-    try:
-        if case.compacts:
-            await case.row(side, compact)
-        else:
-            await case.row(side)
-    finally:
-        for path in side.cleanup:
-            await side.request("DELETE", path)
-    return side.transcript
+def _steps(case: Case, side: Side, compact: Compact) -> Awaitable[None]:
+    return case.row(side, compact) if case.compacts else case.row(side)
 
 
 @pytest.mark.parametrize("case", _params())
 async def test_same_answers(case: Case, kube_cluster: TestCluster, in_memory: ApiServer) -> None:
-    token = secrets.token_hex(4)
-    async with in_memory.api_client() as mem_client:
-        mem = Side("in-memory", mem_client, kube_cluster.namespace, token)
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": mem.namespace}}
-        assert (await mem.request("POST", "/api/v1/namespaces", ns)).code == 201
-        real = Side("real", kube_cluster.api_client, kube_cluster.namespace, token)
+    async with two_sides(kube_cluster, in_memory) as (mem, real):
         plane = kube_cluster.control_plane
 
         async def compact_in_memory() -> None:
@@ -900,15 +888,8 @@ async def test_same_answers(case: Case, kube_cluster: TestCluster, in_memory: Ap
                 await plane.compact_etcd()
 
         mem_t, real_t = await asyncio.gather(
-            _run(case, mem, compact_in_memory), _run(case, real, compact_real)
+            transcript_of(mem, _steps(case, mem, compact_in_memory)),
+            transcript_of(real, _steps(case, real, compact_real)),
         )
     summary = (case.row.__doc__ or "").strip().splitlines()[0]
-    print(f"\n== row {case.id}: {summary}")
-    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=False):
-        mark = "same" if mine == theirs else "DIFF"
-        print(f"  [{mark}] {label}: in-memory={json.dumps(mine, sort_keys=True)}")
-        if mine != theirs:
-            print(f"  [{mark}] {label}: real     ={json.dumps(theirs, sort_keys=True)}")
-    assert [label for label, _ in mem_t] == [label for label, _ in real_t]
-    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=True):
-        assert mine == theirs, f"{case.id}: step {label!r} differs"
+    assert_same_answers(case.id, summary, mem_t, real_t)

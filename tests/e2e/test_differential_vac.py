@@ -10,20 +10,24 @@ kube-controller-manager's PV controller, the in-memory one with its binder.
 from __future__ import annotations
 
 import asyncio
-import json
-import secrets
 from typing import Any
 
 import pytest
+from claim_support import vac_body
 from differential_support import (
+    DRIVER,
     JSON_PATCH,
     MERGE,
     Response,
     Side,
+    assert_same_answers,
     claim,
     normalise,
     pytestmark,  # noqa: F401 - the e2e mark and the skip without a real kube-apiserver
     require_real_apiserver,
+    transcript_of,
+    two_sides,
+    volume,
 )
 
 from pyprovlib.testing._cluster import TestCluster
@@ -31,39 +35,22 @@ from pyprovlib.testing._server import ApiServer
 
 VACS = "/apis/storage.k8s.io/v1/volumeattributesclasses"
 PVS = "/api/v1/persistentvolumes"
-DRIVER = "differential.pyprovlib.example.com"
 # kube-apiserver's StorageObjectInUseProtection admission adds it to every class (a known
 # difference, as pvc-protection: docs/testing.md); the rows ignore it.
 VAC_PROTECTION = "kubernetes.io/vac-protection"
 
 
 def vac(name: str, **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "VolumeAttributesClass",
-        "metadata": {"name": name},
-        "driverName": DRIVER,
-        "parameters": {"iops": "3000"},
-    }
-    body.update(fields)
-    return body
+    return vac_body(name, DRIVER, **fields)
 
 
 def prebound_volume(name: str, claim_name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "storageClassName": "pyprovlib-differential-vac",
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "claimRef": {"namespace": namespace, "name": claim_name},
-            "csi": {"driver": DRIVER, "volumeHandle": name},
-            **spec,
-        },
-    }
+    return volume(
+        name,
+        storage_class="pyprovlib-differential-vac",
+        claimRef={"namespace": namespace, "name": claim_name},
+        **spec,
+    )
 
 
 def _without_vac_protection(resp: Response) -> None:
@@ -248,31 +235,11 @@ async def in_memory(kube_cluster: TestCluster) -> Any:
         yield server
 
 
-async def _run(row: Any, side: Side) -> list[tuple[str, Any]]:
-    try:
-        await row(side)
-    finally:
-        for path in side.cleanup:
-            await side.request("DELETE", path)
-    return side.transcript
-
-
 @pytest.mark.parametrize("row_id", list(ROWS))
 async def test_same_answers(row_id: str, kube_cluster: TestCluster, in_memory: ApiServer) -> None:
     row = ROWS[row_id]
-    token = secrets.token_hex(4)
-    async with in_memory.api_client() as mem_client:
-        mem = Side("in-memory", mem_client, kube_cluster.namespace, token)
-        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": mem.namespace}}
-        assert (await mem.request("POST", "/api/v1/namespaces", ns)).code == 201
-        real = Side("real", kube_cluster.api_client, kube_cluster.namespace, token)
-        mem_t, real_t = await asyncio.gather(_run(row, mem), _run(row, real))
-    print(f"\n== row {row_id}: {(row.__doc__ or '').strip().splitlines()[0]}")
-    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=False):
-        mark = "same" if mine == theirs else "DIFF"
-        print(f"  [{mark}] {label}: in-memory={json.dumps(mine, sort_keys=True)}")
-        if mine != theirs:
-            print(f"  [{mark}] {label}: real     ={json.dumps(theirs, sort_keys=True)}")
-    assert [label for label, _ in mem_t] == [label for label, _ in real_t]
-    for (label, mine), (_, theirs) in zip(mem_t, real_t, strict=True):
-        assert mine == theirs, f"{row_id}: step {label!r} differs"
+    async with two_sides(kube_cluster, in_memory) as (mem, real):
+        mem_t, real_t = await asyncio.gather(
+            transcript_of(mem, row(mem)), transcript_of(real, row(real))
+        )
+    assert_same_answers(row_id, (row.__doc__ or "").strip().splitlines()[0], mem_t, real_t)

@@ -1,5 +1,6 @@
-"""Fixtures for the example backends' tests: ``ceph``, one real single-node Ceph cluster per
-test session (see ``tests/ceph/cluster.py``), started on first use.
+"""Fixtures for the example backends' tests: ``short_dir`` for a unix socket, and ``ceph``, one
+real single-node Ceph cluster per test session (see ``tests/ceph/cluster.py``), started on first
+use.
 
 Tests that need it skip with the reason when the ceph packages are not installed — unless
 ``PYPROVLIB_REQUIRE_CEPH=1`` is set (as in CI), in which case they fail.
@@ -7,33 +8,27 @@ Tests that need it skip with the reason when the ceph packages are not installed
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from module_support import load_file
 
 _CLUSTER_PY = Path(__file__).resolve().parents[1] / "ceph" / "cluster.py"
 
 
-def _load_cluster_module() -> ModuleType:
-    name = "pyprovlib_tests_ceph_cluster"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _CLUSTER_PY)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+ceph_cluster = load_file("pyprovlib_tests_ceph_cluster", _CLUSTER_PY, register=True)
 
 
-ceph_cluster = _load_cluster_module()
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A temporary directory with a path short enough for a unix socket (107 bytes), which
+    pytest's ``tmp_path`` may not be."""
+    with tempfile.TemporaryDirectory(prefix="pex") as directory:
+        yield Path(directory)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -4,55 +4,15 @@ sends never reaching the filesystem unchecked."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import pathlib
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
-from grpclib.client import Channel
+from csi_hostpath_support import MOUNT, serving
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.examples.csi_hostpath._cli import serve
-from pyprovlib.examples.csi_hostpath._driver import DriverOptions
-
-MOUNT = v1.VolumeCapability(
-    mount=v1.VolumeCapabilityMountVolume(),
-    access_mode=v1.VolumeCapabilityAccessMode(
-        mode=v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
-    ),
-)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[pathlib.Path]:
-    # unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="chp") as directory:
-        yield pathlib.Path(directory)
-
-
-@contextlib.asynccontextmanager
-async def driver(directory: pathlib.Path, **overrides: Any) -> AsyncIterator[Channel]:
-    options = DriverOptions(nodeid="node-1", statedir=str(directory / "state"), **overrides)
-    socket = directory / "csi.sock"
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(options, f"unix://{socket}", stop))
-    try:
-        async with asyncio.timeout(10):
-            while not socket.exists():
-                await asyncio.sleep(0.01)
-        channel = Channel(path=str(socket))
-        try:
-            yield channel
-        finally:
-            channel.close()
-    finally:
-        stop.set()
-        await task
 
 
 async def status_of(call: object) -> Status | None:
@@ -64,7 +24,7 @@ async def status_of(call: object) -> Status | None:
 
 
 async def test_volumes_and_snapshots_survive_a_restart(short_dir: pathlib.Path) -> None:
-    async with driver(short_dir) as channel:
+    async with serving(short_dir) as channel:
         ctrl = v1.ControllerStub(channel)
         created = await ctrl.create_volume(
             v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])
@@ -78,7 +38,7 @@ async def test_volumes_and_snapshots_survive_a_restart(short_dir: pathlib.Path) 
         )
         assert snap.snapshot is not None
         assert snap.snapshot.creation_time is not None
-    async with driver(short_dir) as channel:
+    async with serving(short_dir) as channel:
         ctrl = v1.ControllerStub(channel)
         again = await ctrl.create_volume(
             v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])
@@ -116,7 +76,7 @@ async def test_get_capacity_reports_free_space_within_the_configured_capacity(
     """GetCapacity (what --enable-capacity publishes) is a real figure: the free space of the
     file system holding the volumes, and no more than --capacity leaves after the volumes."""
     state = short_dir / "state"
-    async with driver(short_dir) as channel:  # --capacity 1Ti: more than this disk has
+    async with serving(short_dir) as channel:  # --capacity 1Ti: more than this disk has
         ctrl = v1.ControllerStub(channel)
         before = free_bytes(state)
         reply = await ctrl.get_capacity(v1.GetCapacityRequest())
@@ -126,7 +86,7 @@ async def test_get_capacity_reports_free_space_within_the_configured_capacity(
     gib = 1 << 30
     if free_bytes(state) < 20 * gib:
         pytest.skip("needs 20Gi free where the test's state directory is")
-    async with driver(short_dir, capacity=10 * gib, max_volume_size=5 * gib) as channel:
+    async with serving(short_dir, capacity=10 * gib, max_volume_size=5 * gib) as channel:
         ctrl = v1.ControllerStub(channel)
         reply = await ctrl.get_capacity(v1.GetCapacityRequest(parameters={"kind": "any"}))
         assert (reply.available_capacity, reply.maximum_volume_size) == (10 * gib, 5 * gib)
@@ -146,7 +106,7 @@ async def test_ids_and_paths_from_callers_are_checked(short_dir: pathlib.Path) -
     outside = short_dir / "outside"
     outside.mkdir()
     (outside / "precious").write_text("x")
-    async with driver(short_dir) as channel:
+    async with serving(short_dir) as channel:
         ctrl, node = v1.ControllerStub(channel), v1.NodeStub(channel)
         created = await ctrl.create_volume(
             v1.CreateVolumeRequest(name="pvc-1", volume_capabilities=[MOUNT])

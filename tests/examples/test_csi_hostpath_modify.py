@@ -5,56 +5,24 @@ them, ControllerModifyVolume changes the keys it is given and keeps the others, 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import pathlib
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from grpclib.client import Channel
+from csi_hostpath_support import MOUNT, serving
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
-from pyprovlib.examples.csi_hostpath._cli import build_parser, serve
-from pyprovlib.examples.csi_hostpath._driver import DriverOptions
-
-MOUNT = v1.VolumeCapability(
-    mount=v1.VolumeCapabilityMountVolume(),
-    access_mode=v1.VolumeCapabilityAccessMode(
-        mode=v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
-    ),
-)
-
-
-@pytest.fixture
-def short_dir() -> Iterator[pathlib.Path]:
-    # unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="chm") as directory:
-        yield pathlib.Path(directory)
+from pyprovlib.examples.csi_hostpath._cli import build_parser
 
 
 @contextlib.asynccontextmanager
 async def driver(directory: pathlib.Path, **options: Any) -> AsyncIterator[v1.ControllerStub]:
-    opts = DriverOptions(nodeid="node-1", statedir=str(directory / "state"), **options)
-    socket = directory / "csi.sock"
-    stop = asyncio.Event()
-    task = asyncio.create_task(serve(opts, f"unix://{socket}", stop))
-    try:
-        async with asyncio.timeout(10):
-            while not socket.exists():
-                await asyncio.sleep(0.01)
-        channel = Channel(path=str(socket))
-        try:
-            yield v1.ControllerStub(channel)
-        finally:
-            channel.close()
-    finally:
-        stop.set()
-        await task
+    async with serving(directory, **options) as channel:
+        yield v1.ControllerStub(channel)
 
 
 async def code_of(call: Any) -> tuple[Status, str] | None:

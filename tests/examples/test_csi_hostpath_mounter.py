@@ -4,23 +4,19 @@ need root; they mount only under their own temporary directory and unmount befor
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import pathlib
 import subprocess
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
-from grpclib.client import Channel
+from csi_hostpath_support import MOUNT, serving
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi._server import CSIError
 from pyprovlib.examples.csi_hostpath import _cli as cli
-from pyprovlib.examples.csi_hostpath._driver import DriverOptions
 from pyprovlib.examples.csi_hostpath._mounter import (
     BindMounter,
     RecordingMounter,
@@ -30,24 +26,15 @@ from pyprovlib.examples.csi_hostpath._mounter import (
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="bind mounts need root")
 
-MOUNT = v1.VolumeCapability(
-    mount=v1.VolumeCapabilityMountVolume(),
-    access_mode=v1.VolumeCapabilityAccessMode(
-        mode=v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
-    ),
-)
-
 
 @pytest.fixture
-def short_dir() -> Iterator[pathlib.Path]:
-    # unix socket paths are limited to 107 bytes: pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="chm") as directory:
-        yield pathlib.Path(directory)
-        # Whatever a failed test left mounted goes before the directory does.
-        for point in sorted(
-            (p for p in _points() if p.startswith(directory + "/")), key=len, reverse=True
-        ):
-            subprocess.run(["umount", "--lazy", point], check=False)
+def short_dir(short_dir: pathlib.Path) -> Iterator[pathlib.Path]:
+    yield short_dir
+    # Whatever a failed test left mounted goes before the directory does.
+    for point in sorted(
+        (p for p in _points() if p.startswith(f"{short_dir}/")), key=len, reverse=True
+    ):
+        subprocess.run(["umount", "--lazy", point], check=False)
 
 
 def _write(path: str, text: str) -> None:
@@ -129,32 +116,12 @@ async def test_bind_mounter_failure_is_an_internal_error(short_dir: pathlib.Path
     assert "mount failed" in str(caught.value)
 
 
-@contextlib.asynccontextmanager
-async def bind_driver(directory: pathlib.Path) -> AsyncIterator[Channel]:
-    options = DriverOptions(nodeid="node-1", statedir=str(directory / "state"), mount="bind")
-    socket = directory / "csi.sock"
-    stop = asyncio.Event()
-    task = asyncio.create_task(cli.serve(options, f"unix://{socket}", stop))
-    try:
-        async with asyncio.timeout(10):
-            while not socket.exists():
-                await asyncio.sleep(0.01)
-        channel = Channel(path=str(socket))
-        try:
-            yield channel
-        finally:
-            channel.close()
-    finally:
-        stop.set()
-        await task
-
-
 @needs_root
 async def test_stage_and_publish_bind_the_volume_there(short_dir: pathlib.Path) -> None:
     """NodeStage mounts the volume at the staging path, NodePublish the staging path at the
     target (read-only when asked); unpublish and unstage leave no mount behind."""
     staging, target = str(short_dir / "staging"), str(short_dir / "target")
-    async with bind_driver(short_dir) as channel:
+    async with serving(short_dir, mount="bind") as channel:
         controller = v1.ControllerStub(channel)
         node = v1.NodeStub(channel)
         created = await controller.create_volume(

@@ -5,7 +5,6 @@ paths it did not exercise, each named), which is also the table docs/operations.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import CoreV1Api, StorageV1Api
 from manifest_support import LEADER_ELECTION_RULE, PROVISIONER_RULES, Manifests, Rule
+from module_support import load_file
 
 from pyprovlib import testing
 from pyprovlib.kube import _resources as resources
@@ -43,12 +43,7 @@ NOT_EXERCISED: dict[tuple[str, str, str], str] = {
 
 
 def program() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("my_provisioner", PROGRAM)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file("my_provisioner", PROGRAM)
 
 
 def test_the_rbac_is_a_provisioners_and_nothing_more() -> None:

@@ -7,12 +7,11 @@ written (the ResizeController's: tests/resize/test_event_priority_resize.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from claim_support import create_claim
+from event_support import dropped, recorder_running
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from provision_support import MemoryProvisioner, create_class, fast_options
@@ -67,23 +66,8 @@ class Flag:
         return self.value
 
 
-def _dropped(registry: CollectorRegistry, reason: str) -> float:
-    return registry.get_sample_value("pyprovlib_events_dropped_total", {"reason": reason}) or 0.0
-
-
 def written(apiserver: ApiServer) -> int:
     return len(apiserver.storage.list("events", NS))
-
-
-@asynccontextmanager
-async def started(rec: EventRecorder) -> AsyncIterator[asyncio.Task[None]]:
-    await request_json(rec._api, "POST", "/api/v1/namespaces", body={"metadata": {"name": NS}})
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(rec.run())
-        try:
-            yield task
-        finally:
-            task.cancel()
 
 
 async def all_parked(rec: EventRecorder) -> None:
@@ -97,7 +81,7 @@ async def test_writes_are_held_while_busy_and_resume_when_it_clears(
     busy = Flag(True)
     registry = CollectorRegistry()
     rec = EventRecorder(kube_client, "test", registry=registry, busy=busy, busy_writers=0)
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         for i in range(6):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
         await all_parked(rec)
@@ -120,7 +104,7 @@ async def test_writes_are_held_while_busy_and_resume_when_it_clears(
         busy.value = False
         rec.event(claim(11), "Normal", "Provisioning", "provisioning 11")
         await eventually(lambda: written(apiserver) == 8, message="8 events written")
-    assert _dropped(registry, "shutdown") == 0
+    assert dropped(registry, "shutdown") == 0
 
 
 async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
@@ -139,7 +123,7 @@ async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
             raise RuntimeError("the item failed")
 
     wrapped = rec.waking(process)
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         rec.event(claim(0), "Normal", "Provisioning", "provisioning 0")
         await all_parked(rec)
         with pytest.raises(RuntimeError, match="the item failed"):
@@ -160,7 +144,7 @@ async def test_busy_writers_write_one_at_a_time_while_busy(
     rec = CountingRecorder(
         kube_client, "test", registry=CollectorRegistry(), busy=busy, writers=8, busy_writers=1
     )
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         for i in range(12):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
         # One writer keeps writing while busy: everything goes out, one write at a time.
@@ -177,7 +161,7 @@ async def test_busy_writers_write_one_at_a_time_while_busy(
     assert rec.max_in_flight > 1  # full speed once the controller's queue is empty
 
 
-async def test_the_hold_limit_forces_writes_and_nothing_is_dropped(
+async def test_the_hold_limit_forces_writes_and_nothing_isdropped(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
     registry = CollectorRegistry()
@@ -190,7 +174,7 @@ async def test_the_hold_limit_forces_writes_and_nothing_is_dropped(
         max_buffer=20,
         hold_limit=5,
     )
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         for i in range(18):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
         # Written down to the limit, then held again.
@@ -201,7 +185,7 @@ async def test_the_hold_limit_forces_writes_and_nothing_is_dropped(
         # A flush writes the rest, busy or not.
         assert await rec.flush(30)
         assert written(apiserver) == 18
-    assert _dropped(registry, "buffer_full") == 0
+    assert dropped(registry, "buffer_full") == 0
     assert rec.high_water == 18
 
 
@@ -210,7 +194,7 @@ async def test_flush_writes_held_events_and_cancel_accounts_for_them(
 ) -> None:
     registry = CollectorRegistry()
     rec = EventRecorder(kube_client, "test", registry=registry, busy=lambda: True, busy_writers=0)
-    async with started(rec) as task:
+    async with recorder_running(kube_client, rec, NS) as task:
         for i in range(4):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
         assert await rec.flush(30)
@@ -221,7 +205,7 @@ async def test_flush_writes_held_events_and_cancel_accounts_for_them(
         await all_parked(rec)
         task.cancel()
     assert written(apiserver) == 4
-    assert _dropped(registry, "shutdown") == 3
+    assert dropped(registry, "shutdown") == 3
     assert rec.pending == 0
     assert await rec.flush(1)  # nothing left unaccounted for
 
@@ -235,7 +219,7 @@ async def test_a_failing_predicate_does_not_hold_events(
     rec = EventRecorder(
         kube_client, "test", registry=CollectorRegistry(), busy=broken, busy_writers=0
     )
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         for i in range(3):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
         await eventually(lambda: written(apiserver) == 3, message="3 events written")
@@ -248,7 +232,7 @@ async def test_each_objects_events_keep_their_order_across_a_hold(
     rec = CountingRecorder(
         kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
     )
-    async with started(rec):
+    async with recorder_running(kube_client, rec, NS):
         for reason in ("First", "Second", "Third"):
             for i in range(4):
                 rec.event(claim(i), "Normal", reason, f"{reason} {i}")

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
+from event_support import dropped, recorder_running
 from kubernetes_asyncio.client import ApiClient, V1ObjectMeta, V1PersistentVolumeClaim
 from prometheus_client import CollectorRegistry
 
 from pyprovlib.kube._clock import FakeClock
-from pyprovlib.kube._config import request_json
-from pyprovlib.kube._errors import ApiException, is_already_exists
 from pyprovlib.kube._events import EventRecorder
 from pyprovlib.testing._server import ApiServer
 
@@ -33,28 +31,6 @@ async def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None
         await asyncio.sleep(0.005)
 
 
-def _dropped(registry: CollectorRegistry, reason: str) -> float:
-    return registry.get_sample_value("pyprovlib_events_dropped_total", {"reason": reason}) or 0.0
-
-
-@asynccontextmanager
-async def _running(rec: EventRecorder) -> AsyncIterator[EventRecorder]:
-    for ns in ("ns1", "ns2"):
-        try:
-            await request_json(
-                rec._api, "POST", "/api/v1/namespaces", body={"metadata": {"name": ns}}
-            )
-        except ApiException as err:
-            if not is_already_exists(err):
-                raise
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(rec.run())
-        try:
-            yield rec
-        finally:
-            task.cancel()
-
-
 def _recorder(
     client: ApiClient, clock: FakeClock, registry: CollectorRegistry, **kw: Any
 ) -> EventRecorder:
@@ -65,7 +41,8 @@ async def test_event_written_with_client_go_shape(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    async with _running(_recorder(kube_client, clock, registry, host="node-a")) as rec:
+    rec = _recorder(kube_client, clock, registry, host="node-a")
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Normal", "Provisioning", "External provisioner is provisioning")
         assert await rec.flush(30)
     (ev,) = apiserver.storage.list("events", "ns1")
@@ -92,7 +69,8 @@ async def test_identical_events_are_counted_by_patch(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Warning", "ProvisioningFailed", "backend unavailable")
         assert await rec.flush(30)
         await clock.advance(65)
@@ -110,7 +88,8 @@ async def test_patch_of_deleted_event_creates_it_again(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Normal", "R", "m")
         assert await rec.flush(30)
         (ev,) = apiserver.storage.list("events", "ns1")
@@ -131,7 +110,8 @@ async def test_patch_of_deleted_event_creates_it_again(
 
 async def test_similar_events_are_aggregated(apiserver: ApiServer, kube_client: ApiClient) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         for i in range(12):
             rec.event(PVC, "Warning", "ProvisioningFailed", f"attempt {i} failed")
         assert await rec.flush(30)
@@ -145,12 +125,13 @@ async def test_similar_events_are_aggregated(apiserver: ApiServer, kube_client: 
 
 async def test_spam_filter_drops_and_counts(apiserver: ApiServer, kube_client: ApiClient) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         for i in range(30):
             rec.event(PVC, "Normal", f"Reason{i}", "m")
         assert await rec.flush(30)
     assert len(apiserver.storage.list("events", "ns1")) == 25
-    assert _dropped(registry, "spam") == 5
+    assert dropped(registry, "spam") == 5
 
 
 async def test_cluster_scoped_object_and_model_input(
@@ -161,7 +142,8 @@ async def test_cluster_scoped_object_and_model_input(
     model = V1PersistentVolumeClaim(
         metadata=V1ObjectMeta(name="claim-m", namespace="ns2", uid="uid-m")
     )
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(pv, "Normal", "VolumeDeleted", "gone")
         rec.event(model, "Normal", "Provisioning", "from a model")
         assert await rec.flush(30)
@@ -180,13 +162,13 @@ async def test_api_down_retries_then_drops_and_recovers(
     clock, registry = FakeClock(), CollectorRegistry()
     apiserver.faults.fail(500, verb="create", resource="events", count=None)
     rec = _recorder(kube_client, clock, registry, max_tries=4, retry_sleep=10.0)
-    async with _running(rec):
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Warning", "ProvisioningFailed", "x")
         for attempt in range(1, 4):
             await _wait_for(lambda a=attempt: apiserver.requests.count("create", "events") == a)
             await _wait_for(lambda: clock.waiters > 0)
             await clock.advance(10)
-        await _wait_for(lambda: _dropped(registry, "retries") == 1)
+        await _wait_for(lambda: dropped(registry, "retries") == 1)
         assert apiserver.requests.count("create", "events") == 4
         assert apiserver.storage.list("events", "ns1") == []
 
@@ -200,11 +182,12 @@ async def test_api_down_retries_then_drops_and_recovers(
 async def test_rejected_event_is_not_retried(apiserver: ApiServer, kube_client: ApiClient) -> None:
     clock, registry = FakeClock(), CollectorRegistry()
     apiserver.faults.fail(403, verb="create", resource="events", count=1)
-    async with _running(_recorder(kube_client, clock, registry)) as rec:
+    rec = _recorder(kube_client, clock, registry)
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Normal", "R", "m")
         assert await rec.flush(30)
     assert apiserver.requests.count("create", "events") == 1
-    assert _dropped(registry, "rejected") == 1
+    assert dropped(registry, "rejected") == 1
 
 
 async def test_full_buffer_drops_without_blocking(
@@ -215,8 +198,8 @@ async def test_full_buffer_drops_without_blocking(
     # Not running yet: the buffer fills and event() returns at once each time.
     for i in range(8):
         rec.event(PVC, "Normal", f"R{i}", "m")
-    assert _dropped(registry, "buffer_full") == 3
-    async with _running(rec):
+    assert dropped(registry, "buffer_full") == 3
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         assert await rec.flush(30)
     assert len(apiserver.storage.list("events", "ns1")) == 5
 
@@ -225,10 +208,10 @@ async def test_cancel_counts_unwritten_events(apiserver: ApiServer, kube_client:
     clock, registry = FakeClock(), CollectorRegistry()
     apiserver.faults.fail(503, verb="create", resource="events", count=None)
     rec = _recorder(kube_client, clock, registry)
-    async with _running(rec):
+    async with recorder_running(kube_client, rec, "ns1", "ns2"):
         for i in range(3):
             rec.event(PVC, "Normal", f"R{i}", "m")
         await _wait_for(lambda: apiserver.requests.count("create", "events") == 1)
     # The one being retried and the two behind it are all accounted for.
-    assert _dropped(registry, "shutdown") == 3
+    assert dropped(registry, "shutdown") == 3
     assert rec.pending == 0

@@ -5,11 +5,9 @@ they were. Runs in memory by default and on a real control plane with
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import pytest
 from provision_support import MemoryProvisioner, create_class, fast_options, provisioner_name
+from task_support import informers_running
 
 from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.kube._config import request_json
@@ -155,13 +153,7 @@ async def test_updating_an_object_read_from_a_stripping_cache_keeps_its_managed_
         ),
     }
 
-    async def run_factory() -> None:
-        async with asyncio.TaskGroup() as tg:
-            factory.start(tg)
-            await asyncio.Event().wait()
-
-    task = asyncio.create_task(run_factory())
-    try:
+    async with informers_running(factory):
         assert await factory.wait_for_cache_sync(timeout=30)
         for created in (pv, claim):
             informer, client = informers[created["kind"]]
@@ -196,7 +188,3 @@ async def test_updating_an_object_read_from_a_stripping_cache_keeps_its_managed_
             fresh = await client.get(created["metadata"]["name"], namespace_of(created) or None)
             assert fresh["metadata"]["annotations"]["pyprovlib.io/test"] == "put"
             assert TEST_MANAGER in managers_of(fresh), fresh["metadata"].get("managedFields")
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

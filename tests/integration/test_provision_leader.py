@@ -21,6 +21,7 @@ from provision_support import (
     provisioner_name,
     wait_ready,
 )
+from task_support import informers_running
 
 from pyprovlib.controller._provision import LeaderElectionLostError, ProvisionController
 from pyprovlib.kube._informer import SharedInformerFactory
@@ -100,22 +101,11 @@ async def test_shared_informer_factory_is_started_by_its_owner(kube_cluster: Tes
         "storageclasses",
     }
 
-    async def run_informers() -> None:
-        async with asyncio.TaskGroup() as tg:
-            factory.start(tg)
-            await asyncio.Event().wait()
-
-    owner = asyncio.create_task(run_informers())
-    try:
-        async with running(controller):
-            claim = await create_claim(kube_cluster, class_name)
-            await wait_bound(kube_cluster, claim["metadata"]["name"])
-            assert all(informer.has_synced() for informer in factory.informers)
-    finally:
-        # The owner stops its informers; the controller never started them itself.
-        owner.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await owner
+    # The owner (the test) runs and stops the informers; the controller never starts them.
+    async with informers_running(factory), running(controller):
+        claim = await create_claim(kube_cluster, class_name)
+        await wait_bound(kube_cluster, claim["metadata"]["name"])
+        assert all(informer.has_synced() for informer in factory.informers)
 
 
 def _free_port() -> int:

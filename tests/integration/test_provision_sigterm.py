@@ -19,6 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from claim_support import class_body
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -119,13 +120,7 @@ async def test_sigterm_mid_provisioning_loses_nothing_and_releases_the_lease(
     async with apiserver_with_binder.api_client() as api:
         await ResourceClient(api, NAMESPACES).create({"metadata": {"name": NAMESPACE}})
         await ResourceClient(api, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": CLASS},
-                "provisioner": PROVISIONER,
-                "reclaimPolicy": "Delete",
-            }
+            class_body(CLASS, PROVISIONER, reclaimPolicy="Delete")
         )
 
         async with provisioner(kubeconfig, export) as first:

@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib.kube._objects import Obj
+from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._binder import HttpTransport
 from pyprovlib.testing._cluster import TestCluster
 from pyprovlib.testing._node import KubeletNode
@@ -24,16 +26,7 @@ MOUNT = "/data"
 
 
 def claim(name: str, storage_class: str, size: str = "1Mi") -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return claim_body(name, storage_class, size=size)
 
 
 def pod(name: str, claim_name: str, script: str, *, restart: str = "Never") -> Obj:
@@ -69,6 +62,36 @@ async def until(probe: Callable[[], Awaitable[T | None]], what: str, *, within: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within:.0f}s waiting for {what}")
         await asyncio.sleep(0.5)
+
+
+async def create_storage_class(
+    cluster: TestCluster, name: str, provisioner: str, **fields: Any
+) -> str:
+    """The StorageClass ``name`` of ``provisioner`` binding on first consumer (``fields``
+    added), removed with the cluster's objects; its name."""
+    await http(cluster).json(
+        "POST",
+        STORAGE_CLASSES.path(),
+        body=class_body(name, provisioner, volumeBindingMode="WaitForFirstConsumer", **fields),
+    )
+    cluster.track(STORAGE_CLASSES, name)
+    return name
+
+
+async def write(cluster: TestCluster, claim_name: str, text: str) -> None:
+    """A pod ``writer`` writes ``text`` to a file on the claim's volume and completes."""
+    await create(cluster, "pods", pod("writer", claim_name, f"echo {text} > {MOUNT}/file"))
+    await pod_phase(cluster, "writer", {"Succeeded"})
+
+
+async def read_back(cluster: TestCluster, claim_name: str, text: str) -> None:
+    """Persistence: the ``writer`` pod gone, a new pod on the same claim finds ``text`` in the
+    file; that pod is deleted and gone too."""
+    await delete(cluster, ns_path(cluster, "pods", "writer"))
+    await create(cluster, "pods", pod("reader", claim_name, f'test "$(cat {MOUNT}/file)" = {text}'))
+    await pod_phase(cluster, "reader", {"Succeeded"})
+    await delete(cluster, ns_path(cluster, "pods", "reader"))
+    await gone(cluster, ns_path(cluster, "pods", "reader"))
 
 
 def http(cluster: TestCluster) -> HttpTransport:

@@ -87,33 +87,25 @@ def plugin_argv(
     with attach required (ControllerPublish/Unpublish) and ControllerModifyVolume for
     :data:`MUTABLE_PARAMETER`, keeping its state in ``state_dir``, reporting ``max_volumes``
     as its attach limit (0: none)."""
-    endpoint = f"unix://{node.csi_socket(stack.driver)}"
-    if stack.plugin == "go":
-        return [
-            _assets(node, "hostpathplugin"),
-            f"--endpoint={endpoint}",
-            f"--nodeid={node.name}",
-            f"--drivername={stack.driver}",
-            f"--statedir={state_dir}",
-            "--enable-attach=true",
-            f"--maxvolumespernode={max_volumes}",
-            # ControllerModifyVolume (VolumeAttributesClass), off by default in the Go driver.
-            "--enable-controller-modify-volume=true",
-            f"--accepted-mutable-parameter-names={MUTABLE_PARAMETER}",
-            "--v=3",
-        ]
-    return [
-        sys.executable,
-        "-m",
-        "pyprovlib.examples.csi_hostpath",
-        f"--endpoint={endpoint}",
+    # The same flags for both plugins: the Python driver takes the Go driver's names.
+    flags = [
+        f"--endpoint=unix://{node.csi_socket(stack.driver)}",
         f"--nodeid={node.name}",
         f"--drivername={stack.driver}",
         f"--statedir={state_dir}",
         "--enable-attach=true",
         f"--maxvolumespernode={max_volumes}",
+        # ControllerModifyVolume (VolumeAttributesClass), off by default in the Go driver.
         "--enable-controller-modify-volume=true",
         f"--accepted-mutable-parameter-names={MUTABLE_PARAMETER}",
+    ]
+    if stack.plugin == "go":
+        return [_assets(node, "hostpathplugin"), *flags, "--v=3"]
+    return [
+        sys.executable,
+        "-m",
+        "pyprovlib.examples.csi_hostpath",
+        *flags,
         "--mount=bind",
         "--log-format=console",
     ]

@@ -20,6 +20,7 @@ from node_support import (
     bound_volume,
     claim,
     create,
+    create_storage_class,
     delete,
     get,
     gone,
@@ -27,13 +28,14 @@ from node_support import (
     ns_path,
     pod,
     pod_phase,
+    read_back,
     until,
+    write,
 )
 
 from pyprovlib.csi._connection import CSIConnection
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.kube._objects import Obj
-from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.node
@@ -60,21 +62,9 @@ async def cluster(real_node: RealNode) -> AsyncIterator[TestCluster]:
 
 
 async def storage_class(cluster: TestCluster, stack: stacks.Stack) -> str:
-    name = f"csi-{cluster.namespace}"
-    await http(cluster).json(
-        "POST",
-        STORAGE_CLASSES.path(),
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": stack.driver,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "allowVolumeExpansion": True,
-        },
+    return await create_storage_class(
+        cluster, f"csi-{cluster.namespace}", stack.driver, allowVolumeExpansion=True
     )
-    cluster.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def attachments(cluster: TestCluster, pv_name: str) -> list[Obj]:
@@ -119,8 +109,7 @@ async def test_pod_writes_and_data_survives_the_pod(
 ) -> None:
     class_name = await storage_class(cluster, stack)
     await create(cluster, "persistentvolumeclaims", claim("data", class_name))
-    await create(cluster, "pods", pod("writer", "data", f"echo from-the-pod > {MOUNT}/file"))
-    await pod_phase(cluster, "writer", {"Succeeded"})
+    await write(cluster, "data", "from-the-pod")
     pv = await bound_volume(cluster, "data")
     assert pv["spec"]["csi"]["driver"] == stack.driver
     assert pv["spec"]["csi"]["volumeHandle"] in await driver_volumes(real_node, stack)
@@ -128,13 +117,7 @@ async def test_pod_writes_and_data_survives_the_pod(
         a["status"].get("attached") for a in await attachments(cluster, pv["metadata"]["name"])
     ] == [True]
 
-    await delete(cluster, ns_path(cluster, "pods", "writer"))
-    await create(
-        cluster, "pods", pod("reader", "data", f'test "$(cat {MOUNT}/file)" = from-the-pod')
-    )
-    await pod_phase(cluster, "reader", {"Succeeded"})
-    await delete(cluster, ns_path(cluster, "pods", "reader"))
-    await gone(cluster, ns_path(cluster, "pods", "reader"))
+    await read_back(cluster, "data", "from-the-pod")
     # Unpublish, unstage, then detach (ControllerUnpublish) once no pod uses the volume.
     await detached(cluster, pv["metadata"]["name"])
     await delete_claim_and_volume(real_node, stack, cluster, pv)

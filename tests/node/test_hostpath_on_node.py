@@ -18,10 +18,10 @@ import pytest_asyncio
 from conftest import RealNode
 from node_support import (
     BUSYBOX,
-    MOUNT,
     bound_volume,
     claim,
     create,
+    create_storage_class,
     delete,
     events_for,
     get,
@@ -30,12 +30,12 @@ from node_support import (
     kubeconfig,
     ns_path,
     pod,
-    pod_phase,
     python_module,
+    read_back,
     until,
+    write,
 )
 
-from pyprovlib.kube._resources import STORAGE_CLASSES
 from pyprovlib.testing._cluster import TestCluster
 from pyprovlib.testing._node import KubeletNode
 
@@ -92,22 +92,13 @@ def helper_flags(cluster: TestCluster, image: str = BUSYBOX, timeout: str = "2m"
 
 
 async def storage_class(cluster: TestCluster, provisioner_name: str, base: Path) -> str:
-    name = f"hostpath-{cluster.namespace}"
-    await http(cluster).json(
-        "POST",
-        STORAGE_CLASSES.path(),
-        body={
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": provisioner_name,
-            "volumeBindingMode": "WaitForFirstConsumer",
-            "reclaimPolicy": "Delete",
-            "parameters": {"basePath": str(base)},
-        },
+    return await create_storage_class(
+        cluster,
+        f"hostpath-{cluster.namespace}",
+        provisioner_name,
+        reclaimPolicy="Delete",
+        parameters={"basePath": str(base)},
     )
-    cluster.track(STORAGE_CLASSES, name)
-    return name
 
 
 async def helper_pods(cluster: TestCluster) -> list[str]:
@@ -120,22 +111,13 @@ async def helper_pods(cluster: TestCluster) -> list[str]:
 async def write_read_delete(cluster: TestCluster, class_name: str, base: Path) -> None:
     """The life of a local volume as a user sees it, checked on the node's disk."""
     await create(cluster, "persistentvolumeclaims", claim("data", class_name))
-    await create(cluster, "pods", pod("writer", "data", f"echo written-by-pod > {MOUNT}/file"))
-    await pod_phase(cluster, "writer", {"Succeeded"})
+    await write(cluster, "data", "written-by-pod")
     pv = await bound_volume(cluster, "data")
     directory = base / pv["metadata"]["name"]
     assert pv["spec"]["local"]["path"] == str(directory)
     assert (directory / "file").read_text() == "written-by-pod\n"
 
-    # Persistence: a new pod on the same claim finds the data.
-    await delete(cluster, ns_path(cluster, "pods", "writer"))
-    await create(
-        cluster, "pods", pod("reader", "data", f'test "$(cat {MOUNT}/file)" = written-by-pod')
-    )
-    await pod_phase(cluster, "reader", {"Succeeded"})
-
-    await delete(cluster, ns_path(cluster, "pods", "reader"))
-    await gone(cluster, ns_path(cluster, "pods", "reader"))
+    await read_back(cluster, "data", "written-by-pod")
     await delete(cluster, ns_path(cluster, "persistentvolumeclaims", "data"))
     await gone(cluster, f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
     await until(lambda: _absent(directory), f"{directory} to be removed")

@@ -296,6 +296,13 @@ class FaultController(ControllerService):
             )
         )
 
+    def _existing(self, volume_id: str) -> Volume:
+        """The volume ``volume_id``; NOT_FOUND (as a driver answers) when there is none."""
+        volume = self.backend.by_id(volume_id)
+        if volume is None:
+            raise CSIError(Status.NOT_FOUND, f"volume {volume_id} not found")
+        return volume
+
     def _topology(self, message: v1.CreateVolumeRequest) -> dict[str, str] | None:
         if not self.topology:
             return None
@@ -324,13 +331,10 @@ class FaultController(ControllerService):
         self, message: v1.ControllerPublishVolumeRequest
     ) -> v1.ControllerPublishVolumeResponse:
         """Publish to the node (idempotent)."""
-        volume = self.backend.by_id(message.volume_id)
-        if volume is None:
-            raise CSIError(Status.NOT_FOUND, f"volume {message.volume_id} not found")
-        found = volume
+        volume = self._existing(message.volume_id)
 
         async def publish() -> None:
-            self.backend.published.setdefault(found.volume_id, set()).add(message.node_id)
+            self.backend.published.setdefault(volume.volume_id, set()).add(message.node_id)
 
         await self.backend.call(
             PUBLISH,
@@ -368,15 +372,12 @@ class FaultController(ControllerService):
         self, message: v1.ControllerExpandVolumeRequest
     ) -> v1.ControllerExpandVolumeResponse:
         """Grow the volume to at least the required bytes (never shrink)."""
-        volume = self.backend.by_id(message.volume_id)
-        if volume is None:
-            raise CSIError(Status.NOT_FOUND, f"volume {message.volume_id} not found")
-        found = volume
+        volume = self._existing(message.volume_id)
         required = message.capacity_range.required_bytes if message.capacity_range else 0
 
         async def expand() -> int:
-            found.capacity = max(found.capacity, required)
-            return found.capacity
+            volume.capacity = max(volume.capacity, required)
+            return volume.capacity
 
         capacity = await self.backend.call(
             EXPAND, volume.name, expand, changes=required > volume.capacity

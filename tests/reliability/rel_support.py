@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import itertools
 import json
 import os
@@ -25,7 +24,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Collection,
-    Coroutine,
     Iterable,
     Sequence,
 )
@@ -35,6 +33,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import claim_support
+import provision_support
+from claim_support import class_body
 from kubernetes_asyncio.client import (
     ApiClient,
     V1HostPathVolumeSource,
@@ -42,6 +43,8 @@ from kubernetes_asyncio.client import (
     V1PersistentVolume,
     V1PersistentVolumeSpec,
 )
+from module_support import load_file
+from task_support import background
 
 from pyprovlib import testing
 from pyprovlib._provisioner import Provisioner, ProvisionOptions
@@ -132,15 +135,13 @@ class BackendProvisioner(Provisioner):
 def fast_options(**kwargs: Any) -> ProvisionControllerOptions:
     """The integration suite's options (no leader election, private metrics, millisecond
     retries), with retries up to half a second, no give-up thresholds and eight workers."""
-    integration = load_support("integration", "test_provision_e2e")
     defaults: dict[str, Any] = {
         "rate_limiter": ItemExponentialFailureRateLimiter(0.005, 0.5),
         "failed_provision_threshold": 0,
         "failed_delete_threshold": 0,
         "workers": 8,
     }
-    options: ProvisionControllerOptions = integration.fast_options(**{**defaults, **kwargs})
-    return options
+    return provision_support.fast_options(**{**defaults, **kwargs})
 
 
 def running(
@@ -155,19 +156,6 @@ async def cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
-
-
-@contextlib.asynccontextmanager
-async def background(coro: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
-    """Run ``coro`` (a watcher, a loop injecting faults) for the duration of the block; it is
-    cancelled and awaited afterwards."""
-    task = asyncio.create_task(coro)
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def stop_controllers(
@@ -193,28 +181,13 @@ async def create_namespace(client: ApiClient, name: str) -> None:
 
 async def create_class(client: ApiClient, provisioner: str = PROVISIONER, **extra: Any) -> str:
     name = unique("sc")
-    body: Obj = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": name},
-        "provisioner": provisioner,
-        **extra,
-    }
+    body: Obj = class_body(name, provisioner, **extra)
     await ResourceClient(client, STORAGE_CLASSES).create(body)
     return name
 
 
 def claim_body(namespace: str, name: str, class_name: str, size: str = "1Gi") -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class_name,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
+    return claim_support.claim_body(name, class_name, namespace=namespace, size=size)
 
 
 def csi_volume_body(name: str, csi: Obj, *, access_mode: str = "ReadWriteOnce", **spec: Any) -> Obj:
@@ -599,16 +572,8 @@ def asset_dirs(root: Path) -> list[str]:
 def load_support(suite: str, name: str) -> ModuleType:
     """The support module ``tests/<suite>/<name>.py``, which is not on ``sys.path`` when only
     this suite runs (loaded once, under a private module name)."""
-    key = f"pyprovlib_tests_{suite}_{name}"
-    if key not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / suite / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(key, path)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    path = Path(__file__).resolve().parents[1] / suite / f"{name}.py"
+    return load_file(f"pyprovlib_tests_{suite}_{name}", path, register=True)
 
 
 # -- API server chaos ----------------------------------------------------------------------------

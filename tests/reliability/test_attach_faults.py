@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from claim_support import attachment_body
 from kubernetes_asyncio.client import ApiClient
 from rel_support import (
     FAULT_KINDS,
@@ -202,16 +203,7 @@ class World(Problems):
         await self._pace()
         name = unique("va")
         self.live[name] = (pv, node)
-        body = {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "VolumeAttachment",
-            "metadata": {"name": name},
-            "spec": {
-                "attacher": self.driver,
-                "nodeName": node,
-                "source": {"persistentVolumeName": pv},
-            },
-        }
+        body = attachment_body(name, self.driver, node, pv)
         await with_retries(lambda: ResourceClient(self.client, VOLUME_ATTACHMENTS).create(body))
         return name
 
@@ -698,11 +690,14 @@ async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> N
             assert any(killed_mid_work), "no kill landed while there was work left"
 
 
-@pytest.mark.heavy
-async def test_attacher_process_sigkilled_at_random_points(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, vas=8, kills=2, seed=70)
-
-
-@pytest.mark.slow
-async def test_attacher_process_sigkilled_at_random_points_100_vas(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, vas=100, kills=8, seed=71)
+@pytest.mark.parametrize(
+    ("vas", "kills", "seed"),
+    [
+        pytest.param(8, 2, 70, marks=pytest.mark.heavy, id="8-vas"),
+        pytest.param(100, 8, 71, marks=pytest.mark.slow, id="100-vas"),
+    ],
+)
+async def test_attacher_process_sigkilled_at_random_points(
+    tmp_path: Path, vas: int, kills: int, seed: int
+) -> None:
+    await sigkill_scenario(tmp_path, vas=vas, kills=kills, seed=seed)

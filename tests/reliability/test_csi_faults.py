@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from claim_support import attachment_body
 from csi_fault_driver import (
     CREATE,
     DELETE,
@@ -44,7 +45,6 @@ from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from rel_support import (
     all_bound,
-    background,
     check_invariants,
     create_claims,
     create_class,
@@ -57,6 +57,8 @@ from rel_support import (
     unique,
     wait_until,
 )
+from task_support import background
+from topology_support import create_driver_node
 
 from pyprovlib._attacher import IN_PROGRESS_CODES
 from pyprovlib._resizer import INFEASIBLE_CODES
@@ -80,7 +82,6 @@ from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
     CSINODES,
     EVENTS,
-    NODES,
     PERSISTENT_VOLUME_CLAIMS,
     PERSISTENT_VOLUMES,
     VOLUME_ATTACHMENTS,
@@ -828,34 +829,14 @@ async def test_create_and_delete_volume_return_status_then_succeed(code: Status)
         await delete_phase(s, code, names)
 
 
-async def add_topology_node(client: ApiClient, name: str, zone: str) -> None:
-    await ResourceClient(client, NODES).create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {TOPOLOGY_KEY: zone}},
-        }
-    )
-    await ResourceClient(client, CSINODES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "CSINode",
-            "metadata": {"name": name},
-            "spec": {
-                "drivers": [{"name": DRIVER_NAME, "nodeID": name, "topologyKeys": [TOPOLOGY_KEY]}]
-            },
-        }
-    )
-
-
 async def test_resource_exhausted_with_a_selected_node_reschedules() -> None:
     """With topology and a selected node, RESOURCE_EXHAUSTED gives the claim back to the
     scheduler (the selected-node annotation is removed) instead of retrying on that node."""
     async with csi_stack(
         topology=True, class_extra={"volumeBindingMode": "WaitForFirstConsumer"}
     ) as s:
-        await add_topology_node(s.client, "node-a", "zone-a")
-        await add_topology_node(s.client, "node-b", "zone-b")
+        await create_driver_node(s.client, "node-a", DRIVER_NAME, TOPOLOGY_KEY, value="zone-a")
+        await create_driver_node(s.client, "node-b", DRIVER_NAME, TOPOLOGY_KEY, value="zone-b")
         s.backend.fail(
             CREATE, Fault(Status.RESOURCE_EXHAUSTED, "zone-a is full", times=UNTIL_CLEARED)
         )
@@ -982,16 +963,7 @@ class Attachments:
     async def create(self) -> None:
         for index, name in enumerate(self.names):
             await self.vas.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": f"va-{index}"},
-                    "spec": {
-                        "attacher": DRIVER_NAME,
-                        "nodeName": f"node-{index}",
-                        "source": {"persistentVolumeName": name},
-                    },
-                }
+                attachment_body(f"va-{index}", DRIVER_NAME, f"node-{index}", name)
             )
 
     async def delete(self) -> None:

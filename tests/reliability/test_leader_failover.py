@@ -20,7 +20,6 @@ from rel_support import (
     Backend,
     BackendProvisioner,
     Replicas,
-    background,
     cancel,
     create_paced,
     delete_claims,
@@ -30,6 +29,7 @@ from rel_support import (
     stop_controllers,
     wait_until,
 )
+from task_support import background
 
 from pyprovlib.controller._provision import ProvisionController
 
@@ -166,11 +166,12 @@ async def process_failover(tmp_path: Path, replicas: int, kills: int, claims: in
         assert sum(bool(group.became_leader(i)) for i in range(len(group.procs))) > 2 * kills
 
 
-@pytest.mark.heavy
-async def test_three_processes_leader_sigkilled(tmp_path: Path) -> None:
-    await process_failover(tmp_path, replicas=3, kills=2, claims=20)
-
-
-@pytest.mark.slow
-async def test_three_processes_leader_sigkilled_many_times(tmp_path: Path) -> None:
-    await process_failover(tmp_path, replicas=3, kills=6, claims=100)
+@pytest.mark.parametrize(
+    ("kills", "claims"),
+    [
+        pytest.param(2, 20, marks=pytest.mark.heavy, id="2-kills"),
+        pytest.param(6, 100, marks=pytest.mark.slow, id="many-kills"),
+    ],
+)
+async def test_three_processes_leader_sigkilled(tmp_path: Path, kills: int, claims: int) -> None:
+    await process_failover(tmp_path, replicas=3, kills=kills, claims=claims)

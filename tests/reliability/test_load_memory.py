@@ -266,11 +266,19 @@ async def load_scenario(
         return figures
 
 
-@pytest.mark.heavy
-async def test_burst_then_memory_flat(tmp_path: Path) -> None:
-    await load_scenario(tmp_path, namespaces=10, per_namespace=20, correlator_size=128)
-
-
-@pytest.mark.slow
-async def test_10000_claims_in_100_namespaces_memory_flat(tmp_path: Path) -> None:
-    await load_scenario(tmp_path, namespaces=100, per_namespace=100, correlator_size=1024)
+@pytest.mark.parametrize(
+    ("namespaces", "per_namespace", "correlator_size"),
+    [
+        pytest.param(10, 20, 128, marks=pytest.mark.heavy, id="200-claims"),
+        pytest.param(100, 100, 1024, marks=pytest.mark.slow, id="10000-claims"),
+    ],
+)
+async def test_burst_then_memory_flat(
+    tmp_path: Path, namespaces: int, per_namespace: int, correlator_size: int
+) -> None:
+    await load_scenario(
+        tmp_path,
+        namespaces=namespaces,
+        per_namespace=per_namespace,
+        correlator_size=correlator_size,
+    )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from claim_support import claim_body
 from rel_support import (
     LoggedProcess,
     bounded,
@@ -127,19 +128,8 @@ async def scenario(tmp_path: Path, *, binding: str, claims: int) -> None:
         }
 
         def body(name: str, node: str | None) -> Obj:
-            metadata: Obj = {"name": name, "namespace": ns}
-            if node:
-                metadata["annotations"] = {ANN_SELECTED_NODE: node}
-            return {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": metadata,
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": class_name,
-                    "resources": {"requests": {"storage": "1Mi"}},
-                },
-            }
+            selected = {ANN_SELECTED_NODE: node} if node else None
+            return claim_body(name, class_name, namespace=ns, size="1Mi", annotations=selected)
 
         for process in processes.values():
             await process.start()

@@ -44,7 +44,6 @@ from rel_support import (
     BackendProvisioner,
     World,
     all_bound,
-    background,
     cancel,
     claim_body,
     create_class,
@@ -58,6 +57,7 @@ from rel_support import (
     unique,
     wait_until,
 )
+from task_support import background
 
 from pyprovlib._provisioner import ProvisionOptions
 from pyprovlib.controller._provision import LeaderElectionLostError, ProvisionController

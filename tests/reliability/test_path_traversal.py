@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from claim_support import class_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import (
@@ -124,13 +125,9 @@ async def nfs_round(
     outside, export = make_world(base)
     before_outside = tree(outside)
     class_name = f"nfs-{next(_rounds)}"  # one API server serves every example of a test
-    sc_body = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": class_name},
-        "provisioner": "pyprovlib.io/nfs",
-        "parameters": {"pathPattern": pattern, "onDelete": "delete"},
-    }
+    sc_body = class_body(
+        class_name, "pyprovlib.io/nfs", parameters={"pathPattern": pattern, "onDelete": "delete"}
+    )
     await ResourceClient(client, STORAGE_CLASSES).create(sc_body)
     provisioner = NFSProvisioner(client, "nfs.test", "/export", str(export))
     sc = V1StorageClass(

@@ -100,14 +100,17 @@ async def nfs_process(tmp_path: Path) -> AsyncIterator[tuple[World, NFSProcess]]
             await process.close()
 
 
-@pytest.mark.heavy
-async def test_nfs_process_sigkilled_at_random_points(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, claims=30, kills=2, seed=3)
-
-
-@pytest.mark.slow
-async def test_nfs_process_sigkilled_at_random_points_200_claims(tmp_path: Path) -> None:
-    await sigkill_scenario(tmp_path, claims=200, kills=10, seed=4)
+@pytest.mark.parametrize(
+    ("claims", "kills", "seed"),
+    [
+        pytest.param(30, 2, 3, marks=pytest.mark.heavy, id="30-claims"),
+        pytest.param(200, 10, 4, marks=pytest.mark.slow, id="200-claims"),
+    ],
+)
+async def test_nfs_process_sigkilled_at_random_points(
+    tmp_path: Path, claims: int, kills: int, seed: int
+) -> None:
+    await sigkill_scenario(tmp_path, claims=claims, kills=kills, seed=seed)
 
 
 async def sigkill_scenario(tmp_path: Path, claims: int, kills: int, seed: int) -> None:

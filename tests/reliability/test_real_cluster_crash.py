@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from claim_support import class_body
 from rel_support import (
     NFSProcess,
     Replicas,
@@ -191,14 +192,7 @@ async def world(kube_cluster: TestCluster, tmp_path: Path) -> World:
     name = f"{kube_cluster.unique_name('crash')}.pyprovlib.io/nfs"
     class_name = kube_cluster.unique_name("sc")
     await ResourceClient(kube_cluster.api_client, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": class_name},
-            "provisioner": name,
-            "reclaimPolicy": "Delete",
-            "parameters": {"onDelete": "delete"},
-        }
+        class_body(class_name, name, reclaimPolicy="Delete", parameters={"onDelete": "delete"})
     )
     kube_cluster.track(STORAGE_CLASSES, class_name)
     w = World(kube_cluster, tmp_path, name, class_name)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient, V1PersistentVolume
 from rel_support import (
     FAULT_KINDS,
@@ -143,14 +144,12 @@ class World(Problems):
     async def setup(self, claims: int) -> None:
         await create_namespace(self.client, self.namespace)
         await ResourceClient(self.client, STORAGE_CLASSES).create(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": self.storage_class},
-                "provisioner": self.resizer.name,
-                "allowVolumeExpansion": True,
-                "reclaimPolicy": "Retain",
-            }
+            class_body(
+                self.storage_class,
+                self.resizer.name,
+                allowVolumeExpansion=True,
+                reclaimPolicy="Retain",
+            )
         )
         await bounded(self._bound_pair(i) for i in range(claims))
         await wait_until(
@@ -177,17 +176,7 @@ class World(Problems):
             )
         )
         await ResourceClient(self.client, PERSISTENT_VOLUME_CLAIMS).create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": self.namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                    "storageClassName": self.storage_class,
-                    "volumeName": pv,
-                },
-            },
+            claim_body(claim, self.storage_class, namespace=self.namespace, volumeName=pv),
             self.namespace,
         )
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from claim_support import attachment_body
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from rel_support import create_namespace, csi_volume_body, unique, wait_until
 
@@ -172,18 +173,7 @@ async def test_attacher_run_with_secrets_leaks_nothing(
         vas = ResourceClient(client, VOLUME_ATTACHMENTS)
         task = asyncio.create_task(controller.run())
         try:
-            await vas.create(
-                {
-                    "apiVersion": "storage.k8s.io/v1",
-                    "kind": "VolumeAttachment",
-                    "metadata": {"name": "va-secret"},
-                    "spec": {
-                        "attacher": DRIVER,
-                        "nodeName": "node-1",
-                        "source": {"persistentVolumeName": "pv-secret"},
-                    },
-                }
-            )
+            await vas.create(attachment_body("va-secret", DRIVER, "node-1", "pv-secret"))
 
             def attached() -> bool:
                 va = server.storage.get(VOLUME_ATTACHMENTS, None, "va-secret")

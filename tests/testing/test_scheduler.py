@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient
 from standalone_support import standalone
 
@@ -68,17 +69,14 @@ async def add_node(
 
 
 async def add_class(
-    api: ApiClient, name: str, mode: str = "WaitForFirstConsumer", **extra: object
+    api: ApiClient,
+    name: str,
+    mode: str = "WaitForFirstConsumer",
+    provisioner: str = "example.com/late",
+    **extra: object,
 ) -> None:
     await ResourceClient(api, STORAGE_CLASSES).create(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": name},
-            "provisioner": "example.com/late",
-            "volumeBindingMode": mode,
-            **extra,
-        }
+        class_body(name, provisioner, volumeBindingMode=mode, **extra)
     )
 
 
@@ -208,17 +206,7 @@ async def test_respects_node_selector_topologies_and_bound_volumes(
         }
     )
     await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "bound", "namespace": NS},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "volumeName": "local-pv",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
+        claim_body("bound", "", namespace=NS, volumeName="local-pv")
     )
     await add_claim(api, "late", "zoned")
     await ResourceClient(api, PODS).create(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from standalone_support import first_line, standalone
@@ -201,24 +202,10 @@ async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
         assert f"PV binder running against {server.url}" in started
         url = server.url
         async with aiohttp.ClientSession() as session:
-            sc = {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": "ext"},
-                "provisioner": "example.com/ext",
-            }
+            sc = class_body("ext", "example.com/ext")
             async with session.post(url + "/apis/storage.k8s.io/v1/storageclasses", json=sc) as r:
                 assert r.status == 201
-            claim = {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "c1", "namespace": "default"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "ext",
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
+            claim = claim_body("c1", "ext", namespace="default")
             claims = url + "/api/v1/namespaces/default/persistentvolumeclaims"
             async with session.post(claims, json=claim) as r:
                 assert r.status == 201

@@ -104,21 +104,27 @@ async def test_json_patch_ops_and_failing_test(kube_client: ApiClient) -> None:
     assert e.value.status == 422
 
 
-async def test_patch_cannot_rename_or_change_uid(kube_client: ApiClient) -> None:
+@pytest.mark.parametrize(
+    ("metadata", "status"),
+    [
+        ({"name": "other"}, 400),
+        ({"namespace": "kube-system"}, 400),
+        ({"uid": "0000"}, 409),
+        ({"resourceVersion": "1"}, 409),
+    ],
+)
+async def test_patch_cannot_rename_or_change_uid(
+    kube_client: ApiClient, metadata: dict[str, str], status: int
+) -> None:
     v1 = CoreV1Api(kube_client)
     await _seed(v1)
     with pytest.raises(ApiException) as e:
-        await _patch(v1, {"metadata": {"name": "other"}}, MERGE)
-    assert e.value.status == 400
-    with pytest.raises(ApiException) as e:
-        await _patch(v1, {"metadata": {"namespace": "kube-system"}}, MERGE)
-    assert e.value.status == 400
-    with pytest.raises(ApiException) as e:
-        await _patch(v1, {"metadata": {"uid": "0000"}}, MERGE)
-    assert e.value.status == 409
-    with pytest.raises(ApiException) as e:
-        await _patch(v1, {"metadata": {"resourceVersion": "1"}}, MERGE)
-    assert e.value.status == 409
+        await _patch(v1, {"metadata": metadata}, MERGE)
+    assert e.value.status == status
+
+
+async def test_patch_of_a_missing_object_is_not_found(kube_client: ApiClient) -> None:
+    v1 = CoreV1Api(kube_client)
     with pytest.raises(ApiException) as e:
         await v1.patch_namespaced_config_map("ghost", "default", {"data": {}})
     assert e.value.status == 404

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from claim_support import claim_body
 from kubectl_support import KUBECTL, Kubectl
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
@@ -469,29 +470,17 @@ async def test_claim_data_sources_are_normalized_and_validated(kube_client: ApiC
     core = CoreV1Api(kube_client)
     claims = ResourceClient(kube_client, resource_for("v1", "PersistentVolumeClaim"))
 
-    def claim(name: str, **spec: Any) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                **spec,
-            },
-        }
-
     source = {"apiGroup": GROUP, "kind": "VolumeSnapshot", "name": "snap"}
-    created = await claims.create(claim("a", dataSource=source), NS)
+    created = await claims.create(claim_body("a", dataSource=source), NS)
     assert created["spec"]["dataSourceRef"] == source
-    created = await claims.create(claim("b", dataSourceRef=source), NS)
+    created = await claims.create(claim_body("b", dataSourceRef=source), NS)
     assert created["spec"]["dataSource"] == source
     # the typed client reads them back
     typed = await core.read_namespaced_persistent_volume_claim("a", NS)
     assert typed.spec.data_source_ref.kind == "VolumeSnapshot"
     # a core-group reference comes back with "apiGroup": null (no omitempty upstream)
     created = await claims.create(
-        claim("p", dataSource={"kind": "PersistentVolumeClaim", "name": "a"}), NS
+        claim_body("p", dataSource={"kind": "PersistentVolumeClaim", "name": "a"}), NS
     )
     assert created["spec"]["dataSourceRef"] == {
         "apiGroup": None,
@@ -500,7 +489,9 @@ async def test_claim_data_sources_are_normalized_and_validated(kube_client: ApiC
     }
 
     with pytest.raises(ApiException) as err:
-        await claims.create(claim("d", dataSourceRef={"kind": "VolumeSnapshot", "name": "s"}), NS)
+        await claims.create(
+            claim_body("d", dataSourceRef={"kind": "VolumeSnapshot", "name": "s"}), NS
+        )
     assert causes(err.value) == [
         (
             key,
@@ -511,7 +502,7 @@ async def test_claim_data_sources_are_normalized_and_validated(kube_client: ApiC
     ]
     with pytest.raises(ApiException) as err:
         await claims.create(
-            claim("e", dataSource=source, dataSourceRef={**source, "name": "other"}), NS
+            claim_body("e", dataSource=source, dataSourceRef={**source, "name": "other"}), NS
         )
     assert causes(err.value) == [("spec", "Invalid value: {}: must match dataSourceRef")]
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from claim_support import claim_body, vac_body
 from kubernetes_asyncio.client import ApiClient
 from server_support import get_json
 from sidecar_support import wait_for
@@ -27,15 +28,7 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 
 
 def vac(name: str, **fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "VolumeAttributesClass",
-        "metadata": {"name": name},
-        "driverName": "hostpath.csi.k8s.io",
-        "parameters": {"iops": "3000"},
-    }
-    body.update(fields)
-    return body
+    return vac_body(name, "hostpath.csi.k8s.io", **fields)
 
 
 def causes(err: ApiException) -> list[tuple[str, str]]:
@@ -113,16 +106,7 @@ async def test_bound_claims_change_class_but_never_drop_it(
                 },
             }
         )
-        claim = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "c1", "namespace": "default"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "storageClassName": "manual",
-            },
-        }
+        claim = claim_body("c1", "manual", namespace="default")
         # A claim asking for no class is not given the volume of class gold.
         await claims.create(claim)
         claim["metadata"]["name"] = "c2"
