@@ -17,6 +17,9 @@ same run (interleaved) before the change is made where it belongs.
   (client-go's recorder writes from one goroutine).
 - ``tracemalloc`` / ``modules``: at exit, the largest allocation sites
   (``$CSI_REAL_TRACEMALLOC``) / the modules loaded, by package (``$CSI_REAL_MODULES``).
+- ``heappeak``: Python allocations traced (tracemalloc, slow: for where memory goes, not for
+  timings), and the largest allocation sites, by line, written to ``$CSI_REAL_HEAPPEAK`` as they
+  were when the traced memory peaked (checked every 0.5 s): what the peak RSS holds.
 - ``busy0``: the event writers all hold back while claims wait for a worker (``busy_writers``
   0 instead of 1; above ``hold_limit`` waiting events they write regardless).
 - ``noevents``: events discarded instead of written: the upper bound of what writing them
@@ -178,6 +181,33 @@ def _tracemalloc() -> None:
                 out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} {stat.traceback}\n")
 
     atexit.register(dump)
+
+
+def _heappeak() -> None:
+    """tracemalloc's largest allocation sites at the traced peak (see the module docstring)."""
+    import os
+    import threading
+    import time
+    import tracemalloc
+
+    tracemalloc.start(3)
+    path = os.environ.get("CSI_REAL_HEAPPEAK", "heappeak.txt")
+    best = [0]
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            current, _ = tracemalloc.get_traced_memory()
+            if current < best[0] + 2**20:
+                continue
+            best[0] = current
+            stats = tracemalloc.take_snapshot().statistics("lineno")
+            with open(path, "w") as out:
+                out.write(f"traced {current / 2**20:.1f} MiB\n")
+                for stat in stats[:60]:
+                    out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:9d} {stat.traceback}\n")
+
+    threading.Thread(target=watch, daemon=True, name="heappeak").start()
 
 
 def _modules() -> None:
@@ -345,6 +375,7 @@ VARIANTS = {
     "clientgoevents": _clientgo_events,
     "tracemalloc": _tracemalloc,
     "modules": _modules,
+    "heappeak": _heappeak,
     "busy0": functools.partial(_busy_writers, 0),
     "noevents": _noevents,
     "gcstats": _gcstats,

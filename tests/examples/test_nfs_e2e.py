@@ -17,9 +17,7 @@ from example_support import (
     wait_bound,
     wait_pv_gone,
 )
-from kubernetes_asyncio.client import (
-    CoreV1Api,
-)
+from kubernetes_asyncio.client import CoreV1Api, StorageV1Api
 
 from pyprovlib.examples.nfs import NFSProvisioner
 from pyprovlib.testing._cluster import TestCluster
@@ -180,3 +178,79 @@ async def test_delete_reads_the_class_from_the_controllers_cache(
         await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
         await wait_pv_gone(c, pv.metadata.name)
     assert tree(export) == []
+
+
+@pytest.mark.parametrize("prepare", ["directory gone", "archive name taken"])
+async def test_delete_with_the_class_cached(
+    kube_cluster: TestCluster, export: Path, prepare: str
+) -> None:
+    """With the class in the controller's cache, deletion finds and archives the directory in
+    one step: a directory already gone is still success, and an archive name already taken
+    still leads to an archive of its own."""
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(c, name, {"archiveOnDelete": "true"})
+    claim = await make_claim(c, sc)
+    prov = NFSProvisioner(None, SERVER, EXPORT, str(export))
+    async with running(c.api_client, name, prov) as controller:
+        prov.read_classes_from(controller.class_informer)
+        pv = await wait_bound(c, claim)
+        pv_name = pv.metadata.name
+        subdir = f"{c.namespace}-{claim}-{pv_name}"
+        (export / subdir / "f.txt").write_text("data")
+        if prepare == "directory gone":
+            (export / subdir / "f.txt").unlink()
+            (export / subdir).rmdir()
+        else:
+            (export / f"archived-{subdir}").mkdir()
+        await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
+        await wait_pv_gone(c, pv_name)
+    expected = {
+        "directory gone": [],
+        "archive name taken": [
+            f"archived-{subdir}",
+            f"archived-{subdir}-{pv_name}",
+            f"archived-{subdir}-{pv_name}/f.txt",
+        ],
+    }[prepare]
+    assert tree(export) == expected
+
+
+async def test_delete_without_the_class_needs_no_class_when_the_directory_is_gone(
+    kube_cluster: TestCluster, export: Path
+) -> None:
+    """A volume whose class was deleted (so neither the cache nor a GET has it): a directory
+    already gone is success, as in nfs-subdir, which looks at the directory first; a directory
+    still there is kept, and the PV with it, until the class tells what to do with it."""
+    c = kube_cluster
+    name = c.unique_name("pyprovlib.io/nfs-e2e")
+    sc = await make_class(c, name, {"onDelete": "delete"})
+    first = await make_claim(c, sc, name="gone")
+    second = await make_claim(c, sc, name="kept")
+    prov = NFSProvisioner(None, SERVER, EXPORT, str(export))
+    core = CoreV1Api(c.api_client)
+    async with running(c.api_client, name, prov) as controller:
+        prov.read_classes_from(controller.class_informer)
+        gone = (await wait_bound(c, first)).metadata.name
+        kept = (await wait_bound(c, second)).metadata.name
+        await StorageV1Api(c.api_client).delete_storage_class(sc)
+
+        async def uncached() -> bool:
+            return controller.class_informer.store.get_by_key(sc) is None
+
+        await c.wait_for(uncached, message=f"StorageClass {sc} gone from the cache")
+        (export / f"{c.namespace}-{first}-{gone}").rmdir()
+        await core.delete_namespaced_persistent_volume_claim(first, c.namespace)
+        await core.delete_namespaced_persistent_volume_claim(second, c.namespace)
+        await wait_pv_gone(c, gone)
+
+        async def failed() -> str | None:
+            for ev in (await core.list_event_for_all_namespaces()).items:
+                if ev.involved_object.name == kept and ev.reason == "VolumeFailedDelete":
+                    return str(ev.message)
+            return None
+
+        message = await c.wait_for(failed, message=f"VolumeFailedDelete on {kept}")
+    assert "needs an API client" in message
+    assert (await core.read_persistent_volume(kept)).metadata.name == kept
+    assert tree(export) == [f"{c.namespace}-{second}-{kept}"]

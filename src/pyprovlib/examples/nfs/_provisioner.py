@@ -313,6 +313,21 @@ class NFSProvisioner(Provisioner, ObjectDeleter):
             )
         return parts
 
+    def _cached_params(self, class_name: str) -> NFSParameters | None:
+        """The class's parameters from the controller's cache, or None when the cache cannot
+        say (no cache, not synced, no such class, or parameters it cannot parse): the caller
+        then takes :meth:`_params_for`'s path, which reports those cases."""
+        cache = self.class_cache
+        if not class_name or cache is None or not cache.has_synced():
+            return None
+        cached = cache.store.get_by_key(class_name)
+        if cached is None:
+            return None
+        try:
+            return _parameters_of_object(cached)
+        except ProvisioningError:
+            return None
+
     async def _params_for(self, pv_name: str, class_name: str) -> NFSParameters:
         if not class_name:
             raise RuntimeError(
@@ -340,6 +355,18 @@ class NFSProvisioner(Provisioner, ObjectDeleter):
         except ProvisioningError as err:
             raise RuntimeError(str(err)) from err
 
+    def _remove_or_archive(self, parts: tuple[str, ...], action: str, pv_name: str) -> bool:
+        """Remove or archive the volume's directory (in a worker thread); False when it was
+        not there."""
+        if action == "delete":
+            return remove_beneath(self.mount_path, parts)
+        archived = "archived-" + parts[-1]
+        try:
+            return archive_beneath(self.mount_path, parts, archived) is not None
+        except FileExistsError:
+            # Patterns may map several claims onto one name; keep every archive apart.
+            return archive_beneath(self.mount_path, parts, f"{archived}-{pv_name}") is not None
+
     async def delete(self, volume: V1PersistentVolume) -> None:
         """Delete, retain or archive the volume's directory per the class's ``onDelete`` /
         ``archiveOnDelete``. A directory already gone is success."""
@@ -359,22 +386,22 @@ class NFSProvisioner(Provisioner, ObjectDeleter):
                 f"provisioner serves {self.server}"
             )
         parts = self._relative_parts(pv_name, str(nfs.get("path") or ""))
-        exists = await asyncio.to_thread(posixpath.lexists, posixpath.join(self.mount_path, *parts))
-        if not exists:
-            log.warning("volume directory already gone", pv=pv_name)
-            return
-        action = (await self._params_for(pv_name, str(spec.get("storageClassName") or ""))).action()
+        class_name = str(spec.get("storageClassName") or "")
+        # The class from the controller's cache (the usual case) lets one trip to a worker
+        # thread both find and act on the directory; otherwise, as nfs-subdir does, a
+        # directory already gone is success before the class is looked up at all.
+        params = self._cached_params(class_name)
+        if params is None:
+            exists = await asyncio.to_thread(
+                posixpath.lexists, posixpath.join(self.mount_path, *parts)
+            )
+            if not exists:
+                log.warning("volume directory already gone", pv=pv_name)
+                return
+            params = await self._params_for(pv_name, class_name)
+        action = params.action()
         log.info("deleting volume directory", pv=pv_name, action=action)
         if action == "retain":
             return
-        if action == "delete":
-            await asyncio.to_thread(remove_beneath, self.mount_path, parts)
-            return
-        archived = "archived-" + parts[-1]
-        try:
-            await asyncio.to_thread(archive_beneath, self.mount_path, parts, archived)
-        except FileExistsError:
-            # Patterns may map several claims onto one name; keep every archive apart.
-            await asyncio.to_thread(
-                archive_beneath, self.mount_path, parts, f"{archived}-{pv_name}"
-            )
+        if not await asyncio.to_thread(self._remove_or_archive, parts, action, pv_name):
+            log.warning("volume directory already gone", pv=pv_name)
