@@ -18,7 +18,7 @@ from provision_support import MemoryProvisioner, create_class, fast_options
 
 from pyprovlib.controller._provision import ProvisionController
 from pyprovlib.kube._config import request_json
-from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._events import CONTROLLER_WRITERS, EventRecorder
 from pyprovlib.kube._objects import Obj
 from pyprovlib.testing import eventually, running, wait_bound
 from pyprovlib.testing._cluster import TestCluster
@@ -274,6 +274,8 @@ async def test_the_provision_controllers_events_yield_to_its_queues(
     assert busy is not None
     # Held-back events come on top of the room a burst needs without holding back.
     assert controller.recorder.max_buffer - controller.recorder.hold_limit >= 2000
+    # Few writers: each one writing holds a connection (and its TLS buffers) of its own.
+    assert controller.recorder.writers == CONTROLLER_WRITERS
     assert not busy()
     controller.volume_queue.add("pv-1")
     assert busy()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from resize_support import MemoryResizer, fast_options
 
 from pyprovlib.controller._resize import ResizeController
+from pyprovlib.kube._events import CONTROLLER_WRITERS
 from pyprovlib.testing._cluster import TestCluster
 
 
@@ -16,6 +17,7 @@ async def test_the_resizers_events_yield_to_its_claim_queue(kube_cluster: TestCl
     busy = resizer.recorder.busy
     assert busy is not None
     assert resizer.recorder.max_buffer - resizer.recorder.hold_limit >= 2000
+    assert resizer.recorder.writers == CONTROLLER_WRITERS
     assert not busy()
     resizer.claim_queue.add("ns/claim-1")
     assert busy()

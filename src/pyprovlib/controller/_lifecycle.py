@@ -182,6 +182,7 @@ class ControllerLifecycle:
         from pyprovlib.kube._events import (
             CONTROLLER_HOLD_LIMIT,
             CONTROLLER_MAX_BUFFER,
+            CONTROLLER_WRITERS,
             EventRecorder,
         )
 
@@ -193,6 +194,7 @@ class ControllerLifecycle:
             busy=self._work_waiting,
             max_buffer=CONTROLLER_MAX_BUFFER,
             hold_limit=CONTROLLER_HOLD_LIMIT,
+            writers=CONTROLLER_WRITERS,
         )
 
     def idle(self, *, count_delayed: bool = False) -> bool:

@@ -38,7 +38,12 @@ from pyprovlib.controller._volume_store import (
     VolumeStore,
 )
 from pyprovlib.kube._clock import Clock
-from pyprovlib.kube._events import CONTROLLER_HOLD_LIMIT, CONTROLLER_MAX_BUFFER, EventRecorder
+from pyprovlib.kube._events import (
+    CONTROLLER_HOLD_LIMIT,
+    CONTROLLER_MAX_BUFFER,
+    CONTROLLER_WRITERS,
+    EventRecorder,
+)
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube._objects import Obj, name_of, uid_of
 from pyprovlib.kube._resources import (
@@ -112,6 +117,7 @@ class ProvisionController(ControllerLifecycle):
             busy=self._work_waiting,
             max_buffer=CONTROLLER_MAX_BUFFER,
             hold_limit=CONTROLLER_HOLD_LIMIT,
+            writers=CONTROLLER_WRITERS,
         )
 
         limiter = self._queue_rate_limiter()
