@@ -226,7 +226,14 @@ async def test_sidecar_builds_the_controllers_the_driver_calls_for(
         volume_expansion=volume_expansion,
     )
     async with s.driver_process:
-        argv = ["--csi-address", s.driver_process.endpoint, "--retry-interval-start", "50ms"]
+        argv = [
+            "--csi-address",
+            s.driver_process.endpoint,
+            "--retry-interval-start",
+            "50ms",
+            "--timeout",
+            "7s",
+        ]
         if modifier is None:
             with pytest.raises(DriverCannotExpandError, match="MODIFY_VOLUME"):
                 await build(sidecar_context(parser(), argv, kube_cluster.api_client))
@@ -238,6 +245,11 @@ async def test_sidecar_builds_the_controllers_the_driver_calls_for(
             assert (type(rc.resizer) if rc is not None else None) is resizer
             assert mc is not None
             assert type(mc.modifier) is modifier
+            # --timeout bounds each call of the backends that call the driver.
+            if isinstance(mc.modifier, CSIModifier):
+                assert mc.modifier.timeout == 7.0
+            if rc is not None and isinstance(rc.resizer, CSIResizer):
+                assert rc.resizer.timeout == 7.0
             # One Lease, the resizer's, for both (as upstream).
             assert sidecar.controller.lease == f"external-resizer-{s.driver.replace('.', '-')}"
         finally:

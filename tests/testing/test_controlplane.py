@@ -121,6 +121,39 @@ def test_assets_without_apiserver_are_refused_with_a_clear_error(tmp_path: Path)
         ControlPlane(tmp_path)
 
 
+class _RecordingPlane(ControlPlane):
+    """A control plane whose launch and stop only record that they ran."""
+
+    calls: list[str]
+
+    async def launch(self) -> None:
+        self.calls = ["launch"]
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
+
+async def test_start_launches_for_the_block_and_stops_after_it_even_when_it_fails(
+    tmp_path: Path,
+) -> None:
+    for binary in ("etcd", "kube-apiserver"):
+        (tmp_path / binary).write_text("")
+        (tmp_path / binary).chmod(0o755)
+    planes: list[_RecordingPlane] = []
+
+    async def fail_inside() -> None:
+        async with _RecordingPlane.start(tmp_path) as plane:
+            assert isinstance(plane, _RecordingPlane)
+            assert plane.calls == ["launch"]
+            planes.append(plane)
+            raise RuntimeError("the block failed")
+
+    with pytest.raises(RuntimeError, match="the block failed"):
+        await fail_inside()
+    (plane,) = planes
+    assert plane.calls == ["launch", "stop"]
+
+
 def test_assets_come_from_either_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYPROVLIB_KUBE_ASSETS", raising=False)
     monkeypatch.setenv("KUBEBUILDER_ASSETS", "/envtest/bin")

@@ -11,9 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, TypeVar
 
 from pyprovlib._errors import PyprovlibError
 
@@ -24,6 +25,28 @@ _TERMINATE_SECONDS = 10.0
 
 class ControlPlaneError(PyprovlibError, RuntimeError):
     """A component did not start (the message names it and ends with its last log lines)."""
+
+
+class _Launchable(Protocol):
+    """What :func:`_launched` runs: a control plane or a node."""
+
+    async def launch(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+LaunchableT = TypeVar("LaunchableT", bound=_Launchable)
+
+
+@contextlib.asynccontextmanager
+async def _launched(thing: LaunchableT) -> AsyncIterator[LaunchableT]:
+    """``thing`` launched for the block and stopped after it, however the block ends (the
+    ``start`` of :class:`~pyprovlib.testing.ControlPlane` and of
+    :class:`~pyprovlib.testing.KubeletNode`)."""
+    await thing.launch()
+    try:
+        yield thing
+    finally:
+        await thing.stop()
 
 
 def _free_port() -> int:

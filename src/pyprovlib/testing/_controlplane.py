@@ -45,7 +45,13 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
-from pyprovlib.testing._components import ControlPlaneError, _Component, _free_port, _Reaper
+from pyprovlib.testing._components import (
+    ControlPlaneError,
+    _Component,
+    _free_port,
+    _launched,
+    _Reaper,
+)
 from pyprovlib.testing._nodes import _established, _exists, register_ready_node
 
 __all__ = [
@@ -161,12 +167,8 @@ class ControlPlane:
     ) -> AsyncIterator[ControlPlane]:
         """``async with ControlPlane.start(assets, **options) as cp:`` — launched on entry,
         stopped on exit."""
-        plane = cls(assets, **options)
-        await plane.launch()
-        try:
+        async with _launched(cls(assets, **options)) as plane:
             yield plane
-        finally:
-            await plane.stop()
 
     @property
     def running(self) -> bool:

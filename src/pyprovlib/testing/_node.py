@@ -41,7 +41,13 @@ import yaml
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from pyprovlib._logging import get_logger
-from pyprovlib.testing._components import ControlPlaneError, _Component, _free_port, _Reaper
+from pyprovlib.testing._components import (
+    ControlPlaneError,
+    _Component,
+    _free_port,
+    _launched,
+    _Reaper,
+)
 from pyprovlib.testing._controlplane import ControlPlane
 from pyprovlib.testing._node_cleanup import NETNS_DIR, NodeManifest, clean, leftovers
 from pyprovlib.testing._node_images import node_images, write_images
@@ -178,12 +184,8 @@ class KubeletNode:
     async def start(cls, plane: ControlPlane, **options: Any) -> AsyncIterator[KubeletNode]:
         """``async with KubeletNode.start(plane) as node:`` — launched on entry, stopped on
         exit."""
-        node = cls(plane, **options)
-        await node.launch()
-        try:
+        async with _launched(cls(plane, **options)) as node:
             yield node
-        finally:
-            await node.stop()
 
     async def launch(self) -> None:
         """Start containerd and the kubelet; returns once the node is Ready."""

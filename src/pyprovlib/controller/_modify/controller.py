@@ -48,12 +48,7 @@ from pyprovlib.controller._resize.claim_controller import ResizerClaimController
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube._objects import Obj, as_mapping, name_of
-from pyprovlib.kube._resources import (
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
-    VOLUME_ATTRIBUTES_CLASSES,
-)
-from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._resources import VOLUME_ATTRIBUTES_CLASSES
 
 __all__ = ["ModifyController", "VolumeNotCachedError"]
 
@@ -111,12 +106,7 @@ class ModifyController(ResizerClaimController, Generic[ModifierT]):
             classes=self.vac_informer.store if self.vac_informer is not None else None,
             queue=self.claim_queue,
             expectations=self.expectations,
-            writes=ModifyStatusWriter(
-                pvcs=ResourceClient(client, PERSISTENT_VOLUME_CLAIMS),
-                pvs=ResourceClient(client, PERSISTENT_VOLUMES),
-                recorder=self.recorder,
-                clock=self._clock,
-            ),
+            writes=self._claim_writer(ModifyStatusWriter),
             log=self._log,
         )
 

@@ -9,22 +9,26 @@ and how one claim is synced.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 
 from pyprovlib.controller._lifecycle import ControllerLifecycle, process_with_retry
 from pyprovlib.controller._resize.claims import claim_key
 from pyprovlib.controller._resize.options import ResizerSidecarOptions
+from pyprovlib.controller._resize.status import ClaimWriter
 from pyprovlib.controller._sidecar_options import retry_queue
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
+from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.kube._store import DeletedFinalStateUnknown
 from pyprovlib.kube._workqueue import RateLimitingQueue
 
 __all__ = ["ResizerClaimController"]
+
+WriterT = TypeVar("WriterT", bound=ClaimWriter)
 
 
 class ResizerClaimController(ControllerLifecycle):
@@ -88,6 +92,17 @@ class ResizerClaimController(ControllerLifecycle):
 
     def _forget(self, key: str) -> None:
         """The claim ``key`` was deleted: drop what is remembered about it."""
+
+    def _claim_writer(self, writer: type[WriterT]) -> WriterT:
+        """The subclass's writer (of claims, their volumes and events), on this controller's
+        API client, event recorder, clock and log."""
+        return writer(
+            pvcs=ResourceClient(self.client, PERSISTENT_VOLUME_CLAIMS),
+            pvs=ResourceClient(self.client, PERSISTENT_VOLUMES),
+            recorder=self.recorder,
+            clock=self._clock,
+            log=self._log,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 

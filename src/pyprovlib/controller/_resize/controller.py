@@ -55,13 +55,7 @@ from pyprovlib.controller._resize.sync import ResizeSync
 from pyprovlib.kube._clock import Clock
 from pyprovlib.kube._informer import SharedInformer, SharedInformerFactory
 from pyprovlib.kube._objects import Obj
-from pyprovlib.kube._resources import (
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
-    PODS,
-    STORAGE_CLASSES,
-)
-from pyprovlib.kube._rest import ResourceClient
+from pyprovlib.kube._resources import PODS, STORAGE_CLASSES
 
 __all__ = [
     "EVENT_FLUSH_TIMEOUT",
@@ -113,14 +107,6 @@ class ResizeController(ResizerClaimController, Generic[ResizerT]):
         if self.options.handle_volume_in_use_error:
             self.pod_informer = self.informer_factory.informer_for(PODS)
             self.pod_informer.add_indexers({POD_PVC_INDEX: pod_claims})
-        # Every write: the claim's resize status, the volume's capacity, the claim's events.
-        writes = ResizeStatusWriter(
-            pvcs=ResourceClient(client, PERSISTENT_VOLUME_CLAIMS),
-            pvs=ResourceClient(client, PERSISTENT_VOLUMES),
-            recorder=self.recorder,
-            clock=self._clock,
-            log=self._log,
-        )
         self._sync = ResizeSync(
             resizer=resizer,
             name=self.name,
@@ -129,7 +115,8 @@ class ResizeController(ResizerClaimController, Generic[ResizerT]):
             volumes=self.pv_informer.store,
             classes=self.class_informer.store,
             pods=self.pod_informer.store if self.pod_informer is not None else None,
-            writes=writes,
+            # Every write: the claim's resize status, the volume's capacity, the claim's events.
+            writes=self._claim_writer(ResizeStatusWriter),
             clock=self._clock,
             log=self._log,
         )

@@ -49,12 +49,14 @@ __all__ = ["ClaimWriter", "ResizeStatusWriter"]
 class ClaimWriter:
     """What the writers of external-resizer's two controllers (resize and modify) share:
     claims are written through ``pvcs``, volumes through ``pvs``, events on the claim through
-    ``recorder``, and conditions carry the times of ``clock``."""
+    ``recorder``, conditions carry the times of ``clock``, and ``log`` is the controller's
+    logger."""
 
     pvcs: ResourceClient
     pvs: ResourceClient
     recorder: EventRecorder
     clock: Clock
+    log: Any
 
     def event(self, pvc: Obj, type_: str, reason: str, message: str) -> None:
         """Record an event of ``type_`` and ``reason`` on the claim ``pvc``."""
@@ -69,8 +71,6 @@ class ClaimWriter:
 class ResizeStatusWriter(ClaimWriter):
     """Writes a claim's resize status through ``pvcs``, a volume's capacity through ``pvs``,
     and events through ``recorder``."""
-
-    log: Any
 
     def _condition(self, kind: str, message: str = "") -> Obj:
         condition: Obj = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pyprovlib._modifier import Modifier
 from pyprovlib._resizer import Resizer
@@ -56,6 +57,17 @@ class ResizerSidecar(SidecarController[ControllerGroup]):
         return controller if isinstance(controller, ModifyController) else None
 
 
+BackendT = TypeVar("BackendT", Resizer, Modifier)
+
+
+def _with_call_timeout(ctx: RuntimeContext, backend: BackendT) -> BackendT:
+    """``backend``, given ``--timeout`` per call when it calls the driver: the connection may
+    be shared with controllers whose timeout differs."""
+    if isinstance(backend, (CSIResizer, CSIModifier)):
+        backend.timeout = ctx.args.timeout
+    return backend
+
+
 def build_controller(
     ctx: RuntimeContext,
     connection: CSIConnection,
@@ -65,10 +77,7 @@ def build_controller(
     (:func:`~pyprovlib.csi.resizer._controller.choose_resizer` picks the resizer, and raises
     :class:`~pyprovlib.csi.resizer.DriverCannotExpandError` for a driver that expands nowhere).
     Informers come from ``informer_factory`` when given (the caller starts it)."""
-    resizer = choose_resizer(connection, ctx.api_client)
-    if isinstance(resizer, CSIResizer):
-        # --timeout per call: the connection may be shared with controllers whose differs.
-        resizer.timeout = ctx.args.timeout
+    resizer = _with_call_timeout(ctx, choose_resizer(connection, ctx.api_client))
     return ResizeController(
         ctx.api_client,
         resizer,
@@ -84,9 +93,7 @@ def build_modify_controller(
 ) -> ModifyController[Modifier]:
     """The ModifyController from the parsed flags, on an open ``connection``
     (:func:`~pyprovlib.csi.resizer.choose_modifier` picks the modifier)."""
-    modifier = choose_modifier(connection, ctx.api_client)
-    if isinstance(modifier, CSIModifier):
-        modifier.timeout = ctx.args.timeout
+    modifier = _with_call_timeout(ctx, choose_modifier(connection, ctx.api_client))
     return ModifyController(
         ctx.api_client,
         modifier,

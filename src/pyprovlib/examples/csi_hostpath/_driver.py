@@ -641,20 +641,22 @@ class HostPathNode(NodeService):
         )
         self.driver = driver
 
-    async def _record(self, paths: list[str], path: str) -> None:
-        """Create the directory the CO named and record it among a volume's staged or
-        published ``paths`` (saved before the answer goes out); under the driver's lock."""
+    async def _bind(self, source: str, path: str, paths: list[str], *, read_only: bool) -> None:
+        """Stage or publish: bind-mount ``source`` at ``path`` (the directory the CO named,
+        created first) and record ``path`` among a volume's staged or published ``paths``
+        (saved before the answer goes out); under the driver's lock."""
         await asyncio.to_thread(os.makedirs, path, 0o750, True)
+        await self.driver.mounter.bind(source, path, read_only=read_only)
         if path not in paths:
             paths.append(path)
             await self.driver.save()
 
-    async def _forget(
+    async def _unbind(
         self, message: v1.NodeUnstageVolumeRequest | v1.NodeUnpublishVolumeRequest, field: str
     ) -> str:
         """Unstage or unpublish: drop the path in ``field`` from the volume's staged or published
-        paths and return it. A volume or path already gone is success (both calls are
-        idempotent); under the driver's lock."""
+        paths, unmount it and return it. A volume or path already gone is success (both calls
+        are idempotent); under the driver's lock."""
         require(message, "volume_id", field)
         path = _checked_path(getattr(message, field), field)
         volume = self.driver.state.volumes.get(message.volume_id)
@@ -665,6 +667,7 @@ class HostPathNode(NodeService):
             if path in paths:
                 paths.remove(path)
                 await self.driver.save()
+        await self.driver.mounter.unmount(path)
         return path
 
     async def node_stage_volume(
@@ -675,18 +678,15 @@ class HostPathNode(NodeService):
         check_volume_capability(message.volume_capability, block=False)
         async with self.driver.lock:
             volume = self.driver.volume(message.volume_id)
-            await asyncio.to_thread(os.makedirs, path, 0o750, True)
             source = self.driver.state.volume_path(volume.volume_id)
-            await self.driver.mounter.bind(source, path, read_only=False)
-            await self._record(volume.staged_paths, path)
+            await self._bind(source, path, volume.staged_paths, read_only=False)
         return v1.NodeStageVolumeResponse()
 
     async def node_unstage_volume(
         self, message: v1.NodeUnstageVolumeRequest
     ) -> v1.NodeUnstageVolumeResponse:
         async with self.driver.lock:
-            path = await self._forget(message, "staging_target_path")
-            await self.driver.mounter.unmount(path)
+            await self._unbind(message, "staging_target_path")
         return v1.NodeUnstageVolumeResponse()
 
     async def node_publish_volume(
@@ -709,18 +709,15 @@ class HostPathNode(NodeService):
                     f"volume {volume.volume_id} is single-writer and already published "
                     "at another target path",
                 )
-            await asyncio.to_thread(os.makedirs, path, 0o750, True)
             source = message.staging_target_path or self.driver.state.volume_path(volume.volume_id)
-            await self.driver.mounter.bind(source, path, read_only=message.readonly)
-            await self._record(volume.published_paths, path)
+            await self._bind(source, path, volume.published_paths, read_only=message.readonly)
         return v1.NodePublishVolumeResponse()
 
     async def node_unpublish_volume(
         self, message: v1.NodeUnpublishVolumeRequest
     ) -> v1.NodeUnpublishVolumeResponse:
         async with self.driver.lock:
-            path = await self._forget(message, "target_path")
-            await self.driver.mounter.unmount(path)
+            path = await self._unbind(message, "target_path")
             # The spec: the plugin deletes what it created at the target path. Only an empty
             # directory goes (rmdir): whatever else is there is not ours to remove.
             try:
