@@ -395,15 +395,20 @@ class ControllerLifecycle:
             for informer in informers:
                 await informer.wait_for_sync()
 
-        sync = asyncio.create_task(all_synced())
+        return await self._until_stopped(all_synced())
+
+    async def _until_stopped(self, work: Awaitable[None]) -> bool:
+        """Run ``work`` until it finishes or a stop is requested, whichever comes first (the
+        other is cancelled); True when ``work`` finished and no stop came."""
+        task = asyncio.ensure_future(work)
         stop = asyncio.create_task(self._stop_requested.wait())
         try:
-            await asyncio.wait({sync, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (sync, stop):
-                task.cancel()
-            await asyncio.gather(sync, stop, return_exceptions=True)
-        return sync.done() and not sync.cancelled() and not self._stop_requested.is_set()
+            for t in (task, stop):
+                t.cancel()
+            await asyncio.gather(task, stop, return_exceptions=True)
+        return task.done() and not task.cancelled() and not self._stop_requested.is_set()
 
     async def _run_workers_until_stop(
         self,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -466,17 +466,6 @@ class CapacityController(ControllerLifecycle):
             existing=len(self.capacity_informer.store),
         )
         return True
-
-    async def _until_stopped(self, work: Awaitable[None]) -> bool:
-        task = asyncio.ensure_future(work)
-        stop = asyncio.create_task(self._stop_requested.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (task, stop):
-                t.cancel()
-            await asyncio.gather(task, stop, return_exceptions=True)
-        return task.done() and not task.cancelled() and not self._stop_requested.is_set()
 
     # -- workers -------------------------------------------------------------------------------
 
