@@ -159,37 +159,25 @@ async def test_escaping_paths_get_an_event(
     assert tree(tmp_path) == ["export"]
 
 
+@pytest.mark.parametrize(
+    ("params", "prepare"),
+    [
+        ({"onDelete": "delete"}, "nothing"),
+        ({"archiveOnDelete": "true"}, "directory gone"),
+        ({"archiveOnDelete": "true"}, "archive name taken"),
+    ],
+)
 async def test_delete_reads_the_class_from_the_controllers_cache(
-    kube_cluster: TestCluster, export: Path
+    kube_cluster: TestCluster, export: Path, params: dict[str, str], prepare: str
 ) -> None:
     """With ``read_classes_from`` (as ``python -m pyprovlib.examples.nfs`` wires it) the class of
     a deleted volume comes from the controller's StorageClass cache: this provisioner has no
-    API client to GET it with, and still applies the class's onDelete."""
+    API client to GET it with, and still applies the class's onDelete. With the class at hand
+    the directory is found and removed or archived in one step: a directory already gone is
+    still success, and an archive name already taken still leads to an archive of its own."""
     c = kube_cluster
     name = c.unique_name("pyprovlib.io/nfs-e2e")
-    sc = await make_class(c, name, {"onDelete": "delete"})
-    claim = await make_claim(c, sc)
-    prov = NFSProvisioner(None, SERVER, EXPORT, str(export))
-    async with running(c.api_client, name, prov) as controller:
-        prov.read_classes_from(controller.class_informer)
-        pv = await wait_bound(c, claim)
-        subdir = f"{c.namespace}-{claim}-{pv.metadata.name}"
-        assert tree(export) == [subdir]
-        await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
-        await wait_pv_gone(c, pv.metadata.name)
-    assert tree(export) == []
-
-
-@pytest.mark.parametrize("prepare", ["directory gone", "archive name taken"])
-async def test_delete_with_the_class_cached(
-    kube_cluster: TestCluster, export: Path, prepare: str
-) -> None:
-    """With the class in the controller's cache, deletion finds and archives the directory in
-    one step: a directory already gone is still success, and an archive name already taken
-    still leads to an archive of its own."""
-    c = kube_cluster
-    name = c.unique_name("pyprovlib.io/nfs-e2e")
-    sc = await make_class(c, name, {"archiveOnDelete": "true"})
+    sc = await make_class(c, name, params)
     claim = await make_claim(c, sc)
     prov = NFSProvisioner(None, SERVER, EXPORT, str(export))
     async with running(c.api_client, name, prov) as controller:
@@ -197,15 +185,17 @@ async def test_delete_with_the_class_cached(
         pv = await wait_bound(c, claim)
         pv_name = pv.metadata.name
         subdir = f"{c.namespace}-{claim}-{pv_name}"
+        assert tree(export) == [subdir]
         (export / subdir / "f.txt").write_text("data")
         if prepare == "directory gone":
             (export / subdir / "f.txt").unlink()
             (export / subdir).rmdir()
-        else:
+        elif prepare == "archive name taken":
             (export / f"archived-{subdir}").mkdir()
         await CoreV1Api(c.api_client).delete_namespaced_persistent_volume_claim(claim, c.namespace)
         await wait_pv_gone(c, pv_name)
     expected = {
+        "nothing": [],
         "directory gone": [],
         "archive name taken": [
             f"archived-{subdir}",
