@@ -6,30 +6,23 @@ the CSI or the trivial resizer from the driver's capabilities."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
 import signal
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-from csi_resize_driver import Caps, Fault, ResizeDriver
+from csi_resize_driver import Caps, Fault
+from csi_resize_support import CSIScenario, serving
 from grpclib.const import Status
-from prometheus_client import CollectorRegistry
-from resize_support import GI, Scenario, capacity, conditions, fast_options
-from sidecar_support import running, sidecar_context, sidecar_process
+from resize_support import GI, capacity, conditions, fast_options
+from sidecar_support import operations_ok, running
 
-from pyprovlib import testing
 from pyprovlib.controller._resize import ResizeController
-from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.resizer import CSIResizer, TrivialResizer
 from pyprovlib.csi.resizer._controller import DriverCannotExpandError
-from pyprovlib.csi.resizer._main import ResizerSidecar, build
 from pyprovlib.csi.resizer._options import parser
 from pyprovlib.runtime._flags import parse_common
 from pyprovlib.testing._cluster import TestCluster
@@ -38,73 +31,21 @@ SECRET_VALUE = "s3cr3t-expand-key"
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="pr-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-class CSIScenario(Scenario):
-    """A Python CSI driver named like the scenario's driver, on a unix socket."""
-
-    def __init__(self, cluster: TestCluster, socket: Path, **driver: Any) -> None:
-        super().__init__(cluster)
-        self.driver_process = ResizeDriver(self.driver, socket, **driver)
-        self.registry = CollectorRegistry()
-        self.controller: ResizeController | None = None  # set by the ``resizing`` fixture
-
-    @property
-    def state(self) -> Any:
-        return self.driver_process.state
-
-    async def connect(self) -> CSIConnection:
-        return await CSIConnection.open(
-            self.driver_process.endpoint,
-            ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
-            metrics=CSIMetrics(self.registry),
-        )
-
-    def sidecar(
-        self, tmp_path: Path, *argv: str
-    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
-        """``python -m pyprovlib.csi.resizer`` on this driver, ``argv`` added."""
-        return sidecar_process(
-            "pyprovlib.csi.resizer",
-            self.cluster,
-            tmp_path,
-            "--csi-address",
-            self.driver_process.endpoint,
-            *argv,
-        )
-
-    async def volume(self, storage_class: str, **kwargs: Any) -> tuple[str, str, str]:
-        claim, pv, handle = await self.bound_claim(storage_class, **kwargs)
-        self.state.sizes[handle] = GI
-        return claim, pv, handle
-
-
-@pytest.fixture
 async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIScenario]:
-    scenario = CSIScenario(kube_cluster, sock_dir / "csi.sock")
-    async with scenario.driver_process:
+    async with serving(CSIScenario, kube_cluster, sock_dir) as scenario:
         yield scenario
 
 
 @pytest.fixture
 async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
     """``csi`` with a ResizeController over a CSIResizer running."""
-    conn = await csi.connect()
-    try:
+    async with await csi.connect() as conn:
         resizer = CSIResizer(conn, csi.cluster.api_client)
         assert resizer.name == csi.driver
         controller = ResizeController(csi.cluster.api_client, resizer, fast_options())
         async with running(controller):
             csi.controller = controller
             yield csi
-    finally:
-        conn.close()
 
 
 async def test_controller_expand_volume(resizing: CSIScenario) -> None:
@@ -126,17 +67,7 @@ async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
     await s.wait_event(claim, "VolumeResizeSuccessful")
     # csi-lib-utils' operation metric, labelled with upstream's method name.
-    assert (
-        s.registry.get_sample_value(
-            "csi_sidecar_operations_seconds_count",
-            {
-                "driver_name": s.driver,
-                "method_name": "/csi.v1.Controller/ControllerExpandVolume",
-                "grpc_status_code": "OK",
-            },
-        )
-        == 1.0
-    )
+    assert operations_ok(s.registry, s.driver, "/csi.v1.Controller/ControllerExpandVolume") == 1
 
 
 async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenario) -> None:
@@ -263,20 +194,18 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
     volume_expansion: v1.PluginCapabilityVolumeExpansionType | None,
     expected: type | None,
 ) -> None:
-    s = CSIScenario(
+    async with serving(
+        CSIScenario,
         kube_cluster,
-        sock_dir / "csi.sock",
+        sock_dir,
         capabilities=capabilities,
         volume_expansion=volume_expansion,
-    )
-    async with s.driver_process:
-        argv = ["--csi-address", s.driver_process.endpoint, "--retry-interval-start", "50ms"]
+    ) as s:
         if expected is None:
             with pytest.raises(DriverCannotExpandError, match="EXPAND_VOLUME"):
-                await build(sidecar_context(parser(), argv, kube_cluster.api_client))
+                await s.build_sidecar()
             return
-        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
-        assert isinstance(sidecar, ResizerSidecar)
+        sidecar = await s.build_sidecar()
         assert sidecar.resize_controller is not None
         assert isinstance(sidecar.resize_controller.resizer, expected)
         assert sidecar.resize_controller.name == s.driver
@@ -333,8 +262,10 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
 async def test_sidecar_process_refuses_a_driver_that_cannot_expand(
     kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
 ) -> None:
-    s = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=())
-    async with s.driver_process, s.sidecar(tmp_path) as proc:
+    async with (
+        serving(CSIScenario, kube_cluster, sock_dir, capabilities=()) as s,
+        s.sidecar(tmp_path) as proc,
+    ):
         assert await proc.exit_code(30) == 1
 
 
