@@ -242,6 +242,11 @@ class Scenario:
         mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == claim]
         return sorted(mine, key=lambda e: str(e.get("firstTimestamp") or ""))
 
+    async def leaks(self, claim: str, secret: str, *objects: Obj) -> list[str]:
+        """The messages of ``claim``'s events, and ``objects`` as text, that show ``secret``."""
+        texts = [str(e.get("message")) for e in await self.events(claim)]
+        return [t for t in texts + [str(o) for o in objects] if secret in t]
+
     async def reasons(self, claim: str) -> list[str]:
         return [str(e.get("reason")) for e in await self.events(claim)]
 
