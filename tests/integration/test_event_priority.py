@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from claim_support import create_claim
-from event_support import dropped, recorder_running
+from event_support import busy_while_queued, dropped, recorder_running
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from provision_support import MemoryProvisioner, create_class, fast_options
@@ -270,19 +270,12 @@ async def test_the_provision_controllers_events_yield_to_its_queues(
     controller = ProvisionController(
         kube_client, "example.com/prio", MemoryProvisioner(), fast_options()
     )
-    busy = controller.recorder.busy
-    assert busy is not None
+    rec = controller.recorder
     # Held-back events come on top of the room a burst needs without holding back.
-    assert controller.recorder.max_buffer - controller.recorder.hold_limit >= 2000
-    assert not busy()
-    controller.volume_queue.add("pv-1")
-    assert busy()
-    controller.volume_queue.shut_down()  # what is left after a stop does not hold events
-    assert not busy()
-    controller.claim_queue.add("ns/claim-1")
-    assert busy()
-    await controller.claim_queue.get()  # a worker took it: nothing is waiting for one
-    assert not busy()
+    assert rec.max_buffer - rec.hold_limit >= 2000
+    volumes, claims = controller.volume_queue, controller.claim_queue
+    assert await busy_while_queued(rec, volumes, "pv-1", taken=False) == [False, True, False]
+    assert await busy_while_queued(rec, claims, "ns/claim-1", taken=True) == [False, True, False]
 
 
 @pytest.mark.e2e

@@ -1,11 +1,15 @@
-"""What the EventRecorder's integration tests share: the recorder running against the test's API
-server, and its count of dropped events."""
+"""What the tests of events share: the EventRecorder running against the test's API server, its
+count of dropped events, and whether a controller's event writers yield to its work queues
+(EventRecorder's ``busy``). Here at the root of ``tests/``, which pytest puts on ``sys.path``,
+because the recorder's tests (tests/integration) and the resize controller's (tests/resize)
+use it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -13,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from pyprovlib.kube._config import request_json
 from pyprovlib.kube._errors import ApiException, is_already_exists
 from pyprovlib.kube._events import EventRecorder
+from pyprovlib.kube._workqueue import WorkQueue
 
 
 @asynccontextmanager
@@ -40,3 +45,22 @@ async def recorder_running(
 def dropped(registry: CollectorRegistry, reason: str) -> float:
     """The events ``registry``'s recorder dropped for ``reason``."""
     return registry.get_sample_value("pyprovlib_events_dropped_total", {"reason": reason}) or 0.0
+
+
+async def busy_while_queued(
+    recorder: EventRecorder, queue: WorkQueue[Any], item: Any, *, taken: bool
+) -> list[bool]:
+    """``recorder.busy()`` before ``item`` is added to ``queue``, once it is, and once a worker
+    has taken it (``taken``) or the queue has shut down (what is left after a stop does not
+    hold events back)."""
+    busy = recorder.busy
+    assert busy is not None, "the recorder does not yield to the controller's queues"
+    seen = [busy()]
+    queue.add(item)
+    seen.append(busy())
+    if taken:
+        await queue.get()
+    else:
+        queue.shut_down()
+    seen.append(busy())
+    return seen
