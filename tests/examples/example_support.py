@@ -9,7 +9,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
     V1VolumeResourceRequirements,
 )
+from run_support import run_python
 
 from pyprovlib import testing
 from pyprovlib._provisioner import Provisioner
@@ -152,16 +152,7 @@ def example_env(**extra: str) -> dict[str, str]:
 async def run_module(*argv: str, timeout: float = 60, **env: str) -> tuple[int, str, str]:
     """Run ``python argv...`` to its end in :func:`example_env` (wide help columns, plus
     ``env``); returns (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=example_env(COLUMNS="120", **env),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_python(*argv, timeout=timeout, env=example_env(COLUMNS="120", **env))
 
 
 async def help_documents_every_flag(backend: str, parser: argparse.ArgumentParser) -> str:

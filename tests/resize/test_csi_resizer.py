@@ -5,9 +5,7 @@ the CSI or the trivial resizer from the driver's capabilities."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from csi_resize_driver import Caps, Fault
 from csi_resize_support import CSIScenario, serving
 from grpclib.const import Status
 from resize_support import GI, capacity, conditions, fast_options
+from run_support import run_python
 from sidecar_support import operations_ok, running
 
 from pyprovlib.controller._resize import ResizeController
@@ -304,17 +303,8 @@ def test_sidecar_flags_and_defaults() -> None:
 
 
 async def test_sidecar_help_lists_external_resizer_flags() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.resizer",
-        "--help",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0
-    text = out.decode()
+    code, text, _ = await run_python("-m", "pyprovlib.csi.resizer", "--help", timeout=30)
+    assert code == 0
     for flag in (
         "--csi-address",
         "--timeout",
