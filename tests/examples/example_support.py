@@ -84,14 +84,14 @@ async def wait_event(
 
 def claim_model(
     name: str,
-    storage_class: str,
+    storage_class: str | None,
     size: str,
     access_modes: Iterable[str] = ("ReadWriteOnce",),
     volume_mode: str | None = None,
     **metadata: Any,
 ) -> V1PersistentVolumeClaim:
-    """A claim of ``size`` from ``storage_class``; ``metadata`` (labels, annotations) as
-    :class:`V1ObjectMeta` takes it."""
+    """A claim of ``size`` from ``storage_class`` (None: no class named); ``metadata`` (labels,
+    annotations) as :class:`V1ObjectMeta` takes it."""
     return V1PersistentVolumeClaim(
         metadata=V1ObjectMeta(name=name, **metadata),
         spec=V1PersistentVolumeClaimSpec(
