@@ -26,6 +26,7 @@ from csi_e2e import (
     wait_volume_gone,
 )
 from prometheus_client import CollectorRegistry
+from sidecar_support import fast_values
 
 from pyprovlib import testing
 from pyprovlib.controller._attach import AttachController
@@ -110,13 +111,7 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
 
         # attach and detach: ControllerPublish/UnpublishVolume
         attacher = CSIAttacher(connection)
-        attach_options = AttachControllerOptions(
-            retry_interval_start=0.01,
-            retry_interval_max=0.2,
-            resync_period=0.0,
-            timeout=10.0,
-            registry=CollectorRegistry(),
-        )
+        attach_options = AttachControllerOptions(**fast_values(0.2, {"timeout": 10.0}))
         vas = ResourceClient(api, VOLUME_ATTACHMENTS)
         va_name = cluster.unique_name("va")
         async with testing.running(AttachController(api, go_driver.name, attacher, attach_options)):
@@ -141,13 +136,7 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
 
             # expand: ControllerExpandVolume, the PV's capacity follows
             resizer = CSIResizer(connection, api)
-            resize_options = ResizeControllerOptions(
-                retry_interval_start=0.01,
-                retry_interval_max=0.2,
-                resync_period=0.0,
-                timeout=10.0,
-                registry=CollectorRegistry(),
-            )
+            resize_options = ResizeControllerOptions(**fast_values(0.2, {"timeout": 10.0}))
             async with testing.running(ResizeController(api, resizer, resize_options)):
                 await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).patch(
                     claim_name,
