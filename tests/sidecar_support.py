@@ -10,6 +10,7 @@ pytest puts ``tests/`` (the directory of the root conftest) on ``sys.path``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import shutil
 import tempfile
@@ -51,6 +52,31 @@ def running(controller: C) -> contextlib.AbstractAsyncContextManager[C]:
     """Run ``controller`` (or a sidecar) for the block once it is ready, then stop it
     gracefully (it must not have failed)."""
     return testing.running(controller, ready=True, stop_timeout=10)
+
+
+def fast_leader_election(namespace: str) -> dict[str, Any]:
+    """Controller options electing a leader on a Lease in ``namespace`` within a second, and
+    noticing a lost Lease as fast."""
+    return {
+        "leader_election": True,
+        "leader_election_namespace": namespace,
+        "lease_duration": 1.0,
+        "renew_deadline": 0.5,
+        "retry_period": 0.1,
+    }
+
+
+@contextlib.asynccontextmanager
+async def leading(controller: Any) -> AsyncIterator[asyncio.Task[None]]:
+    """``controller.run()`` as a task, for the block once the controller leads (is ready);
+    cancelled after the block unless it has ended."""
+    task = asyncio.create_task(controller.run())
+    try:
+        await testing.eventually(controller.ready, timeout=15.0, message="leading")
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def wait_for(

@@ -27,7 +27,7 @@ from attach_support import (
     is_attached,
     status,
 )
-from sidecar_support import running, wait_for
+from sidecar_support import fast_leader_election, leading, running, wait_for
 
 from pyprovlib import testing
 from pyprovlib._attacher import AttachError, GrpcCode
@@ -416,30 +416,16 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
     server = kube_cluster.server
     assert server is not None
     sc = Scenario(kube_cluster)
-    controller = sc.controller(
-        MemoryAttacher(),
-        leader_election=True,
-        leader_election_namespace=kube_cluster.namespace,
-        lease_duration=1.0,
-        renew_deadline=0.6,
-        retry_period=0.2,
-    )
-    task = asyncio.create_task(controller.run())
+    controller = sc.controller(MemoryAttacher(), **fast_leader_election(kube_cluster.namespace))
     try:
-
-        async def leading() -> bool:
-            return controller.ready()
-
-        await wait_for(leading, message="leading")
-        server.faults.fail(500, verb="update", resource="leases", count=None)
-        with pytest.raises(LeaderElectionLostError):
-            await asyncio.wait_for(task, 10)
-        assert not controller.healthy()
-        assert not controller.ready()
+        async with leading(controller) as task:
+            server.faults.fail(500, verb="update", resource="leases", count=None)
+            with pytest.raises(LeaderElectionLostError):
+                await asyncio.wait_for(task, 10)
+            assert not controller.healthy()
+            assert not controller.ready()
     finally:
         server.faults.clear()
-        if not task.done():
-            task.cancel()
 
 
 async def test_many_volumes_no_finalizer_survives_failed_detaches(sc: Scenario) -> None:

@@ -25,7 +25,7 @@ from resize_support import (
     controller,
     status,
 )
-from sidecar_support import running, wait_for
+from sidecar_support import fast_leader_election, leading, running, wait_for
 
 from pyprovlib._attacher import GrpcCode
 from pyprovlib._resizer import NotExpandable, ResizeError
@@ -365,18 +365,8 @@ async def test_leader_election_uses_external_resizer_lease(kube_cluster: TestClu
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("takes the Lease away behind the controller's back")
     s = Scenario(kube_cluster)
-    ctrl = controller(
-        kube_cluster,
-        MemoryResizer(s.driver),
-        leader_election=True,
-        leader_election_namespace=s.namespace,
-        lease_duration=1.0,
-        renew_deadline=0.5,
-        retry_period=0.1,
-    )
-    task = asyncio.create_task(ctrl.run())
-    try:
-        await wait_for(lambda: _async(ctrl.ready()), message="leading")
+    ctrl = controller(kube_cluster, MemoryResizer(s.driver), **fast_leader_election(s.namespace))
+    async with leading(ctrl) as task:
         leases = ResourceClient(kube_cluster.api_client, LEASES)
         name = lease_name(s.driver)
         # A merge patch, not get-then-replace: the controller renews every 0.1 s, and a
@@ -390,9 +380,6 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
             async with asyncio.timeout(10):
                 await task
         assert not ctrl.healthy()
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_resizer_without_name_is_refused(kube_cluster: TestCluster) -> None:
