@@ -215,6 +215,11 @@ class Objects:
 
         return await wait_for(probe, timeout, message)
 
+    async def wait_error(self, name: str, field: str = "attachError") -> Obj:
+        """The VolumeAttachment ``name`` once its status has ``field`` (``attachError`` or
+        ``detachError``)."""
+        return await self.wait_va(name, lambda v: field in status(v), f"{field} recorded")
+
     async def wait_va_gone(self, name: str) -> None:
         async def gone() -> bool:
             return await self.get_va(name) is None

@@ -142,7 +142,7 @@ async def test_publish_error_goes_to_status_with_its_code(csi: CSIScenario) -> N
     await csi.objects.pv(pv_name, "vol-b")
     async with csi.attaching(retry_interval_start=0.5, retry_interval_max=1.0):
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["message"] == "rpc error: code = FailedPrecondition desc = no free slot"
         assert error["errorCode"] == GrpcCode.FAILED_PRECONDITION
@@ -160,7 +160,7 @@ async def test_slow_publish_past_the_timeout_keeps_the_finalizer(csi: CSIScenari
     await csi.objects.pv(pv_name, "vol-c")
     async with csi.attaching(timeout=0.3, retry_interval_start=1.0, retry_interval_max=1.0):
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["errorCode"] == GrpcCode.DEADLINE_EXCEEDED
         assert csi.finalizer in finalizers(va)
@@ -178,7 +178,7 @@ async def test_driver_restart_is_survived(csi: CSIScenario) -> None:
     async with csi.attaching(retry_interval_start=0.2, retry_interval_max=0.5):
         await csi.driver.stop()
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         assert status(va)["attachError"]["errorCode"] == GrpcCode.UNAVAILABLE
         assert not is_attached(va)
         await csi.driver.start()
@@ -196,7 +196,7 @@ async def test_detach_errors_then_no_finalizer_left(csi: CSIScenario) -> None:
         await csi.objects.va(va_name, csi.node, pv=pv_name)
         await csi.objects.wait_va(va_name, is_attached, "attached")
         await csi.objects.vas.delete(va_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "detachError" in status(v), "detachError")
+        va = await csi.objects.wait_error(va_name, "detachError")
         assert status(va)["detachError"]["message"] == ("rpc error: code = Internal desc = stuck")
         await csi.objects.wait_va_gone(va_name)
         await csi.objects.pvs.delete(pv_name)
@@ -401,7 +401,7 @@ async def test_impossible_access_modes_fail_before_the_va_finalizer(csi: CSIScen
     await csi.objects.pv(pv_name, "vol-m", access_modes=("ReadOnlyMany", "ReadWriteOnce"))
     async with csi.attaching():
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         assert status(va)["attachError"]["message"] == (
             "CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume"
         )
@@ -422,7 +422,7 @@ async def test_driver_error_quoting_a_secret_is_scrubbed(csi: CSIScenario) -> No
     await csi.objects.pv(pv_name, "vol-q", secret="creds")
     async with csi.attaching():
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         message = status(va)["attachError"]["message"]
         assert "hunter2" not in message
         assert message.startswith("rpc error: code = PermissionDenied desc = password ")
