@@ -41,7 +41,9 @@ class CSIScenario(Scenario, DriverSidecar):
     def state(self) -> ResizeDriverState:
         return self.driver_process.state
 
-    async def volume(self, storage_class: str, /, **kwargs: Any) -> tuple[str, str, str]:
+    async def volume(
+        self, storage_class: str | None = None, /, **kwargs: Any
+    ) -> tuple[str, str, str]:
         """:meth:`bound_claim`, its volume 1Gi in the driver."""
         return self.in_driver(await self.bound_claim(storage_class, **kwargs))
 
@@ -65,7 +67,7 @@ class CSIModifyScenario(ModifyScenario, CSIScenario):
         driver.setdefault("capabilities", MODIFY_CAPS)
         super().__init__(cluster, socket, **driver)
 
-    async def volume(self, vac: str | None, /, **kwargs: Any) -> tuple[str, str, str]:
+    async def volume(self, vac: str | None = None, /, **kwargs: Any) -> tuple[str, str, str]:
         """:meth:`claim_with_class`, its volume 1Gi in the driver."""
         return self.in_driver(await self.claim_with_class(vac, **kwargs))
 

@@ -134,7 +134,7 @@ class Scenario:
 
     async def bound_claim(
         self,
-        storage_class: str,
+        storage_class: str | None = None,
         *,
         size: str = "1Gi",
         handle: str | None = None,
@@ -148,7 +148,10 @@ class Scenario:
         """A statically provisioned CSI PV pre-bound to a claim, both Bound (by the in-memory
         binder or the real PV controller; by this method itself with ``bind``, as the PV
         controller would); ``annotations`` on the PV, ``spec_extra`` in both specs. Returns
-        (claim, pv, volume handle)."""
+        (claim, pv, volume handle). Of ``storage_class``, by default a new class of the driver
+        that allows expansion."""
+        if storage_class is None:
+            storage_class = await self.storage_class()
         claim, pv = self.name("claim"), self.name("pv")
         handle = handle or self.name("vol")
         csi: Obj = {"driver": driver or self.driver, "volumeHandle": handle}

@@ -49,8 +49,7 @@ async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
 
 async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, pv, handle = await s.volume(sc)
+    claim, pv, handle = await s.volume()
     await s.request(claim, "2Gi")
     await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
     (request,) = s.state.requests
@@ -73,8 +72,7 @@ async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenari
     s = resizing
     s.state.granularity = GI
     s.state.node_expansion_required = True
-    sc = await s.storage_class()
-    claim, pv, _ = await s.volume(sc)
+    claim, pv, _ = await s.volume()
     await s.request(claim, "1536Mi")
     pending = await s.wait_claim(
         claim, lambda c: "FileSystemResizePending" in conditions(c), "node expansion pending"
@@ -88,8 +86,7 @@ async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenari
 
 async def test_driver_error_then_success(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, _, _ = await s.volume(sc)
+    claim, _, _ = await s.volume()
     s.state.fail(Fault(Status.INTERNAL, "array on fire", times=2))
     await s.request(claim, "2Gi")
     failed = await s.wait_event(claim, "VolumeResizeFailed")
@@ -101,8 +98,7 @@ async def test_driver_error_then_success(resizing: CSIScenario) -> None:
 async def test_infeasible_request_then_recovery(resizing: CSIScenario) -> None:
     s = resizing
     s.state.max_size = 5 * GI
-    sc = await s.storage_class()
-    claim, _, handle = await s.volume(sc)
+    claim, _, handle = await s.volume()
     await s.request(claim, "10Gi")
     c = await s.wait_claim(
         claim,
@@ -197,8 +193,7 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
         assert sidecar.resize_controller is not None
         assert isinstance(sidecar.resize_controller.resizer, expected)
         assert sidecar.resize_controller.name == s.driver
-        sc = await s.storage_class()
-        claim, pv, _ = await s.volume(sc)
+        claim, pv, _ = await s.volume()
         async with running(sidecar):
             await s.request(claim, "2Gi")
             c = await s.wait_claim(
@@ -325,8 +320,7 @@ async def test_sidecar_help_lists_external_resizer_flags() -> None:
 
 async def test_block_volume_capability(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, _, _ = await s.volume(sc, volume_mode="Block")
+    claim, _, _ = await s.volume(volume_mode="Block")
     await s.request(claim, "2Gi")
     await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
     (request,) = s.state.requests

@@ -39,8 +39,7 @@ class RecordingResizer(MemoryResizer):
 @pytest.mark.e2e
 async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv_name, handle = await s.bound_claim(sc)
+    claim, pv_name, handle = await s.bound_claim()
     resizer = RecordingResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
         await s.request(claim, "2Gi")
@@ -59,9 +58,8 @@ async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster
 @pytest.mark.e2e
 async def test_a_refusal_explains_with_the_same_model(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
     # The volume belongs to another driver, the class names this resizer: it must say why.
-    claim, _, _ = await s.bound_claim(sc, driver=s.name("other") + ".example.com")
+    claim, _, _ = await s.bound_claim(driver=s.name("other") + ".example.com")
     resizer = RecordingResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
         await s.request(claim, "2Gi")
@@ -79,8 +77,7 @@ async def test_a_volume_the_model_refuses_gets_an_event_not_a_retry_loop(
     if kube_cluster.is_real:
         pytest.skip("a real API server refuses such a PersistentVolume (empty node selector)")
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv_name, _ = await s.bound_claim(sc)
+    claim, pv_name, _ = await s.bound_claim()
     # What the model refuses: a required node selector without its required terms.
     pv = await s.get_pv(pv_name)
     pv["spec"]["nodeAffinity"] = {"required": {}}

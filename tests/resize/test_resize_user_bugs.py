@@ -36,8 +36,7 @@ async def test_a_resizer_bug_is_logged_with_its_traceback_and_named_in_the_event
     kube_cluster: TestCluster, logs: io.StringIO
 ) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = BuggyResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
         await s.request(claim, "2Gi")
