@@ -239,6 +239,14 @@ class Scenario:
             namespace=self.namespace,
         )
 
+    async def expand(self, claim: str, size: str, timeout: float = 15.0) -> Obj:
+        """Request ``size`` for ``claim`` (the user's edit); the claim once its capacity is
+        ``size``."""
+        await self.request(claim, size)
+        return await self.wait_claim(
+            claim, lambda c: capacity(c) == size, f"claim {claim} expanded to {size}", timeout
+        )
+
     async def events(self, claim: str) -> list[Obj]:
         """The claim's events, oldest first."""
         items = (await self.events_client.list(self.namespace)).get("items") or []

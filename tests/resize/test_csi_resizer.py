@@ -50,8 +50,7 @@ async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
 async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     s = resizing
     claim, pv, handle = await s.volume()
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    await s.expand(claim, "2Gi")
     (request,) = s.state.requests
     assert request.volume_id == handle
     assert request.capacity_range.required_bytes == 2 * GI
@@ -109,8 +108,7 @@ async def test_infeasible_request_then_recovery(resizing: CSIScenario) -> None:
         "infeasible",
     )
     assert "code = OutOfRange" in conditions(c)["ControllerResizeError"]["message"]
-    await s.request(claim, "4Gi")
-    done = await s.wait_claim(claim, lambda c: capacity(c) == "4Gi", "recovered at 4Gi")
+    done = await s.expand(claim, "4Gi")
     assert s.state.sizes[handle] == 4 * GI
     assert "ControllerResizeError" not in conditions(done)
 
@@ -124,8 +122,7 @@ async def test_controller_expand_secrets_from_the_pv(resizing: CSIScenario) -> N
     claim, _, _ = await s.volume(sc, csi_extra=ref)
     # The driver echoes the secret in its error: it must not reach the claim or its events.
     s.state.fail(Fault(Status.INTERNAL, f"bad credentials {SECRET_VALUE}"))
-    await s.request(claim, "2Gi")
-    done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    done = await s.expand(claim, "2Gi")
     assert all(r.secrets == {"key": SECRET_VALUE} for r in s.state.requests)
     failed = await s.wait_event(claim, "VolumeResizeFailed")
     assert "bad credentials" in failed["message"]
@@ -143,8 +140,7 @@ async def test_controller_expand_secrets_from_class_parameters(resizing: CSIScen
         }
     )
     claim, _, _ = await s.volume(sc)
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    await s.expand(claim, "2Gi")
     assert s.state.requests[-1].secrets == {"user": "admin", "key": SECRET_VALUE}
 
 
@@ -237,8 +233,7 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
         "127.0.0.1:0",
     ) as proc:
         port = int((await proc.wait_for("HTTP server listening"))["port"])
-        await csi.request(claim, "3Gi")
-        await csi.wait_claim(claim, lambda c: capacity(c) == "3Gi", "expanded by the sidecar", 30)
+        await csi.expand(claim, "3Gi", 30)
         assert csi.state.sizes[handle] == 3 * GI
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
@@ -268,8 +263,7 @@ async def test_sidecar_process_exits_when_the_driver_goes_away(
     claim, _, _ = await csi.volume(sc)
     other, _, _ = await csi.volume(sc)
     async with csi.sidecar(tmp_path) as proc:
-        await csi.request(claim, "2Gi")
-        await csi.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded by the sidecar", 30)
+        await csi.expand(claim, "2Gi", 30)
         await csi.driver_process.__aexit__(None, None, None)
         await csi.request(other, "2Gi")
         # Upstream exits on a lost connection so that the pod restarts it.
@@ -321,8 +315,7 @@ async def test_sidecar_help_lists_external_resizer_flags() -> None:
 async def test_block_volume_capability(resizing: CSIScenario) -> None:
     s = resizing
     claim, _, _ = await s.volume(volume_mode="Block")
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    await s.expand(claim, "2Gi")
     (request,) = s.state.requests
     assert request.volume_capability.block is not None
     assert request.volume_capability.mount is None

@@ -54,8 +54,7 @@ async def test_expand_without_node_expansion(kube_cluster: TestCluster) -> None:
     claim, pv, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     async with running(controller(kube_cluster, resizer)) as ctrl:
-        await s.request(claim, "2Gi")
-        done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim capacity 2Gi")
+        done = await s.expand(claim, "2Gi")
         assert resizer.calls == [(handle, 2 * GI)]
         assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
         # Finished: no resize condition left, the size recorded as allocated, no status.
@@ -195,8 +194,7 @@ async def test_recovery_by_lowering_the_request(kube_cluster: TestCluster) -> No
         assert all(call == (handle, 10 * GI) for call in resizer.calls)
         resizer.errors.clear()
         # The user gives up on 10Gi and asks for 3Gi (still more than the 1Gi it has).
-        await s.request(claim, "3Gi")
-        done = await s.wait_claim(claim, lambda c: capacity(c) == "3Gi", "claim at 3Gi")
+        done = await s.expand(claim, "3Gi")
         assert resizer.calls[-1] == (handle, 3 * GI)
         assert allocated(done) == "3Gi"
         assert resize_status(done) is None
@@ -348,8 +346,7 @@ async def test_leader_election_uses_external_resizer_lease(kube_cluster: TestClu
         lease = await leases.get(lease_name(s.driver), s.namespace)
         assert lease["spec"]["holderIdentity"] == ctrl.id
         assert lease_name(s.driver).startswith("external-resizer-")
-        await s.request(claim, "2Gi")
-        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded while leading")
+        await s.expand(claim, "2Gi")
 
 
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from resize_support import GI, MemoryResizer, Scenario, capacity, controller
+from resize_support import GI, MemoryResizer, Scenario, controller
 from sidecar_support import running
 
 from pyprovlib._resizer import ExpansionResult
@@ -42,8 +42,7 @@ async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster
     claim, pv_name, handle = await s.bound_claim()
     resizer = RecordingResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
-        await s.request(claim, "2Gi")
-        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim capacity 2Gi")
+        await s.expand(claim, "2Gi")
     assert resizer.calls == [(handle, 2 * GI)]
     (expanded,) = resizer.expanded
     assert isinstance(expanded, V1PersistentVolume)
