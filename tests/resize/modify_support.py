@@ -5,14 +5,16 @@ also run against a real cluster."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import V1PersistentVolume
 from resize_support import Scenario, status
-from sidecar_support import fast_values
+from sidecar_support import fast_values, running
 
-from pyprovlib._modifier import Modifier
+from pyprovlib._attacher import GrpcCode
+from pyprovlib._modifier import Modifier, ModifyError
 from pyprovlib.controller._modify import ModifyController, ModifyControllerOptions
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
@@ -132,3 +134,19 @@ class ModifyScenario(Scenario):
     async def pv_class(self, pv: str) -> str | None:
         value = ((await self.get_pv(pv)).get("spec") or {}).get("volumeAttributesClassName")
         return value if isinstance(value, str) else None
+
+
+@contextlib.asynccontextmanager
+async def made_infeasible(
+    s: ModifyScenario, claim: str, bad: str, current: str | None
+) -> AsyncIterator[tuple[ModifyController[Any], MemoryModifier]]:
+    """A modify controller (retrying slowly) over a backend that refuses its first call as
+    InvalidArgument, running for the block from when ``claim``, of class ``current``, asked
+    for ``bad``, is Infeasible."""
+    backend = MemoryModifier(s.driver)
+    backend.errors = [ModifyError("invalid", code=GrpcCode.INVALID_ARGUMENT)]
+    ctrl = controller(s.cluster, backend, retry_interval_max=60.0)
+    async with running(ctrl):
+        await s.set_class(claim, bad)
+        await s.wait_state(claim, ("Infeasible", bad, current))
+        yield ctrl, backend
