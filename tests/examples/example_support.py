@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,17 @@ async def create_class(c: TestCluster, prefix: str, provisioner: str, **fields: 
     )
     c.track(STORAGE_CLASSES, name)
     return name
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The process's umask is ``mask`` for the block (what the mode of a directory the
+    examples make must not depend on)."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 def tree(path: Path) -> list[str]:

@@ -3,12 +3,11 @@ Node/StorageClass objects read from the in-memory API server over HTTP."""
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
 import pytest
-from example_support import claim_model, tree
+from example_support import claim_model, tree, umask
 from hostpath_support import create_node, hostpath_class, local_volume, provision_options
 from kubernetes_asyncio.client import (
     ApiClient,
@@ -67,11 +66,8 @@ async def test_provision_creates_directory_and_local_pv(
     base = tmp_path / "base"
     base.mkdir()
     prov = NodeHostPathProvisioner(kube_client, NODE)
-    old = os.umask(0o077)
-    try:
+    with umask(0o077):
         pv = await prov.provision(options(storage_class({"basePath": str(base)})))
-    finally:
-        os.umask(old)
     d = base / "pvc-0001"
     assert d.is_dir()
     assert stat.S_IMODE(d.stat().st_mode) == 0o777
