@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,11 @@ def example_env(**extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+UsageError = Callable[[Callable[[list[str]], object], list[str]], str]
+"""``usage_error(main, argv)`` (the examples conftest's fixture): what ``main(argv)`` wrote to
+stderr as it exited with a usage error."""
 
 
 async def run_module(*argv: str, timeout: float = 60, **env: str) -> tuple[int, str, str]:
