@@ -1,15 +1,15 @@
-"""What the tests of events share: the EventRecorder running against the test's API server, its
-count of dropped events, and whether a controller's event writers yield to its work queues
-(EventRecorder's ``busy``). Here at the root of ``tests/``, which pytest puts on ``sys.path``,
-because the recorder's tests (tests/integration) and the resize controller's (tests/resize)
-use it."""
+"""What the tests of events share: the EventRecorder running against the test's API server, one
+held back by a ``busy`` flag the test turns on and off, its count of dropped events, and whether
+a controller's event writers yield to its work queues (EventRecorder's ``busy``). Here at the
+root of ``tests/``, which pytest puts on ``sys.path``, because the recorder's tests
+(tests/integration) and the resize controller's (tests/resize) use it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
@@ -18,6 +18,30 @@ from pyprovlib.kube._config import request_json
 from pyprovlib.kube._errors import ApiException, is_already_exists
 from pyprovlib.kube._events import EventRecorder
 from pyprovlib.kube._workqueue import WorkQueue
+
+R = TypeVar("R", bound=EventRecorder)
+
+
+class Flag:
+    """A ``busy`` predicate the test turns on and off."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+        self.calls = 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.value
+
+
+def held_recorder(api: ApiClient, kind: type[R], **options: Any) -> tuple[Flag, R]:
+    """A recorder of ``kind`` for component ``test`` (``options`` added: a registry of its own
+    and no writer writing while busy, unless they say otherwise) held back while the returned
+    flag is on, as it starts."""
+    busy = Flag(True)
+    options.setdefault("registry", CollectorRegistry())
+    options.setdefault("busy_writers", 0)
+    return busy, kind(api, "test", busy=busy, **options)
 
 
 @asynccontextmanager
