@@ -13,7 +13,7 @@ import lzma
 import os
 import pathlib
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -327,6 +327,15 @@ async def failed_then_bound(
     event = await wait_event(env, name, "ProvisioningFailed", contains)
     await wait_bound(env, name)
     return claim, event
+
+
+async def set_finalizers(
+    objects: ResourceClient, names: Iterable[str], finalizers: list[str] | None, namespace: str
+) -> None:
+    """Give each object ``names`` of ``objects`` in ``namespace`` the ``finalizers`` (None or
+    empty: none), as another process would have left them."""
+    for name in names:
+        await objects.patch(name, {"metadata": {"finalizers": finalizers}}, namespace=namespace)
 
 
 async def wait_until(env: Env, predicate: Any, message: str, timeout: float = 20.0) -> None:
