@@ -152,18 +152,15 @@ async def test_restart_keeps_state_and_ends_watches(apiserver: ApiServer) -> Non
 async def test_internal_errors_become_500_and_server_survives(apiserver: ApiServer) -> None:
     async with aiohttp.ClientSession() as session:
         # a body that is JSON but not an object cannot crash the server
-        async with session.post(
-            apiserver.url + "/api/v1/namespaces/default/configmaps",
-            data=b"[1, 2]",
-            headers={"Content-Type": "application/json"},
-        ) as resp:
-            assert resp.status == 400
-        async with session.put(
-            apiserver.url + "/api/v1/namespaces/default/configmaps/x",
-            data=b'"str"',
-            headers={"Content-Type": "application/json"},
-        ) as resp:
-            assert resp.status == 400
+        configmaps = apiserver.url + "/api/v1/namespaces/default/configmaps"
+        for method, url, body in (
+            ("POST", configmaps, b"[1, 2]"),
+            ("PUT", configmaps + "/x", b'"str"'),
+        ):
+            async with session.request(
+                method, url, data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 400, (method, body)
         async with session.get(apiserver.url + "/healthz") as resp:
             assert resp.status == 200
 
