@@ -87,13 +87,17 @@ def claim_body(
     namespace: str | None = None,
     size: str = "1Gi",
     annotations: Mapping[str, str] | None = None,
+    uid: str | None = None,
     **spec: Any,
 ) -> Obj:
-    """A ReadWriteOnce claim ``name`` of ``size``; of the class ``class_name``, in ``namespace``
-    and with ``annotations`` when they are given; ``spec`` adds or overrides spec fields."""
+    """A ReadWriteOnce claim ``name`` of ``size``; of the class ``class_name``, in ``namespace``,
+    with ``annotations`` and with ``uid`` (as read back from a server) when they are given;
+    ``spec`` adds or overrides spec fields."""
     metadata: Obj = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
+    if uid is not None:
+        metadata["uid"] = uid
     if annotations:
         metadata["annotations"] = dict(annotations)
     class_field = {} if class_name is None else {"storageClassName": class_name}
@@ -111,7 +115,9 @@ def claim_body(
 
 
 def volume_body(name: str, **spec: Any) -> Obj:
-    """A PV (1Gi, ReadWriteOnce, on a host path) for tests, with ``spec`` added."""
+    """A PV (1Gi, ReadWriteOnce, on a host path unless ``spec`` gives a ``csi`` source) for
+    tests, with ``spec`` added."""
+    source = {} if "csi" in spec else {"hostPath": {"path": f"/tmp/{name}"}}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -119,7 +125,7 @@ def volume_body(name: str, **spec: Any) -> Obj:
         "spec": {
             "capacity": {"storage": "1Gi"},
             "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": f"/tmp/{name}"},
+            **source,
             **spec,
         },
     }

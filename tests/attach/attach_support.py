@@ -11,8 +11,7 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry
-from sidecar_support import wait_for
+from sidecar_support import fast_values, wait_for
 
 from pyprovlib._attacher import Attacher, AttachNode, AttachVolume
 from pyprovlib.controller._attach import AttachController
@@ -91,16 +90,7 @@ class ListingAttacher(MemoryAttacher):
 
 def fast_options(**kwargs: Any) -> AttachControllerOptions:
     """Options for tests: millisecond retries, a private metrics registry."""
-    values: dict[str, Any] = {
-        "retry_interval_start": 0.01,
-        "retry_interval_max": 0.1,
-        "workers": 4,
-        "resync_period": 0.0,
-        "timeout": 5.0,
-        "registry": CollectorRegistry(),
-    }
-    values.update(kwargs)
-    return AttachControllerOptions(**values)
+    return AttachControllerOptions(**fast_values(0.1, kwargs))
 
 
 def driver_name(cluster: TestCluster) -> str:
@@ -224,6 +214,11 @@ class Objects:
             return va if va is not None and check(va) else None
 
         return await wait_for(probe, timeout, message)
+
+    async def wait_error(self, name: str, field: str = "attachError") -> Obj:
+        """The VolumeAttachment ``name`` once its status has ``field`` (``attachError`` or
+        ``detachError``)."""
+        return await self.wait_va(name, lambda v: field in status(v), f"{field} recorded")
 
     async def wait_va_gone(self, name: str) -> None:
         async def gone() -> bool:

@@ -9,10 +9,7 @@ state kept, like a driver container restarting.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,13 +134,3 @@ class AttachDriver:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-@contextlib.contextmanager
-def short_socket_dir() -> Iterator[Path]:
-    """A fresh directory with a path short enough for a unix socket (108 bytes)."""
-    directory = Path(tempfile.mkdtemp(prefix="pa-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)

@@ -27,7 +27,7 @@ from attach_support import (
     is_attached,
     status,
 )
-from sidecar_support import running, wait_for
+from sidecar_support import fast_leader_election, leading, running, wait_for
 
 from pyprovlib import testing
 from pyprovlib._attacher import AttachError, GrpcCode
@@ -115,9 +115,7 @@ async def test_no_finalizer_left_after_detach_fails_several_times(sc: Scenario) 
         await sc.objects.pvs.delete(pv_name)  # deleting while attached: the PV must stay
         await sc.objects.vas.delete(va_name)
 
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "detachError" in status(v), "detachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name, "detachError")
         assert sc.finalizer in finalizers(va)
         assert status(va)["detachError"]["message"]
         pv = await sc.objects.get_pv(pv_name)
@@ -139,9 +137,7 @@ async def test_attach_error_recorded_with_code_then_cleared(sc: Scenario) -> Non
     await sc.objects.pv(pv_name, "vol-3")
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["message"] == "no free LUN"
         assert error["errorCode"] == GrpcCode.FAILED_PRECONDITION
@@ -159,9 +155,7 @@ async def test_missing_csinode_is_an_error_before_the_va_finalizer(sc: Scenario)
     await sc.objects.pv(pv_name, "vol-4")
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, other_node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         assert other_node in status(va)["attachError"]["message"]
         assert "errorCode" not in status(va)["attachError"]
         assert sc.finalizer not in finalizers(va)
@@ -228,9 +222,7 @@ async def test_pv_marked_for_deletion_is_not_attached(sc: Scenario) -> None:
     await sc.objects.pvs.delete(pv_name)
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         assert "marked for deletion" in status(va)["attachError"]["message"]
         assert backend.count("attach") == 0
         await sc.objects.vas.delete(va_name)
@@ -248,9 +240,7 @@ async def test_secrets_never_reach_the_status(sc: Scenario) -> None:
     await sc.objects.pv(pv_name, "vol-7", secret="creds")
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         message = status(va)["attachError"]["message"]
         assert "hunter2" not in message
         assert message == "login with *** refused"
@@ -266,9 +256,7 @@ async def test_missing_secret_is_an_attach_error(sc: Scenario) -> None:
     await sc.objects.pv(pv_name, "vol-8", secret="nowhere")
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         assert (
             f'failed to load secret "{sc.cluster.namespace}/nowhere"'
             in (status(va)["attachError"]["message"])
@@ -288,9 +276,7 @@ async def test_timeout_keeps_track_of_a_possibly_running_attach(sc: Scenario) ->
     await sc.objects.pv(pv_name, "vol-9")
     async with running(sc.controller(backend, timeout=0.2)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["errorCode"] == GrpcCode.DEADLINE_EXCEEDED
         assert "timed out" in error["message"]
@@ -416,30 +402,16 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
     server = kube_cluster.server
     assert server is not None
     sc = Scenario(kube_cluster)
-    controller = sc.controller(
-        MemoryAttacher(),
-        leader_election=True,
-        leader_election_namespace=kube_cluster.namespace,
-        lease_duration=1.0,
-        renew_deadline=0.6,
-        retry_period=0.2,
-    )
-    task = asyncio.create_task(controller.run())
+    controller = sc.controller(MemoryAttacher(), **fast_leader_election(kube_cluster.namespace))
     try:
-
-        async def leading() -> bool:
-            return controller.ready()
-
-        await wait_for(leading, message="leading")
-        server.faults.fail(500, verb="update", resource="leases", count=None)
-        with pytest.raises(LeaderElectionLostError):
-            await asyncio.wait_for(task, 10)
-        assert not controller.healthy()
-        assert not controller.ready()
+        async with leading(controller) as task:
+            server.faults.fail(500, verb="update", resource="leases", count=None)
+            with pytest.raises(LeaderElectionLostError):
+                await asyncio.wait_for(task, 10)
+            assert not controller.healthy()
+            assert not controller.ready()
     finally:
         server.faults.clear()
-        if not task.done():
-            task.cancel()
 
 
 async def test_many_volumes_no_finalizer_survives_failed_detaches(sc: Scenario) -> None:

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 import pytest
 from attach_support import MemoryAttacher, Objects, driver_name, fast_options, is_attached
-from csi_attach_driver import AttachDriver, short_socket_dir
+from csi_attach_driver import AttachDriver
 from kubernetes_asyncio.client import V1PersistentVolumeSpec
 from prometheus_client import CollectorRegistry
-from sidecar_support import running
+from sidecar_support import running, short_socket_dir
 
 from pyprovlib._attacher import AttachNode, AttachVolume
 from pyprovlib.controller._attach import AttachController

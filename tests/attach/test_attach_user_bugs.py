@@ -54,9 +54,7 @@ async def test_an_attacher_bug_is_logged_with_its_traceback_and_named_in_the_sta
     await sc.objects.pv(pv_name, "vol-bug", secret="creds")
     async with running(sc.controller(backend)):
         await sc.objects.va(va_name, sc.node, pv=pv_name)
-        va = await sc.objects.wait_va(
-            va_name, lambda v: "attachError" in status(v), "attachError recorded"
-        )
+        va = await sc.objects.wait_error(va_name)
         assert status(va)["attachError"]["message"] == "KeyError: 'lun'"
         backend.attach_gate.set()
         await sc.attached_va(va_name)

@@ -7,22 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from attach_support import Objects, driver_name, fast_options, finalizers, is_attached, status
-from csi_attach_driver import ATTACH_CAPS, LIST_CAPS, AttachDriver, Caps, Fault, short_socket_dir
+from csi_attach_driver import ATTACH_CAPS, LIST_CAPS, AttachDriver, Caps, Fault
 from grpclib.const import Status
 from prometheus_client import CollectorRegistry
-from sidecar_support import running, sidecar_context, sidecar_process, wait_for
+from sidecar_support import DriverSidecar, operations_ok, running, wait_for
 
-from pyprovlib import testing
 from pyprovlib._attacher import AttachError, AttachVolume, GrpcCode
 from pyprovlib.controller._attach import AttachController
 from pyprovlib.controller._attach.options import finalizer_name
-from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.attacher import CSIAttacher
 from pyprovlib.csi.attacher._controller import csi_access_mode, volume_capability
@@ -34,63 +32,35 @@ from pyprovlib.testing._cluster import TestCluster
 Mode = v1.VolumeCapabilityAccessModeMode
 
 
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    with short_socket_dir() as directory:
-        yield directory
-
-
-class CSIScenario:
+class CSIScenario(DriverSidecar):
     """A Python CSI driver named uniquely, a node registered for it, object helpers."""
+
+    sidecar_module = "pyprovlib.csi.attacher"
 
     def __init__(self, cluster: TestCluster, socket: Path, **driver: Any) -> None:
         self.cluster = cluster
         self.name = driver_name(cluster)
         self.driver = AttachDriver(self.name, socket, **driver)
+        self.endpoint = self.driver.endpoint
         self.objects = Objects(cluster, self.name)
         self.node = cluster.unique_name("node")
         self.node_id = f"csi-{self.node}"
         self.finalizer = finalizer_name(self.name)
         self.registry = CollectorRegistry()
 
-    async def connect(self, **options: Any) -> CSIConnection:
-        options.setdefault("timeout", 5.0)
-        options.setdefault("exit_on_connection_loss", False)
-        return await CSIConnection.open(
-            self.driver.endpoint,
-            ConnectionOptions(**options),
-            metrics=CSIMetrics(self.registry),
-        )
-
     def unique(self, prefix: str) -> str:
         return self.cluster.unique_name(prefix)
-
-    def sidecar(
-        self, tmp_path: Path, *argv: str
-    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
-        """``python -m pyprovlib.csi.attacher`` on this driver, ``argv`` added."""
-        return sidecar_process(
-            "pyprovlib.csi.attacher",
-            self.cluster,
-            tmp_path,
-            "--csi-address",
-            self.driver.endpoint,
-            *argv,
-        )
 
     @contextlib.asynccontextmanager
     async def attaching(self, **options: Any) -> AsyncIterator[AttachController]:
         """An AttachController over a CSIAttacher on a connection of its own to the driver,
         running with ``fast_options(**options)``; the connection is closed afterwards."""
-        conn = await self.connect()
-        try:
+        async with await self.connect() as conn:
             controller = AttachController(
                 self.cluster.api_client, self.name, CSIAttacher(conn), fast_options(**options)
             )
             async with running(controller):
                 yield controller
-        finally:
-            conn.close()
 
 
 @pytest.fixture
@@ -140,15 +110,7 @@ async def test_csi_publish_and_unpublish(csi: CSIScenario) -> None:
         assert unpublish.secrets == {"password": "hunter2-secret"}
         await csi.objects.pvs.delete(pv_name)
         await csi.objects.wait_pv_gone(pv_name)
-    sample = csi.registry.get_sample_value(
-        "csi_sidecar_operations_seconds_count",
-        {
-            "driver_name": csi.name,
-            "method_name": "/csi.v1.Controller/ControllerPublishVolume",
-            "grpc_status_code": "OK",
-        },
-    )
-    assert sample == 1.0
+    assert operations_ok(csi.registry, csi.name, "/csi.v1.Controller/ControllerPublishVolume") == 1
 
 
 async def test_readonly_is_dropped_without_publish_readonly(
@@ -158,24 +120,18 @@ async def test_readonly_is_dropped_without_publish_readonly(
         kube_cluster, sock_dir / "csi.sock", capabilities=[Caps.PUBLISH_UNPUBLISH_VOLUME]
     )
     await csi.objects.csinode(csi.node, csi.node_id)
-    async with csi.driver:
-        conn = await csi.connect()
-        try:
-            attacher = CSIAttacher(conn)
-            assert not attacher.supports_publish_readonly
-            pv_name, va_name = csi.unique("pv"), csi.unique("va")
-            await csi.objects.pv(pv_name, "vol-ro", read_only=True)
-            controller = AttachController(
-                kube_cluster.api_client, csi.name, attacher, fast_options()
-            )
-            async with running(controller):
-                await csi.objects.va(va_name, csi.node, pv=pv_name)
-                await csi.objects.wait_va(va_name, is_attached, "attached")
-                assert csi.driver.state.publish_requests[0].readonly is False
-                await csi.objects.vas.delete(va_name)
-                await csi.objects.wait_va_gone(va_name)
-        finally:
-            conn.close()
+    async with csi.driver, await csi.connect() as conn:
+        attacher = CSIAttacher(conn)
+        assert not attacher.supports_publish_readonly
+        pv_name, va_name = csi.unique("pv"), csi.unique("va")
+        await csi.objects.pv(pv_name, "vol-ro", read_only=True)
+        controller = AttachController(kube_cluster.api_client, csi.name, attacher, fast_options())
+        async with running(controller):
+            await csi.objects.va(va_name, csi.node, pv=pv_name)
+            await csi.objects.wait_va(va_name, is_attached, "attached")
+            assert csi.driver.state.publish_requests[0].readonly is False
+            await csi.objects.vas.delete(va_name)
+            await csi.objects.wait_va_gone(va_name)
 
 
 async def test_publish_error_goes_to_status_with_its_code(csi: CSIScenario) -> None:
@@ -186,7 +142,7 @@ async def test_publish_error_goes_to_status_with_its_code(csi: CSIScenario) -> N
     await csi.objects.pv(pv_name, "vol-b")
     async with csi.attaching(retry_interval_start=0.5, retry_interval_max=1.0):
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["message"] == "rpc error: code = FailedPrecondition desc = no free slot"
         assert error["errorCode"] == GrpcCode.FAILED_PRECONDITION
@@ -204,7 +160,7 @@ async def test_slow_publish_past_the_timeout_keeps_the_finalizer(csi: CSIScenari
     await csi.objects.pv(pv_name, "vol-c")
     async with csi.attaching(timeout=0.3, retry_interval_start=1.0, retry_interval_max=1.0):
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         error = status(va)["attachError"]
         assert error["errorCode"] == GrpcCode.DEADLINE_EXCEEDED
         assert csi.finalizer in finalizers(va)
@@ -222,7 +178,7 @@ async def test_driver_restart_is_survived(csi: CSIScenario) -> None:
     async with csi.attaching(retry_interval_start=0.2, retry_interval_max=0.5):
         await csi.driver.stop()
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         assert status(va)["attachError"]["errorCode"] == GrpcCode.UNAVAILABLE
         assert not is_attached(va)
         await csi.driver.start()
@@ -240,7 +196,7 @@ async def test_detach_errors_then_no_finalizer_left(csi: CSIScenario) -> None:
         await csi.objects.va(va_name, csi.node, pv=pv_name)
         await csi.objects.wait_va(va_name, is_attached, "attached")
         await csi.objects.vas.delete(va_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "detachError" in status(v), "detachError")
+        va = await csi.objects.wait_error(va_name, "detachError")
         assert status(va)["detachError"]["message"] == ("rpc error: code = Internal desc = stuck")
         await csi.objects.wait_va_gone(va_name)
         await csi.objects.pvs.delete(pv_name)
@@ -253,39 +209,35 @@ async def test_reconciler_repairs_drift_through_list_volumes(
 ) -> None:
     csi = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=ATTACH_CAPS + LIST_CAPS)
     await csi.objects.csinode(csi.node, csi.node_id)
-    async with csi.driver:
-        conn = await csi.connect()
-        try:
-            attacher = CSIAttacher(conn, max_entries=1)
-            assert attacher.supports_list_published
-            controller = AttachController(
-                kube_cluster.api_client, csi.name, attacher, fast_options(reconcile_sync=3600)
-            )
-            assert controller.reconciles
-            pvs = [csi.unique("pv"), csi.unique("pv")]
-            vas = [csi.unique("va"), csi.unique("va")]
-            async with running(controller):
-                for i, (pv_name, va_name) in enumerate(zip(pvs, vas, strict=True)):
-                    await csi.objects.pv(pv_name, f"vol-r{i}")
-                    await csi.objects.va(va_name, csi.node, pv=pv_name)
-                    await csi.objects.wait_va(va_name, is_attached, "attached")
-                listed = len(csi.driver.state.list_requests)
-                assert await controller.reconcile() == 0
-                # One page per volume with max_entries=1.
-                assert len(csi.driver.state.list_requests) - listed == 2
-                csi.driver.state.published["vol-r1"].clear()  # lost behind our back
-                assert await controller.reconcile() == 1
+    async with csi.driver, await csi.connect() as conn:
+        attacher = CSIAttacher(conn, max_entries=1)
+        assert attacher.supports_list_published
+        controller = AttachController(
+            kube_cluster.api_client, csi.name, attacher, fast_options(reconcile_sync=3600)
+        )
+        assert controller.reconciles
+        pvs = [csi.unique("pv"), csi.unique("pv")]
+        vas = [csi.unique("va"), csi.unique("va")]
+        async with running(controller):
+            for i, (pv_name, va_name) in enumerate(zip(pvs, vas, strict=True)):
+                await csi.objects.pv(pv_name, f"vol-r{i}")
+                await csi.objects.va(va_name, csi.node, pv=pv_name)
+                await csi.objects.wait_va(va_name, is_attached, "attached")
+            listed = len(csi.driver.state.list_requests)
+            assert await controller.reconcile() == 0
+            # One page per volume with max_entries=1.
+            assert len(csi.driver.state.list_requests) - listed == 2
+            csi.driver.state.published["vol-r1"].clear()  # lost behind our back
+            assert await controller.reconcile() == 1
 
-                async def republished() -> bool:
-                    return csi.driver.state.is_published("vol-r1", csi.node_id)
+            async def republished() -> bool:
+                return csi.driver.state.is_published("vol-r1", csi.node_id)
 
-                await wait_for(republished, message="re-published by the reconciler")
-                assert await controller.reconcile() == 0
-                for va_name in vas:
-                    await csi.objects.vas.delete(va_name)
-                    await csi.objects.wait_va_gone(va_name)
-        finally:
-            conn.close()
+            await wait_for(republished, message="re-published by the reconciler")
+            assert await controller.reconcile() == 0
+            for va_name in vas:
+                await csi.objects.vas.delete(va_name)
+                await csi.objects.wait_va_gone(va_name)
 
 
 # -- capabilities → handler, the sidecar ----------------------------------------------------
@@ -316,8 +268,7 @@ async def test_sidecar_picks_the_handler_from_capabilities(
     pv_name, va_name = csi.unique("pv"), csi.unique("va")
     await csi.objects.pv(pv_name, "vol-s")
     async with csi.driver:
-        argv = ["--csi-address", csi.driver.endpoint, "--retry-interval-start", "50ms"]
-        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
+        sidecar = await build(csi.context(parser()))
         assert isinstance(sidecar, AttacherSidecar)
         assert sidecar.controller.trivial is trivial
         assert sidecar.controller.driver_name == csi.name
@@ -450,7 +401,7 @@ async def test_impossible_access_modes_fail_before_the_va_finalizer(csi: CSIScen
     await csi.objects.pv(pv_name, "vol-m", access_modes=("ReadOnlyMany", "ReadWriteOnce"))
     async with csi.attaching():
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         assert status(va)["attachError"]["message"] == (
             "CSI does not support ReadOnlyMany and ReadWriteOnce on the same PersistentVolume"
         )
@@ -471,7 +422,7 @@ async def test_driver_error_quoting_a_secret_is_scrubbed(csi: CSIScenario) -> No
     await csi.objects.pv(pv_name, "vol-q", secret="creds")
     async with csi.attaching():
         await csi.objects.va(va_name, csi.node, pv=pv_name)
-        va = await csi.objects.wait_va(va_name, lambda v: "attachError" in status(v), "attachError")
+        va = await csi.objects.wait_error(va_name)
         message = status(va)["attachError"]["message"]
         assert "hunter2" not in message
         assert message.startswith("rpc error: code = PermissionDenied desc = password ")

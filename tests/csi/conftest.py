@@ -1,6 +1,7 @@
 """Fixtures for the CSI tests: a directory short enough for a unix socket, the in-memory API
 server (with its PV binder) and a kubeconfig for a process under test to reach it, and the Go
-hostpathplugin binary (skips the test when there is none)."""
+hostpathplugin binary (skips the test when there is none); the provisioner's entry points, the
+sidecar and the combined process, each test taking ``entry`` running on both."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from csi_driver import short_socket_dir
 from csi_e2e import find_hostpathplugin
+from process_support import PROVISIONER_ENTRY_POINTS, EntryPoint
 
 from pyprovlib.testing._server import ApiServer
 
@@ -42,3 +44,10 @@ def hostpathplugin_binary(tmp_path_factory: pytest.TempPathFactory) -> pathlib.P
             "directory PYPROVLIB_KUBE_ASSETS names (docs/testing.md, 'The assets directory')"
         )
     return binary
+
+
+@pytest.fixture(params=PROVISIONER_ENTRY_POINTS, ids=lambda entry: entry.module)
+def entry(request: pytest.FixtureRequest) -> EntryPoint:
+    """The provisioner as the sidecar, then as the combined process."""
+    point: EntryPoint = request.param
+    return point

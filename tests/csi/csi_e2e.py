@@ -13,14 +13,14 @@ import lzma
 import os
 import pathlib
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import claim_support
 import pytest
 from claim_support import class_body
-from csi_driver import DriverState, serve_driver
+from csi_driver import DriverState, Fault, serve_driver
 from kubernetes_asyncio.client import ApiClient
 from process_support import terminate
 from prometheus_client import CollectorRegistry
@@ -313,6 +313,29 @@ async def all_events(env: Env) -> list[Obj]:
 
 async def wait_event(env: Env, name: str, reason: str, contains: str = "") -> Obj:
     return await testing.wait_event(env.cluster, name, reason, contains)
+
+
+async def failed_then_bound(
+    env: Env, class_name: str, fault: Fault, contains: str
+) -> tuple[Obj, Obj]:
+    """A claim of ``class_name`` whose first CreateVolume fails with ``fault``, once it has a
+    ProvisioningFailed event containing ``contains`` and a retry has bound it: (the claim as
+    created, the event)."""
+    env.driver.fail("CreateVolume", fault)
+    claim = await create_claim(env, class_name)
+    name = claim["metadata"]["name"]
+    event = await wait_event(env, name, "ProvisioningFailed", contains)
+    await wait_bound(env, name)
+    return claim, event
+
+
+async def set_finalizers(
+    objects: ResourceClient, names: Iterable[str], finalizers: list[str] | None, namespace: str
+) -> None:
+    """Give each object ``names`` of ``objects`` in ``namespace`` the ``finalizers`` (None or
+    empty: none), as another process would have left them."""
+    for name in names:
+        await objects.patch(name, {"metadata": {"finalizers": finalizers}}, namespace=namespace)
 
 
 async def wait_until(env: Env, predicate: Any, message: str, timeout: float = 20.0) -> None:

@@ -12,9 +12,9 @@ import pathlib
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import pytest
 import yaml
 from claim_support import attachment_body, claim_body, class_body
 from csi_driver import DRIVER_NAME
@@ -35,10 +35,26 @@ DEADLINE = 30.0
 T = TypeVar("T")
 
 
-# The provisioner as the sidecar and as the combined process: a test of either runs on both.
-both_provisioner_entry_points = pytest.mark.parametrize(
-    ("module", "args"),
-    [("pyprovlib.csi.provisioner", ()), ("pyprovlib.csi", ("--controllers=provisioner",))],
+@dataclass(frozen=True)
+class EntryPoint:
+    """``python -m <module>`` with ``args`` after a test's own flags."""
+
+    module: str
+    args: tuple[str, ...] = ()
+
+    def process(
+        self, kubeconfig: pathlib.Path, *flags: str, env: Mapping[str, str] | None = None
+    ) -> AbstractAsyncContextManager[testing.ChildProcess]:
+        """:func:`entry_point` of this module with ``flags``, then ``args``."""
+        return entry_point(self.module, kubeconfig, *flags, *self.args, env=env)
+
+
+# The provisioner as the sidecar and as the combined process: a test taking the csi
+# conftest's ``entry`` fixture runs on both.
+PROVISIONER = EntryPoint("pyprovlib.csi.provisioner")
+PROVISIONER_ENTRY_POINTS = (
+    PROVISIONER,
+    EntryPoint("pyprovlib.csi", ("--controllers=provisioner",)),
 )
 
 

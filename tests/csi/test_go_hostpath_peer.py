@@ -10,11 +10,9 @@ skips when no hostpathplugin binary is found (see ``find_hostpathplugin``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from claim_support import attachment_body, class_body
@@ -28,7 +26,9 @@ from csi_e2e import (
     wait_volume_gone,
 )
 from prometheus_client import CollectorRegistry
+from sidecar_support import fast_values
 
+from pyprovlib import testing
 from pyprovlib.controller._attach import AttachController
 from pyprovlib.controller._attach.options import AttachControllerOptions
 from pyprovlib.controller._resize import ResizeController, ResizeControllerOptions
@@ -49,25 +49,6 @@ pytestmark = pytest.mark.e2e
 
 GI = 1024**3
 T = TypeVar("T")
-
-
-async def _run(controller: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(controller.run())
-    try:
-        yield
-    finally:
-        controller.stop()
-        try:
-            async with asyncio.timeout(15):
-                await task
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            raise
-
-
-running = contextlib.asynccontextmanager(_run)
 
 
 async def wait(cluster: TestCluster, probe: Callable[[], Awaitable[T | None]], message: str) -> T:
@@ -130,16 +111,10 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
 
         # attach and detach: ControllerPublish/UnpublishVolume
         attacher = CSIAttacher(connection)
-        attach_options = AttachControllerOptions(
-            retry_interval_start=0.01,
-            retry_interval_max=0.2,
-            resync_period=0.0,
-            timeout=10.0,
-            registry=CollectorRegistry(),
-        )
+        attach_options = AttachControllerOptions(**fast_values(0.2, {"timeout": 10.0}))
         vas = ResourceClient(api, VOLUME_ATTACHMENTS)
         va_name = cluster.unique_name("va")
-        async with running(AttachController(api, go_driver.name, attacher, attach_options)):
+        async with testing.running(AttachController(api, go_driver.name, attacher, attach_options)):
             cluster.track(VOLUME_ATTACHMENTS, va_name)
             await vas.create(attachment_body(va_name, go_driver.name, node, pv_name))
 
@@ -161,14 +136,8 @@ async def test_provision_attach_expand_detach_delete_on_hostpathplugin(
 
             # expand: ControllerExpandVolume, the PV's capacity follows
             resizer = CSIResizer(connection, api)
-            resize_options = ResizeControllerOptions(
-                retry_interval_start=0.01,
-                retry_interval_max=0.2,
-                resync_period=0.0,
-                timeout=10.0,
-                registry=CollectorRegistry(),
-            )
-            async with running(ResizeController(api, resizer, resize_options)):
+            resize_options = ResizeControllerOptions(**fast_values(0.2, {"timeout": 10.0}))
+            async with testing.running(ResizeController(api, resizer, resize_options)):
                 await ResourceClient(api, PERSISTENT_VOLUME_CLAIMS).patch(
                     claim_name,
                     {"spec": {"resources": {"requests": {"storage": "2Gi"}}}},

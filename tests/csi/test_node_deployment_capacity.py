@@ -11,7 +11,7 @@ import pathlib
 
 from claim_support import claim_body
 from csi_driver import DRIVER_NAME, TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
-from process_support import both_provisioner_entry_points, create_class, entry_point, until
+from process_support import EntryPoint, create_class, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -57,13 +57,8 @@ async def objects(api: object) -> dict[str, Obj]:
     }
 
 
-@both_provisioner_entry_points
 async def test_each_node_publishes_only_its_segment(
-    server: ApiServer,
-    kubeconfig: pathlib.Path,
-    tmp_path: pathlib.Path,
-    module: str,
-    args: tuple[str, ...],
+    server: ApiServer, kubeconfig: pathlib.Path, tmp_path: pathlib.Path, entry: EntryPoint
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
         api = await stack.enter_async_context(
@@ -84,15 +79,13 @@ async def test_each_node_publishes_only_its_segment(
             )
             processes.append(
                 await stack.enter_async_context(
-                    entry_point(
-                        module,
+                    entry.process(
                         kubeconfig,
                         f"--csi-address=unix://{directory / 'csi.sock'}",
                         "--node-deployment",
                         "--enable-capacity",
                         "--capacity-ownerref-level=-1",
                         "--capacity-poll-interval=200ms",
-                        *args,
                         env={"NAMESPACE": NAMESPACE, "NODE_NAME": node},
                     )
                 )
@@ -135,13 +128,8 @@ async def test_each_node_publishes_only_its_segment(
             assert process.proc.returncode is None, process.tail(20)
 
 
-@both_provisioner_entry_points
 async def test_an_immediate_claim_goes_to_the_node_with_room(
-    server: ApiServer,
-    kubeconfig: pathlib.Path,
-    tmp_path: pathlib.Path,
-    module: str,
-    args: tuple[str, ...],
+    server: ApiServer, kubeconfig: pathlib.Path, tmp_path: pathlib.Path, entry: EntryPoint
 ) -> None:
     """Upstream's checkNode: node-a's driver reports 1Gi free, node-b's 10Gi; a 5Gi claim of an
     Immediate class is taken by node-b's instance only, and node-a's never creates a volume."""
@@ -162,14 +150,12 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
                 serve_driver(directory, topology=True, node=node, state=states[node])
             )
             process = await stack.enter_async_context(
-                entry_point(
-                    module,
+                entry.process(
                     kubeconfig,
                     f"--csi-address=unix://{directory / 'csi.sock'}",
                     "--node-deployment",
                     "--node-deployment-base-delay=10ms",
                     "--node-deployment-max-delay=200ms",
-                    *args,
                     env={"NODE_NAME": node},
                 )
             )

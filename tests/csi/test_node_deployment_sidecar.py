@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from claim_support import claim_body
 from csi_driver import TOPOLOGY_KEY, DriverState, serve_driver, short_socket_dir
 from kubernetes_asyncio.client import ApiClient
-from process_support import both_provisioner_entry_points, create_class, entry_point, until
+from process_support import PROVISIONER, EntryPoint, create_class, until
 
 from pyprovlib import testing
 from pyprovlib.controller._provision import ANN_SELECTED_NODE
@@ -28,22 +28,21 @@ NODE_NAMES = ("node-a", "node-b")
 
 
 def sidecar(
-    module: str, kubeconfig: pathlib.Path, socket: pathlib.Path, node: str | None, *args: str
+    entry: EntryPoint, kubeconfig: pathlib.Path, socket: pathlib.Path, node: str | None, *flags: str
 ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
-    return entry_point(
-        module,
+    return entry.process(
         kubeconfig,
         "--csi-address",
         f"unix://{socket}",
         "--node-deployment",
-        *args,
+        *flags,
         env={"NODE_NAME": node} if node else None,
     )
 
 
 @contextlib.asynccontextmanager
 async def nodes_with_sidecars(
-    tmp_path: pathlib.Path, kubeconfig: pathlib.Path, module: str, *args: str
+    tmp_path: pathlib.Path, kubeconfig: pathlib.Path, entry: EntryPoint, *flags: str
 ) -> AsyncIterator[dict[str, tuple[DriverState, testing.ChildProcess]]]:
     """Per node: a driver on its own socket and a sidecar with NODE_NAME set."""
     async with contextlib.AsyncExitStack() as stack:
@@ -55,7 +54,7 @@ async def nodes_with_sidecars(
                 serve_driver(directory, topology=True, node=node)
             )
             process = await stack.enter_async_context(
-                sidecar(module, kubeconfig, directory / "csi.sock", node, *args)
+                sidecar(entry, kubeconfig, directory / "csi.sock", node, *flags)
             )
             out[node] = (state, process)
         for _, process in out.values():
@@ -79,16 +78,11 @@ async def bound_claims(claims: ResourceClient, names: list[str]) -> dict[str, Ob
     return bound if all(n in bound for n in names) else None
 
 
-@both_provisioner_entry_points
 async def test_each_node_provisions_and_deletes_its_own_claims(
-    server: ApiServer,
-    kubeconfig: pathlib.Path,
-    tmp_path: pathlib.Path,
-    module: str,
-    args: tuple[str, ...],
+    server: ApiServer, kubeconfig: pathlib.Path, tmp_path: pathlib.Path, entry: EntryPoint
 ) -> None:
     async with (
-        nodes_with_sidecars(tmp_path, kubeconfig, module, *args) as nodes,
+        nodes_with_sidecars(tmp_path, kubeconfig, entry) as nodes,
         server.api_client() as api,
     ):
         await create_objects(api, "WaitForFirstConsumer")
@@ -134,7 +128,7 @@ async def test_immediate_claims_are_created_once(
         nodes_with_sidecars(
             tmp_path,
             kubeconfig,
-            "pyprovlib.csi.provisioner",
+            PROVISIONER,
             "--node-deployment-base-delay=50ms",
             "--node-deployment-max-delay=400ms",
         ) as nodes,
@@ -160,16 +154,14 @@ async def test_immediate_claims_are_created_once(
 
 
 async def test_node_name_is_required(kubeconfig: pathlib.Path, sock_dir: pathlib.Path) -> None:
-    async with sidecar(
-        "pyprovlib.csi.provisioner", kubeconfig, sock_dir / "csi.sock", None
-    ) as process:
+    async with sidecar(PROVISIONER, kubeconfig, sock_dir / "csi.sock", None) as process:
         assert await process.exit_code() != 0
     assert "NODE_NAME environment variable must be set" in process.tail()
 
 
 async def test_leader_election_is_refused(kubeconfig: pathlib.Path, sock_dir: pathlib.Path) -> None:
     async with sidecar(
-        "pyprovlib.csi.provisioner",
+        PROVISIONER,
         kubeconfig,
         sock_dir / "csi.sock",
         "node-a",
@@ -192,6 +184,7 @@ def test_flags_have_upstream_defaults() -> None:
 async def test_one_process_runs_only_the_provisioner_per_node(
     kubeconfig: pathlib.Path, sock_dir: pathlib.Path
 ) -> None:
-    async with sidecar("pyprovlib.csi", kubeconfig, sock_dir / "csi.sock", "node-a") as process:
+    combined = EntryPoint("pyprovlib.csi")
+    async with sidecar(combined, kubeconfig, sock_dir / "csi.sock", "node-a") as process:
         assert await process.exit_code() != 0
     assert "use --controllers=provisioner there" in process.tail()

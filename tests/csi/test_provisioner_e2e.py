@@ -13,6 +13,7 @@ from csi_e2e import (
     create_secret,
     csi_env,
     delete_claim,
+    failed_then_bound,
     get_claim,
     get_volume,
     wait_bound,
@@ -206,14 +207,9 @@ async def test_final_error_is_an_event_and_retried(
 ) -> None:
     async with csi_env(kube_cluster, sock_dir) as env:
         class_name = await create_class(env)
-        env.driver.fail(
-            "CreateVolume", Fault(status=Status.FAILED_PRECONDITION, message="pool offline")
-        )
-        claim = await create_claim(env, class_name)
-        name = claim["metadata"]["name"]
-        event = await wait_event(env, name, "ProvisioningFailed", "pool offline")
+        fault = Fault(status=Status.FAILED_PRECONDITION, message="pool offline")
+        _, event = await failed_then_bound(env, class_name, fault, "pool offline")
         assert "rpc error: code = FailedPrecondition desc = pool offline" in event["message"]
-        await wait_bound(env, name)
         assert env.provisioner.in_flight == frozenset()
 
 
@@ -226,18 +222,13 @@ async def test_csi_errors_read_as_upstream_with_secrets_scrubbed(
         ns = kube_cluster.namespace
         await create_secret(env, "creds", {"password": "hunter2-secret"})
         class_name = await create_class(env, parameters=secret_params("provisioner", "creds", ns))
-        env.driver.fail(
-            "CreateVolume",
-            Fault(status=Status.RESOURCE_EXHAUSTED, message="pool full for hunter2-secret"),
-        )
-        claim = await create_claim(env, class_name)
-        name = claim["metadata"]["name"]
-        event = await wait_event(env, name, "ProvisioningFailed", "pool full")
+        fault = Fault(status=Status.RESOURCE_EXHAUSTED, message="pool full for hunter2-secret")
+        claim, event = await failed_then_bound(env, class_name, fault, "pool full")
         assert event["message"] == (
             f'failed to provision volume with StorageClass "{class_name}": '
             "rpc error: code = ResourceExhausted desc = pool full for ***stripped***"
         )
-        await wait_bound(env, name)
+        name = claim["metadata"]["name"]
         pv_name = f"pvc-{claim['metadata']['uid']}"
         env.driver.fail(
             "DeleteVolume",
@@ -267,14 +258,9 @@ async def test_invalid_argument_is_retried_slowly(
     # replaced StorageClass) before the next attempt.
     async with csi_env(kube_cluster, sock_dir, retry_interval_max=1.0) as env:
         class_name = await create_class(env)
-        env.driver.fail(
-            "CreateVolume", Fault(status=Status.INVALID_ARGUMENT, message="unsupported type")
-        )
-        claim = await create_claim(env, class_name)
-        name = claim["metadata"]["name"]
-        event = await wait_event(env, name, "ProvisioningFailed", "infeasible")
+        fault = Fault(status=Status.INVALID_ARGUMENT, message="unsupported type")
+        _, event = await failed_then_bound(env, class_name, fault, "infeasible")
         assert "rpc error: code = InvalidArgument desc = unsupported type" in event["message"]
-        await wait_bound(env, name)
         assert len(env.driver.requests("CreateVolume")) == 2
         # The one retry came no earlier than retry_interval_max after the refused call (a
         # count read after the event would depend on how fast the test got there).

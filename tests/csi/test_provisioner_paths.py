@@ -17,6 +17,7 @@ from csi_e2e import (
     events_of,
     get_claim,
     get_volume,
+    set_finalizers,
     wait_bound,
     wait_event,
     wait_until,
@@ -308,12 +309,8 @@ async def test_stale_cloning_protection_is_swept(
         ns = kube_cluster.namespace
         stale = await create_claim(env, "no-such-class")
         kept = await create_claim(env, "no-such-class")
-        for claim in (stale, kept):
-            await claims.patch(
-                claim["metadata"]["name"],
-                {"metadata": {"finalizers": [CLONE_FINALIZER]}},
-                namespace=ns,
-            )
+        names = [stale["metadata"]["name"], kept["metadata"]["name"]]
+        await set_finalizers(claims, names, [CLONE_FINALIZER], ns)
         # A pending clone (its class does not exist, so it stays Pending) of ``kept``.
         await create_claim(
             env,
@@ -332,10 +329,7 @@ async def test_stale_cloning_protection_is_swept(
         current = await get_claim(env, kept["metadata"]["name"])
         assert current is not None
         assert CLONE_FINALIZER in current["metadata"]["finalizers"]
-        for claim in (stale, kept):
-            await claims.patch(
-                claim["metadata"]["name"], {"metadata": {"finalizers": []}}, namespace=ns
-            )
+        await set_finalizers(claims, names, [], ns)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import signal
-import sys
 from contextlib import AbstractAsyncContextManager
 
 import aiohttp
@@ -21,6 +20,7 @@ from process_support import (
     until,
     wait_claim_bound,
 )
+from run_support import run_python
 
 from pyprovlib import testing
 from pyprovlib.csi.provisioner._data_source import CLONE_FINALIZER
@@ -138,17 +138,9 @@ async def test_sigterm_while_waiting_for_the_driver_exits_cleanly(
 
 @pytest.mark.parametrize("flag", ["--version"])
 async def test_version(flag: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.provisioner",
-        flag,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), DEADLINE)
-    assert proc.returncode == 0
-    assert b"pyprovlib.csi.provisioner" in out
+    code, out, _ = await run_python("-m", "pyprovlib.csi.provisioner", flag, timeout=DEADLINE)
+    assert code == 0
+    assert "pyprovlib.csi.provisioner" in out
 
 
 @pytest.mark.parametrize(

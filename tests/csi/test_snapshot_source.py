@@ -25,6 +25,7 @@ from csi_e2e import (
     get_snapshot,
     get_volume,
     require_snapshot_crds,
+    set_finalizers,
     set_snapshot_status,
     snapshot_source,
     wait_bound,
@@ -476,10 +477,8 @@ async def test_stale_snapshot_protection_is_swept(
         ns = kube_cluster.namespace
         stale = await create_snapshot(env, "snap-x")
         kept = await create_snapshot(env, "snap-y")
-        for objects in (stale, kept):
-            await snapshots.patch(
-                objects.snapshot, {"metadata": {"finalizers": [SNAPSHOT_FINALIZER]}}, namespace=ns
-            )
+        names = [stale.snapshot, kept.snapshot]
+        await set_finalizers(snapshots, names, [SNAPSHOT_FINALIZER], ns)
         # A pending restore (its class does not exist, so it stays Pending) of ``kept``.
         await create_claim(env, "no-such-class", dataSource=snapshot_source(kept.snapshot))
 
@@ -494,10 +493,7 @@ async def test_stale_snapshot_protection_is_swept(
 
         await kube_cluster.wait_for(swept, message="stale finalizer removed")
         assert SNAPSHOT_FINALIZER in await finalizers(kept)
-        for objects in (stale, kept):
-            await snapshots.patch(
-                objects.snapshot, {"metadata": {"finalizers": None}}, namespace=ns
-            )
+        await set_finalizers(snapshots, names, None, ns)
 
 
 async def test_deleting_a_restored_claim_deletes_its_volume(

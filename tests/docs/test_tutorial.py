@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import re
@@ -222,8 +221,7 @@ async def test_claim_is_bound_then_deleted_with_its_directory(tmp_path: Path) ->
             log=structlog.get_logger("tutorial-test"),
         )
         controller = tutorial.make_controller(ctx)
-        run = asyncio.create_task(controller.run())
-        try:
+        async with testing.running(controller):
             await core.create_namespaced_persistent_volume_claim(
                 NAMESPACE,
                 {
@@ -264,13 +262,3 @@ async def test_claim_is_bound_then_deleted_with_its_directory(tmp_path: Path) ->
 
             await eventually(volume_gone, f"PV {pv_name} deleted")
             assert not directory.exists()
-        finally:
-            controller.stop()
-            try:
-                async with asyncio.timeout(15):
-                    await run
-            except TimeoutError:
-                run.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await run
-                raise

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from api_support import refused
 from claim_support import attachment_body, class_body
 from kubernetes_asyncio.client import (
     CoordinationV1Api,
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client import (
 )
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
+from provision_support import create_class
 
 from pyprovlib.kube._resources import (
     PERSISTENT_VOLUME_CLAIMS,
@@ -216,9 +218,7 @@ async def test_storage_class_crud_and_defaults(kube_cluster: TestCluster) -> Non
     assert [c.metadata.name for c in listed.items] == [name]
     deleted = await storage.delete_storage_class(name)
     assert deleted.kind == "StorageClass"
-    with pytest.raises(ApiException) as info:
-        await storage.read_storage_class(name)
-    assert info.value.status == 404
+    assert await refused(storage.read_storage_class(name)) == 404
 
 
 async def test_lease_crud_and_optimistic_concurrency(kube_cluster: TestCluster) -> None:
@@ -261,9 +261,7 @@ async def test_lease_crud_and_optimistic_concurrency(kube_cluster: TestCluster) 
     assert done.kind == "Status"
     assert done.status == "Success"
     assert done.details.name == name
-    with pytest.raises(ApiException) as info:
-        await coord.read_namespaced_lease(name, ns)
-    assert info.value.status == 404
+    assert await refused(coord.read_namespaced_lease(name, ns)) == 404
 
 
 async def test_core_events_crud(kube_cluster: TestCluster) -> None:
@@ -306,9 +304,7 @@ async def test_core_events_crud(kube_cluster: TestCluster) -> None:
     assert events.items[0].involved_object.name == "some-claim"
 
     await core.delete_namespaced_event(name, ns)
-    with pytest.raises(ApiException) as info:
-        await core.read_namespaced_event(name, ns)
-    assert info.value.status == 404
+    assert await refused(core.read_namespaced_event(name, ns)) == 404
 
 
 async def test_volume_attachment_and_status_subresource(kube_cluster: TestCluster) -> None:
@@ -437,9 +433,7 @@ async def test_delete_waits_for_finalizers(kube_cluster: TestCluster) -> None:
     await core.patch_namespaced_config_map(
         name, ns, {"metadata": {"finalizers": None}}, _content_type=MERGE
     )
-    with pytest.raises(ApiException) as info:
-        await core.read_namespaced_config_map(name, ns)
-    assert info.value.status == 404
+    assert await refused(core.read_namespaced_config_map(name, ns)) == 404
 
 
 async def test_delete_precondition_uid_mismatch_conflicts(kube_cluster: TestCluster) -> None:
@@ -462,9 +456,7 @@ async def test_delete_precondition_uid_mismatch_conflicts(kube_cluster: TestClus
     await core.delete_namespaced_config_map(
         name, ns, body=V1DeleteOptions(preconditions=V1Preconditions(uid=created.metadata.uid))
     )
-    with pytest.raises(ApiException) as info:
-        await core.read_namespaced_config_map(name, ns)
-    assert info.value.status == 404
+    assert await refused(core.read_namespaced_config_map(name, ns)) == 404
 
 
 async def test_strategic_merge_of_finalizers_and_annotations(kube_cluster: TestCluster) -> None:
@@ -642,9 +634,7 @@ async def test_delete_returns_the_object_for_storage_resources(kube_cluster: Tes
     core = CoreV1Api(kube_cluster.api_client)
     storage = StorageV1Api(kube_cluster.api_client)
     ns = kube_cluster.namespace
-    sc_name = kube_cluster.unique_name("sc")
-    kube_cluster.track(STORAGE_CLASSES, sc_name)
-    await storage.create_storage_class({"metadata": {"name": sc_name}, "provisioner": PROVISIONER})
+    sc_name = await create_class(kube_cluster, PROVISIONER)
     deleted_sc = await storage.delete_storage_class(sc_name)
     assert deleted_sc.kind == "StorageClass"
     assert deleted_sc.provisioner == PROVISIONER
@@ -699,11 +689,8 @@ async def test_pv_controller_annotates_and_binds_provisioned_claims(
     kube_cluster: TestCluster,
 ) -> None:
     core = CoreV1Api(kube_cluster.api_client)
-    storage = StorageV1Api(kube_cluster.api_client)
     ns = kube_cluster.namespace
-    cls = kube_cluster.unique_name("sc")
-    kube_cluster.track(STORAGE_CLASSES, cls)
-    await storage.create_storage_class({"metadata": {"name": cls}, "provisioner": PROVISIONER})
+    cls = await create_class(kube_cluster, PROVISIONER)
     name = kube_cluster.unique_name("claim")
     claim = await core.create_namespaced_persistent_volume_claim(
         ns, claim_body(name, storageClassName=cls)
@@ -848,9 +835,7 @@ async def test_cluster_on_a_kubeconfig_cleans_up(tmp_path: Any) -> None:
                 cluster.track(PERSISTENT_VOLUME_CLAIMS, "x")
             namespace = cluster.namespace
         async with server.api_client() as client:
-            with pytest.raises(ApiException) as info:
-                await StorageV1Api(client).read_storage_class(sc)
-            assert info.value.status == 404
+            assert await refused(StorageV1Api(client).read_storage_class(sc)) == 404
 
             async def namespace_gone() -> bool:
                 try:

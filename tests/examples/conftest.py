@@ -1,4 +1,5 @@
-"""Fixtures for the example backends' tests: ``short_dir`` for a unix socket, and ``ceph``, one
+"""Fixtures for the example backends' tests: ``short_dir`` for a unix socket, ``usage_error`` for
+an entry point's usage errors, and ``ceph``, one
 real single-node Ceph cluster per test session (see ``tests/ceph/cluster.py``), started on first
 use.
 
@@ -11,10 +12,11 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from example_support import UsageError, example_env
 from module_support import load_file
 
 _CLUSTER_PY = Path(__file__).resolve().parents[1] / "ceph" / "cluster.py"
@@ -29,6 +31,25 @@ def short_dir() -> Iterator[Path]:
     pytest's ``tmp_path`` may not be."""
     with tempfile.TemporaryDirectory(prefix="pex") as directory:
         yield Path(directory)
+
+
+@pytest.fixture
+def usage_error(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> UsageError:
+    """Runs an entry point's ``main(argv)`` in this process, in the environment a child under
+    test gets (:func:`example_env`: none of pyprovlib's or the backends' variables), expecting a
+    usage error (exit status 2); returns what it wrote to stderr."""
+    keep = example_env()
+    for name in list(os.environ):
+        if name not in keep:
+            monkeypatch.delenv(name)
+
+    def run(main: Callable[[list[str]], object], argv: list[str]) -> str:
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        return capsys.readouterr().err
+
+    return run
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
-import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from kubernetes_asyncio.client import (
     V1StorageClass,
     V1VolumeResourceRequirements,
 )
+from run_support import run_python
 
 from pyprovlib import testing
 from pyprovlib._provisioner import Provisioner
@@ -84,14 +85,14 @@ async def wait_event(
 
 def claim_model(
     name: str,
-    storage_class: str,
+    storage_class: str | None,
     size: str,
     access_modes: Iterable[str] = ("ReadWriteOnce",),
     volume_mode: str | None = None,
     **metadata: Any,
 ) -> V1PersistentVolumeClaim:
-    """A claim of ``size`` from ``storage_class``; ``metadata`` (labels, annotations) as
-    :class:`V1ObjectMeta` takes it."""
+    """A claim of ``size`` from ``storage_class`` (None: no class named); ``metadata`` (labels,
+    annotations) as :class:`V1ObjectMeta` takes it."""
     return V1PersistentVolumeClaim(
         metadata=V1ObjectMeta(name=name, **metadata),
         spec=V1PersistentVolumeClaimSpec(
@@ -125,6 +126,17 @@ async def create_class(c: TestCluster, prefix: str, provisioner: str, **fields: 
     return name
 
 
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The process's umask is ``mask`` for the block (what the mode of a directory the
+    examples make must not depend on)."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 def tree(path: Path) -> list[str]:
     """Every path below ``path``, relative to it, sorted."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
@@ -149,19 +161,15 @@ def example_env(**extra: str) -> dict[str, str]:
     return env
 
 
+UsageError = Callable[[Callable[[list[str]], object], list[str]], str]
+"""``usage_error(main, argv)`` (the examples conftest's fixture): what ``main(argv)`` wrote to
+stderr as it exited with a usage error."""
+
+
 async def run_module(*argv: str, timeout: float = 60, **env: str) -> tuple[int, str, str]:
     """Run ``python argv...`` to its end in :func:`example_env` (wide help columns, plus
     ``env``); returns (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=example_env(COLUMNS="120", **env),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_python(*argv, timeout=timeout, env=example_env(COLUMNS="120", **env))
 
 
 async def help_documents_every_flag(backend: str, parser: argparse.ArgumentParser) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from example_support import (
+    UsageError,
     claim_model,
     example_process,
     help_documents_every_flag,
@@ -60,18 +61,8 @@ async def test_help_documents_every_flag() -> None:
         (["--mode", "helper-pod", "--provisioner-name", ""], "must not be empty"),
     ],
 )
-def test_usage_errors(
-    argv: list[str],
-    message: str,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.delenv("NODE_NAME", raising=False)
-    monkeypatch.delenv("PYPROVLIB_NODE_NAME", raising=False)
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_usage_errors(argv: list[str], message: str, usage_error: UsageError) -> None:
+    assert message in usage_error(main, argv)
 
 
 async def test_demo_binds_three_claims() -> None:

@@ -17,24 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from example_support import claim_model, create_claim, create_class
 from example_support import running as running_controller
+from hostpath_support import DEDICATED, create_node, hostpath_class, local_volume, provision_options
 from kubernetes_asyncio.client import (
     ApiClient,
     CoreV1Api,
-    StorageV1Api,
-    V1LocalVolumeSource,
-    V1Node,
-    V1NodeSpec,
-    V1ObjectMeta,
-    V1PersistentVolume,
-    V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1PersistentVolumeSpec,
-    V1StorageClass,
     V1Taint,
-    V1VolumeResourceRequirements,
 )
 from kubernetes_asyncio.client.exceptions import ApiException
+from task_support import background
 
 from pyprovlib._provisioner import ProvisioningError, ProvisioningState, ProvisionOptions
 from pyprovlib.examples._paths import UnsafePathError
@@ -46,8 +38,12 @@ from pyprovlib.examples.hostpath._helper_pod import (
     helper_command,
     helper_pod_name,
 )
-from pyprovlib.examples.hostpath._provisioner import ANNOTATION_NODE, ANNOTATION_ON_DELETE, NodeInfo
-from pyprovlib.kube._resources import STORAGE_CLASSES
+from pyprovlib.examples.hostpath._provisioner import (
+    ANNOTATION_NODE,
+    ANNOTATION_ON_DELETE,
+    ANNOTATION_SELECTED_NODE,
+    NodeInfo,
+)
 from pyprovlib.testing._cluster import TestCluster
 
 NAMESPACE = "default"
@@ -138,13 +134,8 @@ def listing(path: Path) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def kubelet_running(kubelet: FakeKubelet) -> AsyncIterator[FakeKubelet]:
-    task = asyncio.create_task(kubelet.run())
-    try:
+    async with background(kubelet.run()):
         yield kubelet
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def pods(client: ApiClient, namespace: str = NAMESPACE) -> list[str]:
@@ -152,38 +143,16 @@ async def pods(client: ApiClient, namespace: str = NAMESPACE) -> list[str]:
     return sorted(p.metadata.name for p in items)
 
 
-async def create_node(client: ApiClient) -> None:
-    await CoreV1Api(client).create_node(
-        V1Node(
-            metadata=V1ObjectMeta(name=NODE, labels={"kubernetes.io/hostname": HOSTNAME}),
-            spec=V1NodeSpec(
-                taints=[
-                    V1Taint(key="dedicated", value="storage", effect="NoSchedule"),
-                    V1Taint(key="maintenance", effect="NoExecute"),
-                ]
-            ),
-        )
+async def create_worker(client: ApiClient) -> None:
+    await create_node(
+        client, NODE, HOSTNAME, [DEDICATED, V1Taint(key="maintenance", effect="NoExecute")]
     )
 
 
 def options(base: Path, pv: str = "pvc-0001") -> ProvisionOptions:
-    return ProvisionOptions(
-        storage_class=V1StorageClass(
-            metadata=V1ObjectMeta(name="local"),
-            provisioner="pyprovlib.io/hostpath",
-            parameters={"basePath": str(base)},
-            volume_binding_mode="WaitForFirstConsumer",
-        ),
-        pv_name=pv,
-        pvc=V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name="data", namespace=NAMESPACE),
-            spec=V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteOnce"],
-                resources=V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            ),
-        ),
-        selected_node_name=NODE,
-    )
+    selected = {ANNOTATION_SELECTED_NODE: NODE}
+    pvc = claim_model("data", None, "1Gi", namespace=NAMESPACE, annotations=selected)
+    return provision_options(hostpath_class({"basePath": str(base)}), pvc, pv)
 
 
 def helper(client: ApiClient, timeout: float = 10.0) -> HelperPodDirectories:
@@ -224,7 +193,7 @@ async def test_pod_shape(kube_client: ApiClient, tmp_path: Path) -> None:
     node = NodeInfo(
         name=NODE,
         hostname=HOSTNAME,
-        taints=(V1Taint(key="dedicated", value="storage", effect="NoSchedule"),),
+        taints=(DEDICATED,),
     )
     directories = HelperPodDirectories(kube_client, "storage", image="registry.local/busybox:1")
     pod = directories.build_pod("create", node, str(tmp_path), "pvc-1")
@@ -253,7 +222,7 @@ async def test_pod_shape(kube_client: ApiClient, tmp_path: Path) -> None:
 async def test_create_and_delete_through_helper_pods(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await create_worker(kube_client)
     base = tmp_path / "node-disk" / "local"  # DirectoryOrCreate makes it
     prov = HostPathProvisioner(kube_client, helper(kube_client))
     async with kubelet_running(FakeKubelet(kube_client, NAMESPACE, tmp_path)) as kubelet:
@@ -273,11 +242,11 @@ async def test_create_and_delete_through_helper_pods(
         await prov.delete(pv)  # archiving a directory already gone succeeds
 
         await prov.provision(options(base, "pvc-0002"))
-        doomed = V1PersistentVolume(
-            metadata=V1ObjectMeta(
-                name="pvc-0002", annotations={ANNOTATION_NODE: NODE, ANNOTATION_ON_DELETE: "delete"}
-            ),
-            spec=V1PersistentVolumeSpec(local=V1LocalVolumeSource(path=str(base / "pvc-0002"))),
+        doomed = local_volume(
+            "pvc-0002",
+            str(base / "pvc-0002"),
+            {ANNOTATION_NODE: NODE, ANNOTATION_ON_DELETE: "delete"},
+            storage_class=None,
         )
         await prov.delete(doomed)
         await prov.delete(doomed)  # missing directory: success
@@ -296,7 +265,7 @@ async def test_create_and_delete_through_helper_pods(
 async def test_failed_pod_is_an_error_and_retried_fresh(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await create_worker(kube_client)
     prov = HostPathProvisioner(kube_client, helper(kube_client))
     async with kubelet_running(FakeKubelet(kube_client, NAMESPACE, tmp_path)) as kubelet:
         kubelet.fail_next = 1
@@ -313,7 +282,7 @@ async def test_failed_pod_is_an_error_and_retried_fresh(
 
 
 async def test_timeout_leaves_pod_for_the_retry(kube_client: ApiClient, tmp_path: Path) -> None:
-    await create_node(kube_client)
+    await create_worker(kube_client)
     prov = HostPathProvisioner(kube_client, helper(kube_client, timeout=0.3))
     kubelet = FakeKubelet(kube_client, NAMESPACE, tmp_path)
     kubelet.hold = True
@@ -340,7 +309,7 @@ async def test_timeout_leaves_pod_for_the_retry(kube_client: ApiClient, tmp_path
 async def test_stale_pod_with_other_work_is_replaced(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await create_worker(kube_client)
     directories = helper(kube_client)
     node = NodeInfo(name=NODE, hostname=HOSTNAME)
     stale = directories.build_pod("create", node, str(tmp_path), "pvc-0001")
@@ -383,28 +352,14 @@ async def test_helper_pod_mode_end_to_end(kube_cluster: TestCluster, tmp_path: P
     core = CoreV1Api(client)
     base = tmp_path / "node-disk"
     name = c.unique_name("pyprovlib.io/hostpath-helper")
-    sc = c.unique_name("hostpath-helper")
-    await StorageV1Api(client).create_storage_class(
-        V1StorageClass(
-            metadata=V1ObjectMeta(name=sc),
-            provisioner=name,
-            parameters={"basePath": str(base)},
-            volume_binding_mode="WaitForFirstConsumer",
-            reclaim_policy="Delete",
-        )
+    sc = await create_class(
+        c,
+        "hostpath-helper",
+        name,
+        parameters={"basePath": str(base)},
+        volume_binding_mode="WaitForFirstConsumer",
     )
-    c.track(STORAGE_CLASSES, sc)
-    await core.create_namespaced_persistent_volume_claim(
-        c.namespace,
-        V1PersistentVolumeClaim(
-            metadata=V1ObjectMeta(name="data"),
-            spec=V1PersistentVolumeClaimSpec(
-                storage_class_name=sc,
-                access_modes=["ReadWriteOnce"],
-                resources=V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-            ),
-        ),
-    )
+    await create_claim(c, claim_model("data", sc, "1Gi"))
     prov = HostPathProvisioner(
         client, HelperPodDirectories(client, c.namespace, poll_interval=0.02)
     )

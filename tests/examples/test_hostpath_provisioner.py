@@ -3,27 +3,18 @@ Node/StorageClass objects read from the in-memory API server over HTTP."""
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
 import pytest
-from example_support import tree
+from example_support import claim_model, tree, umask
+from hostpath_support import create_node, hostpath_class, local_volume, provision_options
 from kubernetes_asyncio.client import (
     ApiClient,
-    CoreV1Api,
     StorageV1Api,
-    V1LocalVolumeSource,
-    V1Node,
-    V1NodeSpec,
-    V1ObjectMeta,
     V1PersistentVolume,
     V1PersistentVolumeClaim,
-    V1PersistentVolumeClaimSpec,
-    V1PersistentVolumeSpec,
     V1StorageClass,
-    V1Taint,
-    V1VolumeResourceRequirements,
 )
 
 from pyprovlib._provisioner import (
@@ -45,67 +36,38 @@ NODE = "worker-1"
 HOSTNAME = "worker-1.example.internal"
 
 
-async def create_node(
-    client: ApiClient, name: str = NODE, hostname: str | None = HOSTNAME, taints: bool = False
-) -> None:
-    labels = {"kubernetes.io/hostname": hostname} if hostname else None
-    spec = (
-        V1NodeSpec(taints=[V1Taint(key="dedicated", value="storage", effect="NoSchedule")])
-        if taints
-        else None
-    )
-    await CoreV1Api(client).create_node(
-        V1Node(metadata=V1ObjectMeta(name=name, labels=labels), spec=spec)
-    )
+async def node(client: ApiClient, name: str = NODE, hostname: str | None = HOSTNAME) -> None:
+    await create_node(client, name, hostname)
 
 
 def storage_class(
     params: dict[str, str] | None = None, binding: str | None = "WaitForFirstConsumer"
 ) -> V1StorageClass:
-    return V1StorageClass(
-        metadata=V1ObjectMeta(name="local"),
-        provisioner="pyprovlib.io/hostpath",
-        parameters=params,
-        volume_binding_mode=binding,
-        reclaim_policy="Delete",
-    )
+    return hostpath_class(params, binding, reclaim_policy="Delete")
 
 
 def claim(node: str | None = NODE, name: str = "data") -> V1PersistentVolumeClaim:
-    return V1PersistentVolumeClaim(
-        metadata=V1ObjectMeta(
-            name=name,
-            namespace="default",
-            annotations={ANNOTATION_SELECTED_NODE: node} if node else None,
-        ),
-        spec=V1PersistentVolumeClaimSpec(
-            access_modes=["ReadWriteOnce"],
-            resources=V1VolumeResourceRequirements(requests={"storage": "2Gi"}),
-            volume_mode="Filesystem",
-        ),
+    selected = {ANNOTATION_SELECTED_NODE: node} if node else None
+    return claim_model(
+        name, None, "2Gi", volume_mode="Filesystem", namespace="default", annotations=selected
     )
 
 
 def options(
     sc: V1StorageClass, pvc: V1PersistentVolumeClaim | None = None, pv: str = "pvc-0001"
 ) -> ProvisionOptions:
-    pvc = pvc or claim()
-    selected = (pvc.metadata.annotations or {}).get(ANNOTATION_SELECTED_NODE)
-    return ProvisionOptions(storage_class=sc, pv_name=pv, pvc=pvc, selected_node_name=selected)
+    return provision_options(sc, pvc or claim(), pv)
 
 
 async def test_provision_creates_directory_and_local_pv(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     base = tmp_path / "base"
     base.mkdir()
     prov = NodeHostPathProvisioner(kube_client, NODE)
-    old = os.umask(0o077)
-    try:
+    with umask(0o077):
         pv = await prov.provision(options(storage_class({"basePath": str(base)})))
-    finally:
-        os.umask(old)
     d = base / "pvc-0001"
     assert d.is_dir()
     assert stat.S_IMODE(d.stat().st_mode) == 0o777
@@ -126,7 +88,7 @@ async def test_provision_creates_directory_and_local_pv(
 
 
 async def test_hostname_falls_back_to_node_name(kube_client: ApiClient, tmp_path: Path) -> None:
-    await create_node(kube_client, hostname=None)
+    await node(kube_client, hostname=None)
     prov = NodeHostPathProvisioner(kube_client, NODE, dir_mode=0o750)
     pv = await prov.provision(options(storage_class({"basePath": str(tmp_path)})))
     values = pv.spec.node_affinity.required.node_selector_terms[0].match_expressions[0].values
@@ -137,7 +99,7 @@ async def test_hostname_falls_back_to_node_name(kube_client: ApiClient, tmp_path
 async def test_immediate_binding_without_a_selected_node_is_refused(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     prov = HostPathProvisioner(kube_client, LocalDirectories())
     for binding in ("Immediate", None):
         sc = storage_class({"basePath": str(tmp_path)}, binding=binding)
@@ -154,7 +116,7 @@ async def test_immediate_binding_with_a_selected_node_is_provisioned(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
     # A node deployment's instance selected its own node for the Immediate claim.
-    await create_node(kube_client)
+    await node(kube_client)
     prov = NodeHostPathProvisioner(kube_client, NODE)
     pv = await prov.provision(options(storage_class({"basePath": str(tmp_path)}, binding=None)))
     assert pv.spec.local.path == str(tmp_path / "pvc-0001")
@@ -180,7 +142,7 @@ async def test_bad_base_path(kube_client: ApiClient, base: str, fragment: str) -
 
 
 async def test_bad_base_path_creates_nothing(kube_client: ApiClient, tmp_path: Path) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     prov = NodeHostPathProvisioner(kube_client, NODE)
     with pytest.raises(ProvisioningError):
         await prov.provision(options(storage_class({"basePath": f"{tmp_path}/x/../.."}), pv="p"))
@@ -202,7 +164,7 @@ async def test_missing_selected_node_reschedules(kube_client: ApiClient, tmp_pat
 
 
 async def test_base_path_must_be_mounted(kube_client: ApiClient, tmp_path: Path) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     prov = NodeHostPathProvisioner(kube_client, NODE)
     missing = tmp_path / "not-mounted"
     with pytest.raises(ProvisioningError, match="mount the host directory"):
@@ -211,7 +173,7 @@ async def test_base_path_must_be_mounted(kube_client: ApiClient, tmp_path: Path)
 
 
 async def test_symlinked_volume_dir_is_refused(kube_client: ApiClient, tmp_path: Path) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     base, outside = tmp_path / "base", tmp_path / "outside"
     base.mkdir()
     outside.mkdir()
@@ -240,18 +202,13 @@ def local_pv(
         annotations[ANNOTATION_NODE] = node
     if on_delete:
         annotations[ANNOTATION_ON_DELETE] = on_delete
-    return V1PersistentVolume(
-        metadata=V1ObjectMeta(name=name, annotations=annotations or None),
-        spec=V1PersistentVolumeSpec(
-            local=V1LocalVolumeSource(path=path), storage_class_name="local"
-        ),
-    )
+    return local_volume(name, path, annotations)
 
 
 async def test_delete_removes_archives_and_tolerates_missing(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     prov = NodeHostPathProvisioner(kube_client, NODE)
     (tmp_path / "pvc-0001").mkdir()
     (tmp_path / "pvc-0001" / "file").write_text("x")
@@ -270,7 +227,7 @@ async def test_delete_removes_archives_and_tolerates_missing(
 async def test_delete_policy_from_class_when_not_recorded(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     await StorageV1Api(kube_client).create_storage_class(
         storage_class({"basePath": str(tmp_path), "onDelete": "retain"})
     )
@@ -283,7 +240,7 @@ async def test_delete_policy_from_class_when_not_recorded(
 async def test_delete_without_class_or_record_fails_safe(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
+    await node(kube_client)
     (tmp_path / "pvc-0004").mkdir()
     prov = NodeHostPathProvisioner(kube_client, NODE)
     with pytest.raises(RuntimeError, match="recreate the class"):
@@ -294,8 +251,8 @@ async def test_delete_without_class_or_record_fails_safe(
 async def test_delete_refuses_foreign_paths_and_nodes(
     kube_client: ApiClient, tmp_path: Path
 ) -> None:
-    await create_node(kube_client)
-    await create_node(kube_client, "worker-2", "worker-2")
+    await node(kube_client)
+    await node(kube_client, "worker-2", "worker-2")
     victim = tmp_path / "precious"
     victim.mkdir()
     prov = NodeHostPathProvisioner(kube_client, NODE)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from example_support import (
+    UsageError,
     claim_model,
     example_process,
     help_documents_every_flag,
@@ -48,18 +49,8 @@ async def test_help_documents_every_flag() -> None:
         (["--nfs-server", "s", "--nfs-path", "/srv", "--nfs-mount-path", "/"], "root directory"),
     ],
 )
-def test_usage_errors(
-    argv: list[str],
-    message: str,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for var in ("NFS_SERVER", "NFS_PATH", "PYPROVLIB_NFS_SERVER", "PYPROVLIB_NFS_PATH"):
-        monkeypatch.delenv(var, raising=False)
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_usage_errors(argv: list[str], message: str, usage_error: UsageError) -> None:
+    assert message in usage_error(main, argv)
 
 
 async def test_entry_point_runs_the_controller(tmp_path: Path) -> None:

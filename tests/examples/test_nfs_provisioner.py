@@ -4,13 +4,12 @@ directories (the "export" is a tmp dir standing for the mounted NFS share)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
 import tempfile
 from pathlib import Path
 
 import pytest
-from example_support import tree
+from example_support import tree, umask
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio.client import (
@@ -79,13 +78,10 @@ def provisioner(export: Path) -> NFSProvisioner:
 
 async def test_default_directory_and_pv(layout: tuple[Path, Path]) -> None:
     export, _ = layout
-    old = os.umask(0o022)
-    try:
+    with umask(0o022):
         pv = await provisioner(export).provision(
             options(claim(), storage_class(mount_options=["nfsvers=4.1"]))
         )
-    finally:
-        os.umask(old)
     d = export / "team-a-data-pvc-1234"
     assert d.is_dir()
     assert stat.S_IMODE(d.stat().st_mode) == 0o777

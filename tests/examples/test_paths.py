@@ -3,11 +3,11 @@ on real temporary directories."""
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
 import pytest
+from example_support import umask
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -101,11 +101,8 @@ def test_split_never_yields_escaping_components(value: str) -> None:
 
 
 def test_make_directory_sets_mode_despite_umask(tmp_path: Path) -> None:
-    old = os.umask(0o077)
-    try:
+    with umask(0o077):
         made = make_directory_beneath(str(tmp_path), ["a", "b"], 0o777)
-    finally:
-        os.umask(old)
     assert made == str(tmp_path / "a" / "b")
     assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o777
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o777

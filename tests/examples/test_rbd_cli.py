@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from example_support import (
+    UsageError,
     claim_model,
     example_process,
     help_documents_every_flag,
@@ -50,11 +51,8 @@ async def test_help_documents_every_flag() -> None:
         (["--provisioner-name", ""], "--provisioner-name must not be empty"),
     ],
 )
-def test_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_usage_errors(argv: list[str], message: str, usage_error: UsageError) -> None:
+    assert message in usage_error(main, argv)
 
 
 async def test_missing_rbd_fails_once_at_start_up(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from claim_support import create_claim
-from event_support import dropped, recorder_running
+from event_support import busy_while_queued, dropped, held_recorder, recorder_running
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 from provision_support import MemoryProvisioner, create_class, fast_options
@@ -54,18 +54,6 @@ class CountingRecorder(EventRecorder):
             self.in_flight -= 1
 
 
-class Flag:
-    """A ``busy`` predicate the test turns on and off."""
-
-    def __init__(self, value: bool) -> None:
-        self.value = value
-        self.calls = 0
-
-    def __call__(self) -> bool:
-        self.calls += 1
-        return self.value
-
-
 def written(apiserver: ApiServer) -> int:
     return len(apiserver.storage.list("events", NS))
 
@@ -78,9 +66,8 @@ async def all_parked(rec: EventRecorder) -> None:
 async def test_writes_are_held_while_busy_and_resume_when_it_clears(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
-    busy = Flag(True)
     registry = CollectorRegistry()
-    rec = EventRecorder(kube_client, "test", registry=registry, busy=busy, busy_writers=0)
+    busy, rec = held_recorder(kube_client, EventRecorder, registry=registry)
     async with recorder_running(kube_client, rec, NS):
         for i in range(6):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
@@ -110,10 +97,7 @@ async def test_writes_are_held_while_busy_and_resume_when_it_clears(
 async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
-    busy = Flag(True)
-    rec = EventRecorder(
-        kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
-    )
+    busy, rec = held_recorder(kube_client, EventRecorder)
     processed: list[str] = []
 
     async def process(key: str) -> None:
@@ -140,10 +124,7 @@ async def test_waking_wakes_the_writers_after_each_item_even_a_failed_one(
 async def test_busy_writers_write_one_at_a_time_while_busy(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
-    busy = Flag(True)
-    rec = CountingRecorder(
-        kube_client, "test", registry=CollectorRegistry(), busy=busy, writers=8, busy_writers=1
-    )
+    busy, rec = held_recorder(kube_client, CountingRecorder, writers=8, busy_writers=1)
     async with recorder_running(kube_client, rec, NS):
         for i in range(12):
             rec.event(claim(i), "Normal", "Provisioning", f"provisioning {i}")
@@ -228,10 +209,7 @@ async def test_a_failing_predicate_does_not_hold_events(
 async def test_each_objects_events_keep_their_order_across_a_hold(
     apiserver: ApiServer, kube_client: ApiClient
 ) -> None:
-    busy = Flag(True)
-    rec = CountingRecorder(
-        kube_client, "test", registry=CollectorRegistry(), busy=busy, busy_writers=0
-    )
+    busy, rec = held_recorder(kube_client, CountingRecorder)
     async with recorder_running(kube_client, rec, NS):
         for reason in ("First", "Second", "Third"):
             for i in range(4):
@@ -270,21 +248,14 @@ async def test_the_provision_controllers_events_yield_to_its_queues(
     controller = ProvisionController(
         kube_client, "example.com/prio", MemoryProvisioner(), fast_options()
     )
-    busy = controller.recorder.busy
-    assert busy is not None
+    rec = controller.recorder
     # Held-back events come on top of the room a burst needs without holding back.
-    assert controller.recorder.max_buffer - controller.recorder.hold_limit >= 2000
+    assert rec.max_buffer - rec.hold_limit >= 2000
     # Few writers: each one writing holds a connection (and its TLS buffers) of its own.
-    assert controller.recorder.writers == CONTROLLER_WRITERS
-    assert not busy()
-    controller.volume_queue.add("pv-1")
-    assert busy()
-    controller.volume_queue.shut_down()  # what is left after a stop does not hold events
-    assert not busy()
-    controller.claim_queue.add("ns/claim-1")
-    assert busy()
-    await controller.claim_queue.get()  # a worker took it: nothing is waiting for one
-    assert not busy()
+    assert rec.writers == CONTROLLER_WRITERS
+    volumes, claims = controller.volume_queue, controller.claim_queue
+    assert await busy_while_queued(rec, volumes, "pv-1", taken=False) == [False, True, False]
+    assert await busy_while_queued(rec, claims, "ns/claim-1", taken=True) == [False, True, False]
 
 
 @pytest.mark.e2e

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from claim_support import claim_body
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
@@ -17,12 +18,8 @@ from pyprovlib.kube._objects import Obj
 from pyprovlib.testing._server import ApiServer
 
 
-def claim(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": f"claim-{i}", "namespace": "ns1", "uid": f"uid-{i}"},
-    }
+def claim(i: int) -> Obj:
+    return claim_body(f"claim-{i}", namespace="ns1", uid=f"uid-{i}")
 
 
 class WatchedRecorder(EventRecorder):

@@ -3,8 +3,6 @@ PATCH, aggregation, spam filtering, and failure handling that never reaches the 
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from pyprovlib.kube._clock import FakeClock
 from pyprovlib.kube._events import EventRecorder
+from pyprovlib.testing import eventually
 from pyprovlib.testing._server import ApiServer
 
 PVC: dict[str, Any] = {
@@ -24,11 +23,7 @@ PVC: dict[str, Any] = {
 
 
 async def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+    await eventually(predicate, timeout=timeout, interval=0.005)
 
 
 def _recorder(

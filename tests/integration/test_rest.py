@@ -3,8 +3,8 @@ watch streaming (events, server timeout, 410) and errors as ApiException."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable
 
 import pytest
 from claim_support import volume_body
@@ -15,6 +15,7 @@ from pyprovlib.kube._errors import is_conflict, is_gone, is_not_found, retry_aft
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import NAMESPACES, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES
 from pyprovlib.kube._rest import ResourceClient, WatchExpiredError, iterate_pages
+from pyprovlib.testing import eventually
 from pyprovlib.testing._server import ApiServer
 
 
@@ -185,11 +186,5 @@ async def test_http_errors_surface_as_api_exception(
     assert broken.value.status == 500
 
 
-async def _until(cond: object, what: str) -> None:
-    assert callable(cond)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+async def _until(cond: Callable[[], object], what: str) -> None:
+    await eventually(cond, timeout=5, message=what)

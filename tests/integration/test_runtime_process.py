@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from run_support import run_python
 
 from pyprovlib import testing
 from pyprovlib.testing._server import ApiServer
@@ -147,33 +148,19 @@ async def test_env_configures_the_process(kubeconfig: Path) -> None:
         "RUNTIME_PROG_LOG_LEVEL": "error",
         "PYPROVLIB_LOG_LEVEL": "debug",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(PROG),
-        *env_args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**clean_env(), **os_env},
+    code, _, err = await run_python(
+        str(PROG), *env_args, timeout=DEADLINE, env={**clean_env(), **os_env}
     )
-    _, err = await asyncio.wait_for(proc.communicate(), DEADLINE)
-    assert proc.returncode == 1
-    lines = [json.loads(x) for x in err.decode().splitlines() if x.strip()]
+    assert code == 1
+    lines = [json.loads(x) for x in err.splitlines() if x.strip()]
     # log level error from the environment: the info lines are gone, the failure remains.
     assert [line["event"] for line in lines] == ["the controller failed"]
 
 
 async def test_help_lists_common_and_own_flags() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(PROG),
-        "--help",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**clean_env(), "COLUMNS": "200"},
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), DEADLINE)
-    assert proc.returncode == 0
-    text = out.decode()
+    env = {**clean_env(), "COLUMNS": "200"}
+    code, text, _ = await run_python(str(PROG), "--help", timeout=DEADLINE, env=env)
+    assert code == 0
     for flag in ("--kubeconfig", "--leader-election", "--http-endpoint", "--finish-after"):
         assert flag in text
     assert "RUNTIME_PROG_FINISH_AFTER" in text  # the program's own prefix

@@ -193,18 +193,13 @@ def claim_body(namespace: str, name: str, class_name: str, size: str = "1Gi") ->
 def csi_volume_body(name: str, csi: Obj, *, access_mode: str = "ReadWriteOnce", **spec: Any) -> Obj:
     """A pre-provisioned CSI PV of 1Gi that is retained (``csi``: driver, volumeHandle, ...),
     with ``spec`` added."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": [access_mode],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "csi": csi,
-            **spec,
-        },
-    }
+    return claim_support.volume_body(
+        name,
+        accessModes=[access_mode],
+        persistentVolumeReclaimPolicy="Retain",
+        csi=csi,
+        **spec,
+    )
 
 
 async def with_retries(make: Callable[[], Awaitable[Any]], attempts: int = 200) -> Any:

@@ -5,20 +5,19 @@ also run against a real cluster."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from kubernetes_asyncio.client import V1PersistentVolume
-from prometheus_client import CollectorRegistry
 from resize_support import Scenario, status
-from sidecar_support import wait_for
+from sidecar_support import fast_values, running
 
-from pyprovlib._modifier import Modifier
+from pyprovlib._attacher import GrpcCode
+from pyprovlib._modifier import Modifier, ModifyError
 from pyprovlib.controller._modify import ModifyController, ModifyControllerOptions
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._resources import (
-    PERSISTENT_VOLUME_CLAIMS,
-    PERSISTENT_VOLUMES,
     VOLUME_ATTRIBUTES_CLASSES,
 )
 from pyprovlib.kube._rest import ResourceClient
@@ -51,16 +50,7 @@ class MemoryModifier(Modifier):
 
 def fast_options(**kwargs: Any) -> ModifyControllerOptions:
     """Options for tests: millisecond retries, a private metrics registry."""
-    values: dict[str, Any] = {
-        "retry_interval_start": 0.01,
-        "retry_interval_max": 0.3,
-        "workers": 4,
-        "resync_period": 0.0,
-        "timeout": 5.0,
-        "registry": CollectorRegistry(),
-    }
-    values.update(kwargs)
-    return ModifyControllerOptions(**values)
+    return ModifyControllerOptions(**fast_values(0.3, kwargs))
 
 
 def controller(cluster: Any, modifier: Modifier, **options: Any) -> ModifyController[Any]:
@@ -83,14 +73,12 @@ def condition_types(pvc: Mapping[str, Any]) -> list[str]:
 
 
 class ModifyScenario(Scenario):
-    """A driver name, classes and bound claims for one test."""
+    """A driver name, classes and bound claims for one test (``args`` go on to the next
+    class of a subclass's bases)."""
 
-    def __init__(self, cluster: Any) -> None:
-        super().__init__(cluster)
-        api = cluster.api_client
-        self.vacs = ResourceClient(api, VOLUME_ATTRIBUTES_CLASSES)
-        self.pvs = ResourceClient(api, PERSISTENT_VOLUMES)
-        self.pvcs = ResourceClient(api, PERSISTENT_VOLUME_CLAIMS)
+    def __init__(self, cluster: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cluster, *args, **kwargs)
+        self.vacs = ResourceClient(cluster.api_client, VOLUME_ATTRIBUTES_CLASSES)
 
     async def vac(
         self, parameters: Mapping[str, str], *, driver: str | None = None, name: str = ""
@@ -120,51 +108,15 @@ class ModifyScenario(Scenario):
         """A statically provisioned CSI volume of class ``vac`` pre-bound to a claim of the same
         class, both Bound (the PV controller copies the class into the claim's status).
         Returns (claim, pv, volume handle)."""
-        claim, pv = self.name("claim"), self.name("pv")
-        handle = handle or self.name("vol")
-        storage_class = "pyprovlib-modify-static"
         spec_extra = {"volumeAttributesClassName": vac} if vac else {}
-        self.cluster.track(PERSISTENT_VOLUMES, pv)
-        await self.pvs.create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": pv, "annotations": dict(annotations or {})},
-                "spec": {
-                    "capacity": {"storage": "1Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "persistentVolumeReclaimPolicy": "Retain",
-                    "storageClassName": storage_class,
-                    "claimRef": {"namespace": self.namespace, "name": claim},
-                    "csi": {
-                        "driver": driver or self.driver,
-                        "volumeHandle": handle,
-                        **(csi_extra or {}),
-                    },
-                    **spec_extra,
-                },
-            }
+        return await self.bound_claim(
+            "pyprovlib-modify-static",
+            driver=driver,
+            handle=handle,
+            annotations=annotations,
+            csi_extra=csi_extra,
+            spec_extra=spec_extra,
         )
-        await self.pvcs.create(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim, "namespace": self.namespace},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                    "storageClassName": storage_class,
-                    "volumeName": pv,
-                    **spec_extra,
-                },
-            }
-        )
-
-        async def bound() -> bool:
-            return status(await self.get_claim(claim)).get("phase") == "Bound"
-
-        await wait_for(bound, 30, f"claim {claim} Bound")
-        return claim, pv, handle
 
     async def set_class(self, claim: str, vac: str | None) -> Obj:
         """The user's edit of the claim's class."""
@@ -182,3 +134,19 @@ class ModifyScenario(Scenario):
     async def pv_class(self, pv: str) -> str | None:
         value = ((await self.get_pv(pv)).get("spec") or {}).get("volumeAttributesClassName")
         return value if isinstance(value, str) else None
+
+
+@contextlib.asynccontextmanager
+async def made_infeasible(
+    s: ModifyScenario, claim: str, bad: str, current: str | None
+) -> AsyncIterator[tuple[ModifyController[Any], MemoryModifier]]:
+    """A modify controller (retrying slowly) over a backend that refuses its first call as
+    InvalidArgument, running for the block from when ``claim``, of class ``current``, asked
+    for ``bad``, is Infeasible."""
+    backend = MemoryModifier(s.driver)
+    backend.errors = [ModifyError("invalid", code=GrpcCode.INVALID_ARGUMENT)]
+    ctrl = controller(s.cluster, backend, retry_interval_max=60.0)
+    async with running(ctrl):
+        await s.set_class(claim, bad)
+        await s.wait_state(claim, ("Infeasible", bad, current))
+        yield ctrl, backend

@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 
 from kubernetes_asyncio.client import V1PersistentVolume
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import CollectorRegistry
-from sidecar_support import wait_for
+from sidecar_support import fast_values, wait_for
 
 from pyprovlib import testing
 from pyprovlib._resizer import ExpansionResult, Resizer
@@ -63,16 +62,7 @@ class MemoryResizer(Resizer):
 
 def fast_options(**kwargs: Any) -> ResizeControllerOptions:
     """Options for tests: millisecond retries, a private metrics registry."""
-    values: dict[str, Any] = {
-        "retry_interval_start": 0.01,
-        "retry_interval_max": 0.2,
-        "workers": 4,
-        "resync_period": 0.0,
-        "timeout": 5.0,
-        "registry": CollectorRegistry(),
-    }
-    values.update(kwargs)
-    return ResizeControllerOptions(**values)
+    return ResizeControllerOptions(**fast_values(0.2, kwargs))
 
 
 def status(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -144,7 +134,7 @@ class Scenario:
 
     async def bound_claim(
         self,
-        storage_class: str,
+        storage_class: str | None = None,
         *,
         size: str = "1Gi",
         handle: str | None = None,
@@ -152,10 +142,16 @@ class Scenario:
         csi_extra: Mapping[str, Any] | None = None,
         bind: bool = False,
         volume_mode: str = "Filesystem",
+        annotations: Mapping[str, str] | None = None,
+        spec_extra: Mapping[str, Any] | None = None,
     ) -> tuple[str, str, str]:
         """A statically provisioned CSI PV pre-bound to a claim, both Bound (by the in-memory
         binder or the real PV controller; by this method itself with ``bind``, as the PV
-        controller would). Returns (claim, pv, volume handle)."""
+        controller would); ``annotations`` on the PV, ``spec_extra`` in both specs. Returns
+        (claim, pv, volume handle). Of ``storage_class``, by default a new class of the driver
+        that allows expansion."""
+        if storage_class is None:
+            storage_class = await self.storage_class()
         claim, pv = self.name("claim"), self.name("pv")
         handle = handle or self.name("vol")
         csi: Obj = {"driver": driver or self.driver, "volumeHandle": handle}
@@ -165,7 +161,7 @@ class Scenario:
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": pv},
+                "metadata": {"name": pv, "annotations": dict(annotations or {})},
                 "spec": {
                     "capacity": {"storage": size},
                     "accessModes": ["ReadWriteOnce"],
@@ -174,6 +170,7 @@ class Scenario:
                     "volumeMode": volume_mode,
                     "claimRef": {"namespace": self.namespace, "name": claim},
                     "csi": csi,
+                    **(spec_extra or {}),
                 },
             }
         )
@@ -188,6 +185,7 @@ class Scenario:
                     "storageClassName": storage_class,
                     "volumeMode": volume_mode,
                     "volumeName": pv,
+                    **(spec_extra or {}),
                 },
             }
         )
@@ -209,7 +207,7 @@ class Scenario:
             c = await self.get_claim(claim)
             return status(c).get("phase") == "Bound" and capacity(c) is not None
 
-        await wait_for(bound, message=f"claim {claim} Bound")
+        await wait_for(bound, 30, f"claim {claim} Bound")
         return claim, pv, handle
 
     async def settled(self, ctrl: Any, *claims: str) -> None:
@@ -241,11 +239,24 @@ class Scenario:
             namespace=self.namespace,
         )
 
+    async def expand(self, claim: str, size: str, timeout: float = 15.0) -> Obj:
+        """Request ``size`` for ``claim`` (the user's edit); the claim once its capacity is
+        ``size``."""
+        await self.request(claim, size)
+        return await self.wait_claim(
+            claim, lambda c: capacity(c) == size, f"claim {claim} expanded to {size}", timeout
+        )
+
     async def events(self, claim: str) -> list[Obj]:
         """The claim's events, oldest first."""
         items = (await self.events_client.list(self.namespace)).get("items") or []
         mine = [e for e in items if (e.get("involvedObject") or {}).get("name") == claim]
         return sorted(mine, key=lambda e: str(e.get("firstTimestamp") or ""))
+
+    async def leaks(self, claim: str, secret: str, *objects: Obj) -> list[str]:
+        """The messages of ``claim``'s events, and ``objects`` as text, that show ``secret``."""
+        texts = [str(e.get("message")) for e in await self.events(claim)]
+        return [t for t in texts + [str(o) for o in objects] if secret in t]
 
     async def reasons(self, claim: str) -> list[str]:
         return [str(e.get("reason")) for e in await self.events(claim)]

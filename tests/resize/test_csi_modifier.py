@@ -5,21 +5,18 @@ controller, under one Lease, with ``--extra-modify-metadata``."""
 
 from __future__ import annotations
 
-import shutil
 import signal
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-from csi_resize_driver import EXPAND_CAPS, MODIFY_CAPS, Caps, Fault, ResizeDriver
+from csi_resize_driver import EXPAND_CAPS, MODIFY_CAPS, Caps, Fault
+from csi_resize_support import CSIModifyScenario, serving
 from grpclib.const import Status
-from modify_support import ModifyScenario, condition_types, fast_options, modify_state
-from prometheus_client import CollectorRegistry
+from modify_support import condition_types, fast_options, modify_state
 from resize_support import conditions
-from sidecar_support import running, sidecar_context, sidecar_process
+from sidecar_support import operations_ok, running
 
 from pyprovlib._modifier import NotModifiable
 from pyprovlib.controller._modify import (
@@ -28,13 +25,8 @@ from pyprovlib.controller._modify import (
     PVC_NAMESPACE_KEY,
     ModifyController,
 )
-from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
-from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.resizer import CSIModifier, CSIResizer
-from pyprovlib.csi.resizer._controller import DriverCannotExpandError
-from pyprovlib.csi.resizer._main import ResizerSidecar, build
 from pyprovlib.csi.resizer._modifier import ANN_MODIFY_SECRET_NAME, ANN_MODIFY_SECRET_NAMESPACE
-from pyprovlib.csi.resizer._options import parser
 from pyprovlib.testing._cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -43,60 +35,17 @@ SECRET_VALUE = "s3cr3t-modify-key"
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="pm-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-class CSIModifyScenario(ModifyScenario):
-    """A Python CSI driver named like the scenario's driver, on a unix socket."""
-
-    def __init__(self, cluster: TestCluster, socket: Path, **driver: Any) -> None:
-        super().__init__(cluster)
-        driver.setdefault("capabilities", MODIFY_CAPS)
-        self.driver_process = ResizeDriver(self.driver, socket, **driver)
-        self.registry = CollectorRegistry()
-
-    @property
-    def state(self) -> Any:
-        return self.driver_process.state
-
-    async def connect(self) -> CSIConnection:
-        return await CSIConnection.open(
-            self.driver_process.endpoint,
-            ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
-            metrics=CSIMetrics(self.registry),
-        )
-
-    async def volume(self, vac: str | None, **kwargs: Any) -> tuple[str, str, str]:
-        claim, pv, handle = await self.claim_with_class(vac, **kwargs)
-        self.state.sizes[handle] = 1 << 30
-        return claim, pv, handle
-
-
-@pytest.fixture
-async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIModifyScenario]:
-    scenario = CSIModifyScenario(kube_cluster, sock_dir / "csi.sock")
-    async with scenario.driver_process:
-        yield scenario
-
-
-@pytest.fixture
-async def modifying(csi: CSIModifyScenario) -> AsyncIterator[CSIModifyScenario]:
-    """``csi`` with a ModifyController over a CSIModifier running."""
-    conn = await csi.connect()
-    try:
-        modifier = CSIModifier(conn, csi.cluster.api_client)
-        assert modifier.name == csi.driver
-        async with running(
-            ModifyController(csi.cluster.api_client, modifier, fast_options(retry_interval_max=60))
-        ):
-            yield csi
-    finally:
-        conn.close()
+async def modifying(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIModifyScenario]:
+    """A driver serving, and a ModifyController over a CSIModifier on it running."""
+    async with (
+        serving(CSIModifyScenario, kube_cluster, sock_dir) as s,
+        await s.connect() as conn,
+    ):
+        modifier = CSIModifier(conn, kube_cluster.api_client)
+        assert modifier.name == s.driver
+        options = fast_options(retry_interval_max=60)
+        async with running(ModifyController(kube_cluster.api_client, modifier, options)):
+            yield s
 
 
 async def test_controller_modify_volume(modifying: CSIModifyScenario) -> None:
@@ -112,17 +61,7 @@ async def test_controller_modify_volume(modifying: CSIModifyScenario) -> None:
     assert request.secrets == {}
     assert s.state.mutable[handle] == {"iops": "500", "throughput": "80"}
     assert await s.pv_class(pv) == fast
-    assert (
-        s.registry.get_sample_value(
-            "csi_sidecar_operations_seconds_count",
-            {
-                "driver_name": s.driver,
-                "method_name": "/csi.v1.Controller/ControllerModifyVolume",
-                "grpc_status_code": "OK",
-            },
-        )
-        == 1.0
-    )
+    assert operations_ok(s.registry, s.driver, "/csi.v1.Controller/ControllerModifyVolume") == 1
 
 
 async def test_parameters_the_driver_refuses_are_infeasible(modifying: CSIModifyScenario) -> None:
@@ -182,8 +121,7 @@ async def test_controller_modify_secrets(modifying: CSIModifyScenario) -> None:
     assert third.secrets == {"expand": "x"}
     failed = await s.wait_event(claim, "VolumeModifyFailed")
     assert "bad credentials ***" in failed["message"]
-    texts = [str(e.get("message")) for e in await s.events(claim)] + [str(done)]
-    assert not [t for t in texts if SECRET_VALUE in t]
+    assert await s.leaks(claim, SECRET_VALUE, done) == []
 
 
 async def test_a_missing_secret_is_reported_not_sent(modifying: CSIModifyScenario) -> None:
@@ -203,44 +141,24 @@ async def test_a_missing_secret_is_reported_not_sent(modifying: CSIModifyScenari
 
 
 @pytest.mark.parametrize(
-    ("capabilities", "volume_expansion", "resizer", "modifier"),
+    ("capabilities", "resizer", "modifier"),
     [
-        (MODIFY_CAPS, None, CSIResizer, CSIModifier),
-        (EXPAND_CAPS, None, CSIResizer, NotModifiable),
-        ((Caps.MODIFY_VOLUME,), None, None, CSIModifier),
-        ((Caps.CREATE_DELETE_VOLUME,), None, None, None),
+        (MODIFY_CAPS, CSIResizer, CSIModifier),
+        (EXPAND_CAPS, CSIResizer, NotModifiable),
+        ((Caps.MODIFY_VOLUME,), None, CSIModifier),
     ],
 )
 async def test_sidecar_builds_the_controllers_the_driver_calls_for(
     kube_cluster: TestCluster,
     sock_dir: Path,
     capabilities: tuple[Caps, ...],
-    volume_expansion: v1.PluginCapabilityVolumeExpansionType | None,
     resizer: type | None,
-    modifier: type | None,
+    modifier: type,
 ) -> None:
-    s = CSIModifyScenario(
-        kube_cluster,
-        sock_dir / "csi.sock",
-        capabilities=capabilities,
-        volume_expansion=volume_expansion,
-    )
-    async with s.driver_process:
-        argv = [
-            "--csi-address",
-            s.driver_process.endpoint,
-            "--retry-interval-start",
-            "50ms",
-            "--timeout",
-            "7s",
-        ]
-        if modifier is None:
-            with pytest.raises(DriverCannotExpandError, match="MODIFY_VOLUME"):
-                await build(sidecar_context(parser(), argv, kube_cluster.api_client))
-            return
-        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
+    """(A driver that can neither expand nor modify is refused: test_csi_resizer.)"""
+    async with serving(CSIModifyScenario, kube_cluster, sock_dir, capabilities=capabilities) as s:
+        sidecar = await s.build_sidecar("--timeout", "7s")
         try:
-            assert isinstance(sidecar, ResizerSidecar)
             rc, mc = sidecar.resize_controller, sidecar.modify_controller
             assert (type(rc.resizer) if rc is not None else None) is resizer
             assert mc is not None
@@ -257,41 +175,38 @@ async def test_sidecar_builds_the_controllers_the_driver_calls_for(
 
 
 async def test_sidecar_process_modifies_with_extra_metadata(
-    csi: CSIModifyScenario, tmp_path: Path
+    kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
 ) -> None:
-    gold = await csi.vac({"iops": "100"})
-    claim, pv, handle = await csi.volume(None)
-    # A driver of --extra-modify-metadata takes the metadata keys.
-    csi.state.mutable_keys = frozenset({"iops", PVC_NAME_KEY, PVC_NAMESPACE_KEY, PV_NAME_KEY})
-    async with sidecar_process(
-        "pyprovlib.csi.resizer",
-        csi.cluster,
-        tmp_path,
-        "--csi-address",
-        csi.driver_process.endpoint,
-        "--extra-modify-metadata",
-        "--retry-interval-start",
-        "100ms",
-        "--http-endpoint",
-        "127.0.0.1:0",
-    ) as proc:
-        port = int((await proc.wait_for("HTTP server listening"))["port"])
-        await csi.set_class(claim, gold)
-        await csi.wait_state(claim, (None, None, gold), timeout=30)
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(f"http://127.0.0.1:{port}/metrics") as resp,
-        ):
-            metrics = await resp.text()
-        assert 'method_name="/csi.v1.Controller/ControllerModifyVolume"' in metrics
-        proc.proc.send_signal(signal.SIGTERM)
-        assert await proc.exit_code(20) == 0
-    (request,) = csi.state.modify_requests
-    assert request.mutable_parameters == {
-        "iops": "100",
-        PVC_NAME_KEY: claim,
-        PVC_NAMESPACE_KEY: csi.namespace,
-        PV_NAME_KEY: pv,
-    }
-    assert await csi.pv_class(pv) == gold
-    assert handle in csi.state.mutable
+    async with serving(CSIModifyScenario, kube_cluster, sock_dir) as csi:
+        gold = await csi.vac({"iops": "100"})
+        claim, pv, handle = await csi.volume(None)
+        # A driver of --extra-modify-metadata takes the metadata keys.
+        csi.state.mutable_keys = frozenset({"iops", PVC_NAME_KEY, PVC_NAMESPACE_KEY, PV_NAME_KEY})
+        async with csi.sidecar(
+            tmp_path,
+            "--extra-modify-metadata",
+            "--retry-interval-start",
+            "100ms",
+            "--http-endpoint",
+            "127.0.0.1:0",
+        ) as proc:
+            port = int((await proc.wait_for("HTTP server listening"))["port"])
+            await csi.set_class(claim, gold)
+            await csi.wait_state(claim, (None, None, gold), timeout=30)
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{port}/metrics") as resp,
+            ):
+                metrics = await resp.text()
+            assert 'method_name="/csi.v1.Controller/ControllerModifyVolume"' in metrics
+            proc.proc.send_signal(signal.SIGTERM)
+            assert await proc.exit_code(20) == 0
+        (request,) = csi.state.modify_requests
+        assert request.mutable_parameters == {
+            "iops": "100",
+            PVC_NAME_KEY: claim,
+            PVC_NAMESPACE_KEY: csi.namespace,
+            PV_NAME_KEY: pv,
+        }
+        assert await csi.pv_class(pv) == gold
+        assert handle in csi.state.mutable

@@ -5,31 +5,23 @@ the CSI or the trivial resizer from the driver's capabilities."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import shutil
 import signal
-import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
-from csi_resize_driver import Caps, Fault, ResizeDriver
+from csi_resize_driver import Caps, Fault
+from csi_resize_support import CSIScenario, serving
 from grpclib.const import Status
-from prometheus_client import CollectorRegistry
-from resize_support import GI, Scenario, capacity, conditions, fast_options
-from sidecar_support import running, sidecar_context, sidecar_process
+from resize_support import GI, capacity, conditions, fast_options
+from run_support import run_python
+from sidecar_support import operations_ok, running
 
-from pyprovlib import testing
 from pyprovlib.controller._resize import ResizeController
-from pyprovlib.csi._connection import ConnectionOptions, CSIConnection, CSIMetrics
 from pyprovlib.csi._proto.csi import v1
 from pyprovlib.csi.resizer import CSIResizer, TrivialResizer
 from pyprovlib.csi.resizer._controller import DriverCannotExpandError
-from pyprovlib.csi.resizer._main import ResizerSidecar, build
 from pyprovlib.csi.resizer._options import parser
 from pyprovlib.runtime._flags import parse_common
 from pyprovlib.testing._cluster import TestCluster
@@ -38,81 +30,27 @@ SECRET_VALUE = "s3cr3t-expand-key"
 
 
 @pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="pr-", dir="/tmp"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-class CSIScenario(Scenario):
-    """A Python CSI driver named like the scenario's driver, on a unix socket."""
-
-    def __init__(self, cluster: TestCluster, socket: Path, **driver: Any) -> None:
-        super().__init__(cluster)
-        self.driver_process = ResizeDriver(self.driver, socket, **driver)
-        self.registry = CollectorRegistry()
-        self.controller: ResizeController | None = None  # set by the ``resizing`` fixture
-
-    @property
-    def state(self) -> Any:
-        return self.driver_process.state
-
-    async def connect(self) -> CSIConnection:
-        return await CSIConnection.open(
-            self.driver_process.endpoint,
-            ConnectionOptions(timeout=5.0, exit_on_connection_loss=False),
-            metrics=CSIMetrics(self.registry),
-        )
-
-    def sidecar(
-        self, tmp_path: Path, *argv: str
-    ) -> contextlib.AbstractAsyncContextManager[testing.ChildProcess]:
-        """``python -m pyprovlib.csi.resizer`` on this driver, ``argv`` added."""
-        return sidecar_process(
-            "pyprovlib.csi.resizer",
-            self.cluster,
-            tmp_path,
-            "--csi-address",
-            self.driver_process.endpoint,
-            *argv,
-        )
-
-    async def volume(self, storage_class: str, **kwargs: Any) -> tuple[str, str, str]:
-        claim, pv, handle = await self.bound_claim(storage_class, **kwargs)
-        self.state.sizes[handle] = GI
-        return claim, pv, handle
-
-
-@pytest.fixture
 async def csi(kube_cluster: TestCluster, sock_dir: Path) -> AsyncIterator[CSIScenario]:
-    scenario = CSIScenario(kube_cluster, sock_dir / "csi.sock")
-    async with scenario.driver_process:
+    async with serving(CSIScenario, kube_cluster, sock_dir) as scenario:
         yield scenario
 
 
 @pytest.fixture
 async def resizing(csi: CSIScenario) -> AsyncIterator[CSIScenario]:
     """``csi`` with a ResizeController over a CSIResizer running."""
-    conn = await csi.connect()
-    try:
+    async with await csi.connect() as conn:
         resizer = CSIResizer(conn, csi.cluster.api_client)
         assert resizer.name == csi.driver
         controller = ResizeController(csi.cluster.api_client, resizer, fast_options())
         async with running(controller):
             csi.controller = controller
             yield csi
-    finally:
-        conn.close()
 
 
 async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, pv, handle = await s.volume(sc)
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    claim, pv, handle = await s.volume()
+    await s.expand(claim, "2Gi")
     (request,) = s.state.requests
     assert request.volume_id == handle
     assert request.capacity_range.required_bytes == 2 * GI
@@ -126,25 +64,14 @@ async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
     await s.wait_event(claim, "VolumeResizeSuccessful")
     # csi-lib-utils' operation metric, labelled with upstream's method name.
-    assert (
-        s.registry.get_sample_value(
-            "csi_sidecar_operations_seconds_count",
-            {
-                "driver_name": s.driver,
-                "method_name": "/csi.v1.Controller/ControllerExpandVolume",
-                "grpc_status_code": "OK",
-            },
-        )
-        == 1.0
-    )
+    assert operations_ok(s.registry, s.driver, "/csi.v1.Controller/ControllerExpandVolume") == 1
 
 
 async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenario) -> None:
     s = resizing
     s.state.granularity = GI
     s.state.node_expansion_required = True
-    sc = await s.storage_class()
-    claim, pv, _ = await s.volume(sc)
+    claim, pv, _ = await s.volume()
     await s.request(claim, "1536Mi")
     pending = await s.wait_claim(
         claim, lambda c: "FileSystemResizePending" in conditions(c), "node expansion pending"
@@ -158,8 +85,7 @@ async def test_driver_rounds_up_and_asks_for_node_expansion(resizing: CSIScenari
 
 async def test_driver_error_then_success(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, _, _ = await s.volume(sc)
+    claim, _, _ = await s.volume()
     s.state.fail(Fault(Status.INTERNAL, "array on fire", times=2))
     await s.request(claim, "2Gi")
     failed = await s.wait_event(claim, "VolumeResizeFailed")
@@ -171,8 +97,7 @@ async def test_driver_error_then_success(resizing: CSIScenario) -> None:
 async def test_infeasible_request_then_recovery(resizing: CSIScenario) -> None:
     s = resizing
     s.state.max_size = 5 * GI
-    sc = await s.storage_class()
-    claim, _, handle = await s.volume(sc)
+    claim, _, handle = await s.volume()
     await s.request(claim, "10Gi")
     c = await s.wait_claim(
         claim,
@@ -183,8 +108,7 @@ async def test_infeasible_request_then_recovery(resizing: CSIScenario) -> None:
         "infeasible",
     )
     assert "code = OutOfRange" in conditions(c)["ControllerResizeError"]["message"]
-    await s.request(claim, "4Gi")
-    done = await s.wait_claim(claim, lambda c: capacity(c) == "4Gi", "recovered at 4Gi")
+    done = await s.expand(claim, "4Gi")
     assert s.state.sizes[handle] == 4 * GI
     assert "ControllerResizeError" not in conditions(done)
 
@@ -198,13 +122,11 @@ async def test_controller_expand_secrets_from_the_pv(resizing: CSIScenario) -> N
     claim, _, _ = await s.volume(sc, csi_extra=ref)
     # The driver echoes the secret in its error: it must not reach the claim or its events.
     s.state.fail(Fault(Status.INTERNAL, f"bad credentials {SECRET_VALUE}"))
-    await s.request(claim, "2Gi")
-    done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    done = await s.expand(claim, "2Gi")
     assert all(r.secrets == {"key": SECRET_VALUE} for r in s.state.requests)
     failed = await s.wait_event(claim, "VolumeResizeFailed")
     assert "bad credentials" in failed["message"]
-    texts = [str(e.get("message")) for e in await s.events(claim)] + [str(done)]
-    assert not [t for t in texts if SECRET_VALUE in t]
+    assert await s.leaks(claim, SECRET_VALUE, done) == []
 
 
 async def test_controller_expand_secrets_from_class_parameters(resizing: CSIScenario) -> None:
@@ -218,8 +140,7 @@ async def test_controller_expand_secrets_from_class_parameters(resizing: CSIScen
         }
     )
     claim, _, _ = await s.volume(sc)
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    await s.expand(claim, "2Gi")
     assert s.state.requests[-1].secrets == {"user": "admin", "key": SECRET_VALUE}
 
 
@@ -253,7 +174,6 @@ async def test_volumes_of_other_drivers_are_not_sent(resizing: CSIScenario) -> N
     [
         ((Caps.EXPAND_VOLUME,), None, CSIResizer),
         ((), v1.PluginCapabilityVolumeExpansionType.ONLINE, TrivialResizer),
-        ((Caps.CREATE_DELETE_VOLUME,), None, None),
     ],
 )
 async def test_sidecar_picks_the_resizer_from_capabilities(
@@ -261,27 +181,15 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
     sock_dir: Path,
     capabilities: tuple[Caps, ...],
     volume_expansion: v1.PluginCapabilityVolumeExpansionType | None,
-    expected: type | None,
+    expected: type,
 ) -> None:
-    s = CSIScenario(
-        kube_cluster,
-        sock_dir / "csi.sock",
-        capabilities=capabilities,
-        volume_expansion=volume_expansion,
-    )
-    async with s.driver_process:
-        argv = ["--csi-address", s.driver_process.endpoint, "--retry-interval-start", "50ms"]
-        if expected is None:
-            with pytest.raises(DriverCannotExpandError, match="EXPAND_VOLUME"):
-                await build(sidecar_context(parser(), argv, kube_cluster.api_client))
-            return
-        sidecar = await build(sidecar_context(parser(), argv, kube_cluster.api_client))
-        assert isinstance(sidecar, ResizerSidecar)
+    driver = {"capabilities": capabilities, "volume_expansion": volume_expansion}
+    async with serving(CSIScenario, kube_cluster, sock_dir, **driver) as s:
+        sidecar = await s.build_sidecar()
         assert sidecar.resize_controller is not None
         assert isinstance(sidecar.resize_controller.resizer, expected)
         assert sidecar.resize_controller.name == s.driver
-        sc = await s.storage_class()
-        claim, pv, _ = await s.volume(sc)
+        claim, pv, _ = await s.volume()
         async with running(sidecar):
             await s.request(claim, "2Gi")
             c = await s.wait_claim(
@@ -297,6 +205,15 @@ async def test_sidecar_picks_the_resizer_from_capabilities(
             else:
                 assert len(s.state.requests) == 1
         assert sidecar.connection.lost is False
+
+
+async def test_sidecar_refuses_a_driver_that_can_neither_expand_nor_modify(
+    kube_cluster: TestCluster, sock_dir: Path
+) -> None:
+    capabilities = (Caps.CREATE_DELETE_VOLUME,)
+    async with serving(CSIScenario, kube_cluster, sock_dir, capabilities=capabilities) as s:
+        with pytest.raises(DriverCannotExpandError, match=r"EXPAND_VOLUME.*MODIFY_VOLUME"):
+            await s.build_sidecar()
 
 
 async def test_sidecar_process_expands_and_stops_on_sigterm(
@@ -316,8 +233,7 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
         "127.0.0.1:0",
     ) as proc:
         port = int((await proc.wait_for("HTTP server listening"))["port"])
-        await csi.request(claim, "3Gi")
-        await csi.wait_claim(claim, lambda c: capacity(c) == "3Gi", "expanded by the sidecar", 30)
+        await csi.expand(claim, "3Gi", 30)
         assert csi.state.sizes[handle] == 3 * GI
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://127.0.0.1:{port}/readyz") as resp:
@@ -333,8 +249,10 @@ async def test_sidecar_process_expands_and_stops_on_sigterm(
 async def test_sidecar_process_refuses_a_driver_that_cannot_expand(
     kube_cluster: TestCluster, sock_dir: Path, tmp_path: Path
 ) -> None:
-    s = CSIScenario(kube_cluster, sock_dir / "csi.sock", capabilities=())
-    async with s.driver_process, s.sidecar(tmp_path) as proc:
+    async with (
+        serving(CSIScenario, kube_cluster, sock_dir, capabilities=()) as s,
+        s.sidecar(tmp_path) as proc,
+    ):
         assert await proc.exit_code(30) == 1
 
 
@@ -345,8 +263,7 @@ async def test_sidecar_process_exits_when_the_driver_goes_away(
     claim, _, _ = await csi.volume(sc)
     other, _, _ = await csi.volume(sc)
     async with csi.sidecar(tmp_path) as proc:
-        await csi.request(claim, "2Gi")
-        await csi.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded by the sidecar", 30)
+        await csi.expand(claim, "2Gi", 30)
         await csi.driver_process.__aexit__(None, None, None)
         await csi.request(other, "2Gi")
         # Upstream exits on a lost connection so that the pod restarts it.
@@ -375,17 +292,8 @@ def test_sidecar_flags_and_defaults() -> None:
 
 
 async def test_sidecar_help_lists_external_resizer_flags() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.csi.resizer",
-        "--help",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0
-    text = out.decode()
+    code, text, _ = await run_python("-m", "pyprovlib.csi.resizer", "--help", timeout=30)
+    assert code == 0
     for flag in (
         "--csi-address",
         "--timeout",
@@ -406,10 +314,8 @@ async def test_sidecar_help_lists_external_resizer_flags() -> None:
 
 async def test_block_volume_capability(resizing: CSIScenario) -> None:
     s = resizing
-    sc = await s.storage_class()
-    claim, _, _ = await s.volume(sc, volume_mode="Block")
-    await s.request(claim, "2Gi")
-    await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded")
+    claim, _, _ = await s.volume(volume_mode="Block")
+    await s.expand(claim, "2Gi")
     (request,) = s.state.requests
     assert request.volume_capability.block is not None
     assert request.volume_capability.mount is None

@@ -15,6 +15,7 @@ from modify_support import (
     ModifyScenario,
     condition_types,
     controller,
+    made_infeasible,
     modify_state,
 )
 from resize_support import conditions
@@ -162,12 +163,7 @@ async def test_rollback_to_the_current_class_after_an_infeasible_change(
     gold = await s.vac({"iops": "1"})
     bad = await s.vac({"colour": "blue"})
     claim, pv, _ = await s.claim_with_class(gold)
-    backend = MemoryModifier(s.driver)
-    backend.errors = [ModifyError("invalid", code=GrpcCode.INVALID_ARGUMENT)]
-    ctrl = controller(s.cluster, backend, retry_interval_max=60.0)
-    async with running(ctrl):
-        await s.set_class(claim, bad)
-        await s.wait_state(claim, ("Infeasible", bad, gold))
+    async with made_infeasible(s, claim, bad, gold) as (ctrl, backend):
         # Back to the class the volume had: upstream applies it again (the driver may have
         # changed part of it), at once, whatever the slow period.
         await s.set_class(claim, gold)
@@ -183,12 +179,7 @@ async def test_rollback_to_no_class_cancels_without_calling_the_backend(
 ) -> None:
     bad = await s.vac({"colour": "blue"})
     claim, pv, _ = await s.claim_with_class(None)
-    backend = MemoryModifier(s.driver)
-    backend.errors = [ModifyError("invalid", code=GrpcCode.INVALID_ARGUMENT)]
-    ctrl = controller(s.cluster, backend, retry_interval_max=60.0)
-    async with running(ctrl):
-        await s.set_class(claim, bad)
-        await s.wait_state(claim, ("Infeasible", bad, None))
+    async with made_infeasible(s, claim, bad, None) as (ctrl, backend):
         await s.set_class(claim, None)
         await s.wait_event(claim, "VolumeModifyCanceled")
         cancelled = await s.wait_claim(

@@ -25,7 +25,7 @@ from resize_support import (
     controller,
     status,
 )
-from sidecar_support import running, wait_for
+from sidecar_support import fast_leader_election, leading, running, wait_for
 
 from pyprovlib._attacher import GrpcCode
 from pyprovlib._resizer import NotExpandable, ResizeError
@@ -51,12 +51,10 @@ def resize_status(claim: dict[str, object]) -> str | None:
 
 async def test_expand_without_node_expansion(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv, handle = await s.bound_claim(sc)
+    claim, pv, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     async with running(controller(kube_cluster, resizer)) as ctrl:
-        await s.request(claim, "2Gi")
-        done = await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim capacity 2Gi")
+        done = await s.expand(claim, "2Gi")
         assert resizer.calls == [(handle, 2 * GI)]
         assert (await s.get_pv(pv))["spec"]["capacity"]["storage"] == "2Gi"
         # Finished: no resize condition left, the size recorded as allocated, no status.
@@ -76,8 +74,7 @@ async def test_expand_without_node_expansion(kube_cluster: TestCluster) -> None:
 
 async def test_expand_with_node_expansion_pending(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv, handle = await s.bound_claim(sc)
+    claim, pv, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver, node_expansion_required=True)
     async with running(controller(kube_cluster, resizer)) as ctrl:
         await s.request(claim, "3Gi")
@@ -100,8 +97,7 @@ async def test_expand_with_node_expansion_pending(kube_cluster: TestCluster) -> 
 async def test_node_expansion_leaves_capacity_to_kubelet() -> None:
     async with BinderlessCluster() as cluster:
         s = Scenario(cluster)
-        sc = await s.storage_class()
-        claim, pv, handle = await s.bound_claim(sc, bind=True)
+        claim, pv, handle = await s.bound_claim(bind=True)
         resizer = MemoryResizer(s.driver, node_expansion_required=True)
         async with running(controller(cluster, resizer)) as ctrl:
             await s.request(claim, "3Gi")
@@ -136,8 +132,7 @@ async def test_node_expansion_leaves_capacity_to_kubelet() -> None:
 
 async def test_driver_error_is_recorded_and_retried(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv, handle = await s.bound_claim(sc)
+    claim, pv, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.errors = [
         ResizeError("backend exploded: code 42", code=GrpcCode.INTERNAL),
@@ -158,8 +153,7 @@ async def test_driver_error_is_recorded_and_retried(kube_cluster: TestCluster) -
 
 async def test_final_error_leaves_a_condition(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.gate = asyncio.Event()  # hold the second call until the first error is seen
     resizer.errors = [ResizeError("quota exceeded", code=GrpcCode.INTERNAL)]
@@ -182,8 +176,7 @@ async def test_final_error_leaves_a_condition(kube_cluster: TestCluster) -> None
 
 async def test_recovery_by_lowering_the_request(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv, handle = await s.bound_claim(sc)
+    claim, pv, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     # The backend cannot grow past 5Gi: OUT_OF_RANGE is infeasible (final).
     too_big = ResizeError("no space for 10Gi", code=GrpcCode.OUT_OF_RANGE)
@@ -201,8 +194,7 @@ async def test_recovery_by_lowering_the_request(kube_cluster: TestCluster) -> No
         assert all(call == (handle, 10 * GI) for call in resizer.calls)
         resizer.errors.clear()
         # The user gives up on 10Gi and asks for 3Gi (still more than the 1Gi it has).
-        await s.request(claim, "3Gi")
-        done = await s.wait_claim(claim, lambda c: capacity(c) == "3Gi", "claim at 3Gi")
+        done = await s.expand(claim, "3Gi")
         assert resizer.calls[-1] == (handle, 3 * GI)
         assert allocated(done) == "3Gi"
         assert resize_status(done) is None
@@ -215,8 +207,7 @@ async def test_uncertain_failure_keeps_the_allocated_size(kube_cluster: TestClus
     request must not be used: the volume may already be growing to the old size."""
     kube_cluster.require_in_memory("needs a deterministic order of retries")
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, handle = await s.bound_claim(sc)
+    claim, _, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.errors = [ResizeError("timed out", code=GrpcCode.DEADLINE_EXCEEDED)] * 3
     async with running(controller(kube_cluster, resizer, retry_interval_start=0.05)):
@@ -287,8 +278,7 @@ async def test_volume_of_another_backend_is_left_alone(kube_cluster: TestCluster
 
 async def test_shrink_attempt_is_rejected(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv, _ = await s.bound_claim(sc, size="2Gi")
+    claim, pv, _ = await s.bound_claim(size="2Gi")
     resizer = MemoryResizer(s.driver)
     async with running(controller(kube_cluster, resizer)) as ctrl:
         if not await _edit_accepted(s, claim, "1Gi"):
@@ -306,8 +296,7 @@ async def test_shrink_attempt_is_rejected(kube_cluster: TestCluster) -> None:
 async def test_in_use_error_waits_for_the_pod_to_go(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("creates a pod that is never scheduled")
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, handle = await s.bound_claim(sc)
+    claim, _, handle = await s.bound_claim()
     pod = s.name("pod")
     await s.pods.create(
         {
@@ -341,8 +330,7 @@ async def _offline_event(s: Scenario, claim: str) -> str | None:
 
 async def test_leader_election_uses_external_resizer_lease(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     ctrl = controller(
         kube_cluster,
@@ -358,25 +346,14 @@ async def test_leader_election_uses_external_resizer_lease(kube_cluster: TestClu
         lease = await leases.get(lease_name(s.driver), s.namespace)
         assert lease["spec"]["holderIdentity"] == ctrl.id
         assert lease_name(s.driver).startswith("external-resizer-")
-        await s.request(claim, "2Gi")
-        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "expanded while leading")
+        await s.expand(claim, "2Gi")
 
 
 async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("takes the Lease away behind the controller's back")
     s = Scenario(kube_cluster)
-    ctrl = controller(
-        kube_cluster,
-        MemoryResizer(s.driver),
-        leader_election=True,
-        leader_election_namespace=s.namespace,
-        lease_duration=1.0,
-        renew_deadline=0.5,
-        retry_period=0.1,
-    )
-    task = asyncio.create_task(ctrl.run())
-    try:
-        await wait_for(lambda: _async(ctrl.ready()), message="leading")
+    ctrl = controller(kube_cluster, MemoryResizer(s.driver), **fast_leader_election(s.namespace))
+    async with leading(ctrl) as task:
         leases = ResourceClient(kube_cluster.api_client, LEASES)
         name = lease_name(s.driver)
         # A merge patch, not get-then-replace: the controller renews every 0.1 s, and a
@@ -390,9 +367,6 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
             async with asyncio.timeout(10):
                 await task
         assert not ctrl.healthy()
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_resizer_without_name_is_refused(kube_cluster: TestCluster) -> None:
@@ -403,8 +377,7 @@ def test_resizer_without_name_is_refused(kube_cluster: TestCluster) -> None:
 async def test_not_expandable_backend_explains_itself(kube_cluster: TestCluster) -> None:
     """hostpath-like: the class names the backend, the backend cannot grow volumes."""
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     backend = NotExpandable(s.driver, "hostpath volumes are directories without a size")
     async with running(controller(kube_cluster, backend)):
         await s.request(claim, "2Gi")
@@ -419,8 +392,7 @@ async def test_not_expandable_backend_explains_itself(kube_cluster: TestCluster)
 async def test_infeasible_size_is_retried_slowly(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("counts retries over time")
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.errors = [ResizeError("too big", code=GrpcCode.OUT_OF_RANGE)] * 100
     # Backoff starts at 10ms, but an infeasible size waits for retry_interval_max (2s).
@@ -436,8 +408,7 @@ async def test_infeasible_size_is_retried_slowly(kube_cluster: TestCluster) -> N
 
 async def test_slow_backend_times_out_and_is_retried(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, handle = await s.bound_claim(sc)
+    claim, _, handle = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.gate = asyncio.Event()
     async with running(controller(kube_cluster, resizer, timeout=0.2)):
@@ -455,8 +426,7 @@ async def test_slow_backend_times_out_and_is_retried(kube_cluster: TestCluster) 
 
 async def test_claim_is_marked_resizing_while_expanding(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.gate = asyncio.Event()
     async with running(controller(kube_cluster, resizer)):
@@ -474,8 +444,7 @@ async def test_claim_is_marked_resizing_while_expanding(kube_cluster: TestCluste
 
 async def test_stop_lets_the_expansion_in_flight_finish(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = MemoryResizer(s.driver)
     resizer.gate = asyncio.Event()
     ctrl = controller(kube_cluster, resizer)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from resize_support import GI, MemoryResizer, Scenario, capacity, controller
+from resize_support import GI, MemoryResizer, Scenario, controller
 from sidecar_support import running
 
 from pyprovlib._resizer import ExpansionResult
@@ -39,12 +39,10 @@ class RecordingResizer(MemoryResizer):
 @pytest.mark.e2e
 async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv_name, handle = await s.bound_claim(sc)
+    claim, pv_name, handle = await s.bound_claim()
     resizer = RecordingResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
-        await s.request(claim, "2Gi")
-        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim capacity 2Gi")
+        await s.expand(claim, "2Gi")
     assert resizer.calls == [(handle, 2 * GI)]
     (expanded,) = resizer.expanded
     assert isinstance(expanded, V1PersistentVolume)
@@ -59,9 +57,8 @@ async def test_the_resizer_receives_one_model_per_look(kube_cluster: TestCluster
 @pytest.mark.e2e
 async def test_a_refusal_explains_with_the_same_model(kube_cluster: TestCluster) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
     # The volume belongs to another driver, the class names this resizer: it must say why.
-    claim, _, _ = await s.bound_claim(sc, driver=s.name("other") + ".example.com")
+    claim, _, _ = await s.bound_claim(driver=s.name("other") + ".example.com")
     resizer = RecordingResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
         await s.request(claim, "2Gi")
@@ -79,8 +76,7 @@ async def test_a_volume_the_model_refuses_gets_an_event_not_a_retry_loop(
     if kube_cluster.is_real:
         pytest.skip("a real API server refuses such a PersistentVolume (empty node selector)")
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, pv_name, _ = await s.bound_claim(sc)
+    claim, pv_name, _ = await s.bound_claim()
     # What the model refuses: a required node selector without its required terms.
     pv = await s.get_pv(pv_name)
     pv["spec"]["nodeAffinity"] = {"required": {}}

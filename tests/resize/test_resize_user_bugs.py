@@ -9,7 +9,7 @@ import json
 
 import pytest
 from kubernetes_asyncio.client import V1PersistentVolume
-from resize_support import MemoryResizer, Scenario, capacity, controller
+from resize_support import MemoryResizer, Scenario, controller
 from sidecar_support import running, wait_for
 
 from pyprovlib._resizer import ExpansionResult
@@ -36,12 +36,10 @@ async def test_a_resizer_bug_is_logged_with_its_traceback_and_named_in_the_event
     kube_cluster: TestCluster, logs: io.StringIO
 ) -> None:
     s = Scenario(kube_cluster)
-    sc = await s.storage_class()
-    claim, _, _ = await s.bound_claim(sc)
+    claim, _, _ = await s.bound_claim()
     resizer = BuggyResizer(s.driver)
     async with running(controller(kube_cluster, resizer)):
-        await s.request(claim, "2Gi")
-        await s.wait_claim(claim, lambda c: capacity(c) == "2Gi", "claim expanded after retry")
+        await s.expand(claim, "2Gi")
 
         async def failed_event() -> list[str]:
             return [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
+from run_support import run_python
 from standalone_support import first_line, standalone
 
 from pyprovlib import testing
@@ -152,18 +152,15 @@ async def test_restart_keeps_state_and_ends_watches(apiserver: ApiServer) -> Non
 async def test_internal_errors_become_500_and_server_survives(apiserver: ApiServer) -> None:
     async with aiohttp.ClientSession() as session:
         # a body that is JSON but not an object cannot crash the server
-        async with session.post(
-            apiserver.url + "/api/v1/namespaces/default/configmaps",
-            data=b"[1, 2]",
-            headers={"Content-Type": "application/json"},
-        ) as resp:
-            assert resp.status == 400
-        async with session.put(
-            apiserver.url + "/api/v1/namespaces/default/configmaps/x",
-            data=b'"str"',
-            headers={"Content-Type": "application/json"},
-        ) as resp:
-            assert resp.status == 400
+        configmaps = apiserver.url + "/api/v1/namespaces/default/configmaps"
+        for method, url, body in (
+            ("POST", configmaps, b"[1, 2]"),
+            ("PUT", configmaps + "/x", b'"str"'),
+        ):
+            async with session.request(
+                method, url, data=body, headers={"Content-Type": "application/json"}
+            ) as resp:
+                assert resp.status == 400, (method, body)
         async with session.get(apiserver.url + "/healthz") as resp:
             assert resp.status == 200
 
@@ -223,13 +220,6 @@ async def test_binder_in_its_own_process_binds_claims(tmp_path: Path) -> None:
 
 
 async def test_binder_only_needs_a_kubeconfig() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "pyprovlib.testing",
-        "--binder-only",
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), 20)
-    assert proc.returncode == 2
-    assert b"--binder-only needs --kubeconfig" in err
+    code, _, err = await run_python("-m", "pyprovlib.testing", "--binder-only", timeout=20)
+    assert code == 2
+    assert "--binder-only needs --kubeconfig" in err

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from pyprovlib.kube._config import (
     shared_limiter,
 )
 from pyprovlib.kube._ratelimit import TokenBucket
+from pyprovlib.testing import eventually
 from pyprovlib.testing._server import ApiServer
 
 NO_SA = "/nonexistent/serviceaccount"
@@ -45,11 +45,7 @@ def _kubeconfig(path: Path, contexts: dict[str, str], current: str, token: str =
 
 
 async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+    await eventually(predicate, timeout=timeout, interval=0.005)
 
 
 def test_defaults_are_client_go_defaults() -> None:

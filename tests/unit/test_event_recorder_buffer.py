@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from claim_support import claim_body
 from kubernetes_asyncio.client import ApiClient
 from prometheus_client import CollectorRegistry
 
@@ -19,12 +20,8 @@ from pyprovlib.kube._events import EventRecorder
 from pyprovlib.kube._objects import Obj
 
 
-def claim(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": f"claim-{i}", "namespace": "ns", "uid": f"uid-{i}"},
-    }
+def claim(i: int) -> Obj:
+    return claim_body(f"claim-{i}", namespace="ns", uid=f"uid-{i}")
 
 
 class GatedRecorder(EventRecorder):

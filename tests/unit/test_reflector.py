@@ -21,6 +21,7 @@ from pyprovlib.kube._informer import SharedInformer
 from pyprovlib.kube._objects import Obj
 from pyprovlib.kube._rest import WatchError, WatchExpiredError
 from pyprovlib.kube._store import DeletedFinalStateUnknown
+from pyprovlib.testing import eventually
 
 END = object()
 
@@ -136,12 +137,7 @@ class Recorder:
 
 
 async def until(cond: Callable[[], bool], what: str = "condition") -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 3.0
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0)
+    await eventually(cond, timeout=3.0, message=what, interval=0.001)
 
 
 @pytest.fixture
