@@ -13,8 +13,9 @@ same run (interleaved) before the change is made where it belongs.
   structlog builds the record (``BoundLogger.isEnabledFor``, stdlib's cached level check), as a
   level-checking wrapper class in ``pyprovlib._logging.get_logger`` would (which would also keep
   ``structlog.testing.capture_logs`` seeing every record).
-- ``writers1`` / ``writers4``: the event recorder writes with 1 or 4 writers instead of 16
-  (client-go's recorder writes from one goroutine).
+- ``writers1`` / ``writers4`` / ``writers8`` / ``writers16``: the event recorder writes with
+  that many writers instead of its default (16 for a recorder of its own, 4 in the
+  controllers since issue 31; client-go's recorder writes from one goroutine).
 - ``tracemalloc`` / ``modules``: at exit, the largest allocation sites
   (``$CSI_REAL_TRACEMALLOC``) / the modules loaded, by package (``$CSI_REAL_MODULES``).
 - ``heappeak``: Python allocations traced (tracemalloc, slow: for where memory goes, not for
@@ -371,6 +372,8 @@ VARIANTS = {
     "quietlogs": _quietlogs,
     "writers1": functools.partial(_writers, 1),
     "writers4": functools.partial(_writers, 4),
+    "writers8": functools.partial(_writers, 8),
+    "writers16": functools.partial(_writers, 16),
     "uvloop": _uvloop,
     "clientgoevents": _clientgo_events,
     "tracemalloc": _tracemalloc,
