@@ -48,7 +48,7 @@ from rel_support import (
     wait_until,
     with_retries,
 )
-from sidecar_support import running
+from sidecar_support import running, short_socket_dir
 
 from pyprovlib._attacher import AttachNode, AttachVolume
 from pyprovlib.controller._attach import NODE_ID_ANNOTATION, AttachController
@@ -633,7 +633,7 @@ class AttacherProcess(LoggedProcess):
 async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     Fault = csi_attach_driver.Fault
-    with csi_attach_driver.short_socket_dir() as sockets:
+    with short_socket_dir() as sockets:
         async with world_of("csi", rng, pace=0.1) as world:
             driver = csi_attach_driver.AttachDriver(world.driver, sockets / "csi.sock")
             state = driver.state
