@@ -11,9 +11,13 @@ go, ...), the two peers on the same work:
 - ``py``: ``python -m pyprovlib.examples.nfs`` on a local "export" (a directory of the run;
   ``nfs`` PVs naming 127.0.0.1), started through this script's ``--role py-nfs`` so bench
   variants (``py+NAME``, bench/variants.py) can be installed first; kubernetes-asyncio's
-  modules load lazily, as under ``python -m``. ``py@SRC`` runs another tree's ``src``.
+  modules load lazily, as under ``python -m``. ``py@SRC`` runs another tree's ``src``;
+- ``bare``: ``bare_provisioner.py``, the same work for the same class through
+  kubernetes-asyncio alone (two watches, the PV POST, the two Events, the PV DELETE, the
+  directory made and archived in a worker thread), without anything a controller library
+  adds: what the libraries cost on this very work, paced as the control plane paces it.
 
-Both with ``--threadiness`` workers (default 32), unthrottled API clients, leader election off,
+All with ``--threadiness`` workers (default 32), unthrottled API clients, leader election off,
 each with a client certificate of its own (user ``bench-provisioner``), so the API server's
 audit log (level Metadata for that user only) counts the requests each phase makes, by verb
 and resource. Per run: a namespace of its own, a warm-up claim whose PV is awaited, then
@@ -66,8 +70,9 @@ import csi_real  # noqa: E402 - bench/csi_real.py: /proc readers, process helper
 import library_floor  # noqa: E402 - bench/library_floor.py: the floor's measuring loop
 
 ANNOTATION = "volume.kubernetes.io/storage-provisioner"
-PROVISIONER = {"go": "example.com/hostpath", "py": "pyprovlib.io/nfs"}
-CLASS = {"go": "bench-go-hostpath", "py": "bench-py-nfs"}
+# The bare peer (bare_provisioner.py) does the NFS example's work for the NFS example's class.
+PROVISIONER = {"go": "example.com/hostpath", "py": "pyprovlib.io/nfs", "bare": "pyprovlib.io/nfs"}
+CLASS = {"go": "bench-go-hostpath", "py": "bench-py-nfs", "bare": "bench-py-nfs"}
 USER = "bench-provisioner"
 EVENT_REASONS = ("Provisioning", "ProvisioningSucceeded")
 AUDIT_POLICY = f"""\
@@ -148,7 +153,7 @@ async def _prepare_cluster(api: Any) -> None:
     from pyprovlib.kube._resources import STORAGE_CLASSES
     from pyprovlib.kube._rest import ResourceClient
 
-    for kind in ("go", "py"):
+    for kind in ("go", "py"):  # the bare peer uses py's class
         await ResourceClient(api, STORAGE_CLASSES).create(
             {
                 "apiVersion": "storage.k8s.io/v1",
@@ -214,8 +219,8 @@ def _write_kubeconfig(plane: Any, directory: Path) -> Path:
 def _parse_peer(peer: str) -> tuple[str, list[str], str | None]:
     spec, _, src = peer.partition("@")
     kind, *variants = spec.split("+")
-    if kind not in ("go", "py") or (kind == "go" and (variants or src)):
-        raise SystemExit(f"unknown peer {peer!r}: go, or py[+VARIANT...][@SRC]")
+    if kind not in ("go", "py", "bare") or (kind != "py" and (variants or src)):
+        raise SystemExit(f"unknown peer {peer!r}: go, bare, or py[+VARIANT...][@SRC]")
     return kind, variants, src or None
 
 
@@ -236,6 +241,16 @@ async def _start_provisioner(
             "--leader-election=false",
             "--kube-api-qps=100000",
             "--kube-api-burst=100000",
+        ]
+    elif kind == "bare":
+        export = directory / "export"
+        export.mkdir()
+        argv = [
+            sys.executable,
+            str(HERE.parent / "bare_provisioner.py"),
+            f"--kubeconfig={kubeconfig}",
+            f"--export={export}",
+            f"--threadiness={args.threadiness}",
         ]
     else:
         export = directory / "export"
@@ -692,7 +707,11 @@ def main() -> None:
     )
     p.add_argument("--volumes", type=int, default=1000)
     p.add_argument("--runs", type=int, default=3, help="runs per peer, interleaved")
-    p.add_argument("--peers", default="go,py", help="comma-separated: go, or py[+VARIANT...][@SRC]")
+    p.add_argument(
+        "--peers",
+        default="go,py",
+        help="comma-separated: go, bare (bare_provisioner.py), or py[+VARIANT...][@SRC]",
+    )
     p.add_argument("--threadiness", type=int, default=32)
     p.add_argument("--concurrency", type=int, default=64, help="claim POSTs/DELETEs in flight")
     p.add_argument("--timeout", type=float, default=600.0)

@@ -161,7 +161,7 @@ def test_library_floor_measures_every_call(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.heavy
-def test_library_real_measures_both_peers_and_both_phases(tmp_path: Path) -> None:
+def test_library_real_measures_every_peer_and_both_phases(tmp_path: Path) -> None:
     assets = _real_plane_with_go_peers()
     if not (assets / "go-hostpath-provisioner").exists():
         pytest.skip(f"{assets} lacks go-hostpath-provisioner")
@@ -173,10 +173,13 @@ def test_library_real_measures_both_peers_and_both_phases(tmp_path: Path) -> Non
         "--quiet=0.5",
         "--settle=2",
         "--floor-calls=20",
+        "--peers=go,bare,py",
         f"--workdir={tmp_path}",
     )
     runs = {run["peer"]: run for run in result["runs"]}
-    assert set(runs) == {"go", "py"}
+    assert set(runs) == {"go", "bare", "py"}
+    # The bare peer does the NFS example's work: both events per claim, as pyprovlib writes.
+    assert runs["bare"]["events_per_volume"] == runs["py"]["events_per_volume"] == 2.0
     for peer, run in runs.items():
         # Every claim got its PV, POSTed once by the provisioner (the audit log counts its
         # requests alone), and each PV was DELETEd once by it after the claim went.
