@@ -31,6 +31,10 @@ same run (interleaved) before the change is made where it belongs.
   ``$CSI_REAL_LOOPLAG`` at exit (the event loop's saturation during the burst).
 - ``eager``: kubernetes-asyncio's generated modules all imported at start-up, as a script
   importing it does (the sidecar otherwise loads them lazily, as ``python -m`` does).
+- ``switch1`` / ``switch02``: ``sys.setswitchinterval`` 1 ms / 0.2 ms instead of 5 ms (how
+  long a worker thread back from a file-system call may wait for the GIL while the loop runs).
+- ``nothreads``: ``asyncio.to_thread`` runs the call on the event loop (measurement only): the
+  upper bound of what the NFS example's thread trips cost.
 - ``pool16`` / ``pool32`` / ``pool64`` / ``pool100``: kubernetes-asyncio's
   ``Configuration.connection_pool_maxsize`` (the aiohttp connector's limit; 100 by default,
   ``ClientSettings.max_connections`` where the tree has it) at that size.
@@ -363,6 +367,26 @@ def _uvloop() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+def _switch_interval(seconds: float) -> None:
+    """How long the thread holding the GIL keeps it before one waiting is let in (5 ms by
+    default): a worker thread back from ``mkdir`` waits that long while the event loop is busy."""
+    import sys
+
+    sys.setswitchinterval(seconds)
+
+
+def _nothreads() -> None:
+    """``asyncio.to_thread`` runs the function on the event loop (measurement only: blocking
+    file-system calls belong in a thread): the upper bound of what the NFS example's thread trips
+    cost."""
+    import asyncio
+
+    async def inline(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    asyncio.to_thread = inline
+
+
 VARIANTS = {
     "pool16": functools.partial(_pool, 16),
     "pool32": functools.partial(_pool, 32),
@@ -383,6 +407,9 @@ VARIANTS = {
     "noevents": _noevents,
     "gcstats": _gcstats,
     "looplag": _looplag,
+    "switch1": functools.partial(_switch_interval, 0.001),
+    "switch02": functools.partial(_switch_interval, 0.0002),
+    "nothreads": _nothreads,
     # Handled by csi_real.py before anything is imported: kubernetes-asyncio loaded as a
     # script loads it (every generated module at start-up), not as `python -m` does.
     "eager": lambda: None,
