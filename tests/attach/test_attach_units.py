@@ -18,8 +18,8 @@ from pyprovlib.controller._attach.options import (
     InvalidAttachOptionsError,
     finalizer_name,
     lease_name,
-    sanitize_driver_name,
 )
+from pyprovlib.controller._sidecar_options import sanitize_driver_name
 
 
 @pytest.mark.parametrize(

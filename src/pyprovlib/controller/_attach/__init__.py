@@ -23,10 +23,10 @@ from pyprovlib.controller._attach.options import (
     AttachControllerOptions,
     finalizer_name,
     lease_name,
-    sanitize_driver_name,
 )
 from pyprovlib.controller._attach.resolve import NODE_ID_ANNOTATION, should_enqueue_va_change
 from pyprovlib.controller._lifecycle import LeaderElectionLostError
+from pyprovlib.controller._sidecar_options import sanitize_driver_name
 
 __all__ = [
     "NODE_ID_ANNOTATION",

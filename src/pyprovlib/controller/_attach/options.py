@@ -12,22 +12,16 @@ from typing import Final
 from pyprovlib.controller._attach.errors import InvalidAttachOptionsError
 from pyprovlib.controller._renamed import renamed_field
 from pyprovlib.controller._sidecar_options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RETRY_PERIOD,
     SidecarControllerOptions,
     check_sidecar_options,
     sanitize_driver_name,
 )
 
 __all__ = [
-    "DEFAULT_LEASE_DURATION",
     "DEFAULT_RECONCILE_SYNC",
-    "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RESYNC",
     "DEFAULT_RETRY_INTERVAL_MAX",
     "DEFAULT_RETRY_INTERVAL_START",
-    "DEFAULT_RETRY_PERIOD",
     "DEFAULT_TIMEOUT",
     "DEFAULT_WORKERS",
     "DEFAULT_WORKER_THREADS",
@@ -35,10 +29,8 @@ __all__ = [
     "LEASE_NAME_PREFIX",
     "AttachControllerOptions",
     "InvalidAttachOptionsError",
-    "SidecarControllerOptions",
     "finalizer_name",
     "lease_name",
-    "sanitize_driver_name",
 ]
 
 DEFAULT_RESYNC: Final = 10 * 60.0

@@ -12,28 +12,21 @@ from typing import ClassVar, Final
 from pyprovlib._errors import InvalidOptionsError
 from pyprovlib.controller._resize.errors import InvalidResizeOptionsError
 from pyprovlib.controller._sidecar_options import (
-    DEFAULT_LEASE_DURATION,
-    DEFAULT_RENEW_DEADLINE,
-    DEFAULT_RETRY_PERIOD,
     SidecarControllerOptions,
     check_sidecar_options,
     sanitize_driver_name,
 )
 
 __all__ = [
-    "DEFAULT_LEASE_DURATION",
-    "DEFAULT_RENEW_DEADLINE",
     "DEFAULT_RESYNC",
     "DEFAULT_RETRY_INTERVAL_MAX",
     "DEFAULT_RETRY_INTERVAL_START",
-    "DEFAULT_RETRY_PERIOD",
     "DEFAULT_TIMEOUT",
     "DEFAULT_WORKERS",
     "LEASE_NAME_PREFIX",
     "InvalidResizeOptionsError",
     "ResizeControllerOptions",
     "ResizerSidecarOptions",
-    "SidecarControllerOptions",
     "lease_name",
 ]
 

@@ -158,6 +158,12 @@ class Driver:
             raise CSIError(Status.NOT_FOUND, f"volume {volume_id!r} does not exist")
         return found
 
+    def snapshot(self, snapshot_id: str) -> Snapshot:
+        found = self.state.snapshots.get(snapshot_id) if valid_id(snapshot_id) else None
+        if found is None:
+            raise CSIError(Status.NOT_FOUND, f"snapshot {snapshot_id!r} does not exist")
+        return found
+
     def topology(self) -> list[v1.Topology]:
         return [v1.Topology(segments={TOPOLOGY_KEY: self.options.nodeid})]
 
@@ -297,16 +303,12 @@ class HostPathController(ControllerService):
             )
             copy_from: str | None = None
             if source is not None and source.snapshot is not None:
-                snapshot = state.snapshots.get(source.snapshot.snapshot_id)
-                if snapshot is None or not valid_id(source.snapshot.snapshot_id):
-                    raise CSIError(Status.NOT_FOUND, "the source snapshot does not exist")
+                snapshot = self.driver.snapshot(source.snapshot.snapshot_id)
                 _check_fits(size, snapshot.size_bytes, "snapshot")
                 volume.source_snapshot_id = snapshot.snapshot_id
                 copy_from = state.snapshot_path(snapshot.snapshot_id)
             elif source is not None and source.volume is not None:
-                origin = state.volumes.get(source.volume.volume_id)
-                if origin is None or not valid_id(source.volume.volume_id):
-                    raise CSIError(Status.NOT_FOUND, "the source volume does not exist")
+                origin = self.driver.volume(source.volume.volume_id)
                 _check_fits(size, origin.capacity_bytes, "source")
                 volume.source_volume_id = origin.volume_id
                 copy_from = state.volume_path(origin.volume_id)
@@ -510,13 +512,7 @@ class HostPathController(ControllerService):
 
     async def get_snapshot(self, message: v1.GetSnapshotRequest) -> v1.GetSnapshotResponse:
         require(message, "snapshot_id")
-        found = (
-            self.driver.state.snapshots.get(message.snapshot_id)
-            if valid_id(message.snapshot_id)
-            else None
-        )
-        if found is None:
-            raise CSIError(Status.NOT_FOUND, f"snapshot {message.snapshot_id!r} does not exist")
+        found = self.driver.snapshot(message.snapshot_id)
         return v1.GetSnapshotResponse(snapshot=_csi_snapshot(found))
 
     async def list_snapshots(self, message: v1.ListSnapshotsRequest) -> v1.ListSnapshotsResponse:
