@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -89,6 +89,28 @@ class ClusterLike(Protocol):
 
 
 R = TypeVar("R", bound=Runnable)
+
+
+# Two overloads, because with the union alone mypy cannot solve T for an async predicate (both
+# members match it) and rejects the call, typing its result as Never.
+@overload
+async def eventually(
+    predicate: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = ...,  # noqa: ASYNC109
+    message: str = ...,
+    interval: float = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], T | None],
+    *,
+    timeout: float = ...,  # noqa: ASYNC109
+    message: str = ...,
+    interval: float = ...,
+) -> T: ...
 
 
 async def eventually(
