@@ -276,7 +276,7 @@ class TestCluster:
 
     async def wait_for(
         self,
-        predicate: Callable[[], Awaitable[T]],
+        predicate: Callable[[], Awaitable[T | None]],
         timeout: float = 30.0,  # noqa: ASYNC109
         message: str = "condition",
         interval: float = 0.02,
