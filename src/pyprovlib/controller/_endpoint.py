@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, Self, runtime_checkable
 
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
@@ -214,7 +214,7 @@ class EndpointServer:
         if runner is not None:
             await runner.cleanup()
 
-    async def __aenter__(self) -> EndpointServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
