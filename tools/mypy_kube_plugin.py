@@ -9,33 +9,43 @@ the code in two ways the tests rely on:
   tests write their objects as dicts, as the API server stores them;
 * ``_content_type`` (the content type of a patch: merge, strategic merge or JSON patch) is an
   accepted keyword of every method (in each method's ``all_params``) but missing from the
-  stubs.
+  stubs;
+* the optional keywords (``_continue``, ``label_selector``, ...) are typed without ``None``,
+  but a keyword given as ``None`` is left out of the request (``... is not None`` in each
+  method), so a test can pass a continue token that is ``None`` on the first page.
 
 So on a call to a method of a class in ``kubernetes_asyncio.client.api``, ``body`` is typed
-``Any`` and ``_content_type: str`` is accepted. Every other parameter, the arity and the
-return type stay as the stubs have them.
+``Any``, ``_content_type: str`` is accepted and the optional keywords accept ``None``. The
+names of the parameters, the arity and the return type stay as the stubs have them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from mypy.nodes import ARG_NAMED_OPT
+from mypy.nodes import ARG_NAMED_OPT, ArgKind
 from mypy.plugin import MethodSigContext, Plugin
-from mypy.types import AnyType, FunctionLike, TypeOfAny
+from mypy.typeops import make_simplified_union
+from mypy.types import AnyType, FunctionLike, NoneType, Type, TypeOfAny
 
 _API = "kubernetes_asyncio.client.api."
 
 
+def _as_taken(name: str | None, kind: ArgKind, typ: Type) -> Type:
+    if name == "body":
+        return AnyType(TypeOfAny.special_form)
+    if kind == ARG_NAMED_OPT:
+        return make_simplified_union([typ, NoneType()])
+    return typ
+
+
 def _as_the_client_is(ctx: MethodSigContext) -> FunctionLike:
     sig = ctx.default_signature
-    arg_types = [
-        AnyType(TypeOfAny.special_form) if name == "body" else typ
-        for name, typ in zip(sig.arg_names, sig.arg_types, strict=True)
-    ]
     arg_kinds, arg_names = list(sig.arg_kinds), list(sig.arg_names)
+    arg_types = [_as_taken(*arg) for arg in zip(arg_names, arg_kinds, sig.arg_types, strict=True)]
     if "_content_type" not in arg_names and "_preload_content" in arg_names:
-        arg_types.append(ctx.api.named_generic_type("builtins.str", []))
+        str_type = ctx.api.named_generic_type("builtins.str", [])
+        arg_types.append(make_simplified_union([str_type, NoneType()]))
         arg_kinds.append(ARG_NAMED_OPT)
         arg_names.append("_content_type")
     return sig.copy_modified(arg_types=arg_types, arg_kinds=arg_kinds, arg_names=arg_names)
