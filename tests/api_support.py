@@ -4,6 +4,7 @@ conformance tests against a real one both check refusals."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from typing import Any
 
@@ -17,3 +18,10 @@ async def refused(call: Awaitable[Any]) -> int:
     except ApiException as err:
         return int(err.status)
     raise AssertionError("the API server accepted the call")
+
+
+def error_body(err: ApiException) -> Any:
+    """The JSON body (the ``Status``) of the API server's refusal ``err``; fails when it has
+    none."""
+    assert err.body is not None, f"the refusal has no body: {err}"
+    return json.loads(err.body)

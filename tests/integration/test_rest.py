@@ -3,10 +3,10 @@ watch streaming (events, server timeout, 410) and errors as ApiException."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import pytest
+from api_support import error_body
 from claim_support import volume_body
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -178,7 +178,7 @@ async def test_http_errors_surface_as_api_exception(
         await pvcs.list()
     assert throttled.value.status == 429
     assert retry_after_seconds(throttled.value) == 3
-    assert json.loads(throttled.value.body)["code"] == 429  # type: ignore[arg-type]
+    assert error_body(throttled.value)["code"] == 429
     apiserver.faults.fail(500, verb="watch", resource="persistentvolumeclaims")
     with pytest.raises(ApiException) as broken:
         async with pvcs.watch(timeout_seconds=5):

@@ -10,6 +10,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -42,9 +43,9 @@ class Kubectl:
         """``kubectl patch <obj> --type <patch_type> -p <patch>``; ``obj`` is "kind name"."""
         return await self.run("patch", *obj.split(), "--type", patch_type, "-p", patch, check=check)
 
-    async def json(self, *args: str) -> dict[str, object]:
+    async def json(self, *args: str) -> dict[str, Any]:
         _, out, _ = await self.run(*args, "-o", "json")
-        data: dict[str, object] = json.loads(out)
+        data: dict[str, Any] = json.loads(out)
         return data
 
 

@@ -166,7 +166,7 @@ async def test_static_binding_gives_one_volume_to_one_claim(
 
 def test_workers_must_be_positive() -> None:
     with pytest.raises(ValueError, match="workers"):
-        PVBinder(None, workers=0)  # type: ignore[arg-type]
+        PVBinder(None, workers=0)
 
 
 async def test_binder_client_resolves_its_proxy_once(apiserver: ApiServer) -> None:

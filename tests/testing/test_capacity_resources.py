@@ -5,10 +5,10 @@ selectors validated, label-selected lists, and the tables ``kubectl get`` prints
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from api_support import error_body
 from kubernetes_asyncio.client import ApiClient
 from server_support import get_json
 
@@ -31,7 +31,7 @@ def capacity(name: str, **fields: Any) -> dict[str, Any]:
 
 
 def causes(err: ApiException) -> list[tuple[str, str]]:
-    body = json.loads(err.body)
+    body = error_body(err)
     return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
@@ -91,7 +91,7 @@ async def test_capacity_validation(kube_client: ApiClient) -> None:
     with pytest.raises(ApiException) as malformed:
         await client.create(capacity("c3", capacity=True))
     assert malformed.value.status == 400
-    assert "quantities must match the regular expression" in malformed.value.body
+    assert "quantities must match the regular expression" in error_body(malformed.value)["message"]
 
 
 async def test_capacity_and_workload_tables(apiserver: ApiServer, kube_client: ApiClient) -> None:

@@ -30,7 +30,7 @@ async def test_create_and_get(kubectl: Kubectl) -> None:
     claim = await kubectl.json("get", "pvc", "claim1")
     assert claim["kind"] == "PersistentVolumeClaim"
     listed = await kubectl.json("get", "pvc", "-l", "app=demo")
-    assert [i["metadata"]["name"] for i in listed["items"]] == ["claim1"]  # type: ignore[index]
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["claim1"]
     listed = await kubectl.json("get", "pvc", "-l", "app=other")
     assert listed["items"] == []
     _, out, _ = await kubectl.run(
@@ -121,9 +121,9 @@ async def test_delete_waits_for_finalizers(kubectl: Kubectl) -> None:
         if deleting.returncode is None:
             deleting.kill()
             await deleting.wait()
-    code, _, err = await kubectl.run("get", "pv", "pv1", check=False)
+    code, _, stderr = await kubectl.run("get", "pv", "pv1", check=False)
     assert code != 0
-    assert "NotFound" in err
+    assert "NotFound" in stderr
 
 
 async def test_get_watch(kubectl: Kubectl) -> None:

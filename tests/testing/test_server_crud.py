@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from api_support import refused
+from api_support import error_body, refused
 from kubernetes_asyncio.client import (
     ApiClient,
     CoordinationV1Api,
@@ -43,7 +43,7 @@ def pv(name: str) -> dict[str, Any]:
 
 
 def status_of(err: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(err.body)
+    body: dict[str, Any] = error_body(err)
     return body
 
 
@@ -236,7 +236,8 @@ async def test_update_conflict_and_unconditional(kube_client: ApiClient) -> None
         'Operation cannot be fulfilled on persistentvolumeclaims "u": the object has been '
         "modified; please apply your changes to the latest version and try again"
     )
-    c.metadata.resource_version = None
+    # The model takes None (unset) though its stub types the field str.
+    c.metadata.resource_version = None  # type: ignore[assignment]
     again = await v1.replace_namespaced_persistent_volume_claim("u", "default", c)
     assert again.metadata.annotations == {"a": "2"}
     # a no-op update does not bump the resourceVersion

@@ -7,6 +7,7 @@ import json
 
 import aiohttp
 import pytest
+from api_support import error_body
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, EventsV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -40,15 +41,21 @@ async def test_events_v1_is_a_view_of_core_events(
     assert back.regarding.kind == "PersistentVolumeClaim"
     listed = await events.list_namespaced_event("default", field_selector="regarding.name=c1")
     assert [e.metadata.name for e in listed.items] == ["e1"]
-    listed = await core.list_namespaced_event("default", field_selector="involvedObject.name=c1")
-    assert [e.metadata.name for e in listed.items] == ["e1"]
+    legacy_listed = await core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=c1"
+    )
+    assert [e.metadata.name for e in legacy_listed.items] == ["e1"]
     patched = await events.patch_namespaced_event(
         "e1", "default", {"note": "changed"}, _content_type="application/merge-patch+json"
     )
     assert patched.note == "changed"
     assert (await core.read_namespaced_event("e1", "default")).message == "changed"
-    assert apiserver.storage.get("events.k8s.io/events", "default", "e1")["note"] == "changed"
-    assert apiserver.storage.get("events", "default", "e1")["message"] == "changed"
+    stored = apiserver.storage.get("events.k8s.io/events", "default", "e1")
+    assert stored is not None
+    assert stored["note"] == "changed"
+    stored_legacy = apiserver.storage.get("events", "default", "e1")
+    assert stored_legacy is not None
+    assert stored_legacy["message"] == "changed"
 
     async with (
         aiohttp.ClientSession() as session,
@@ -72,7 +79,7 @@ async def test_event_validation(kube_client: ApiClient) -> None:
     with pytest.raises(ApiException) as e:
         await events.create_namespaced_event("default", missing)
     assert e.value.status == 422
-    fields = {c["field"] for c in json.loads(e.value.body)["details"]["causes"]}
+    fields = {c["field"] for c in error_body(e.value)["details"]["causes"]}
     assert fields == {"eventTime"}
     too_long = {**NEW_STYLE, "note": "x" * 1025}
     with pytest.raises(ApiException) as e:
@@ -89,7 +96,7 @@ async def test_event_validation(kube_client: ApiClient) -> None:
             },
         )
     assert e.value.status == 422
-    assert "does not match event.namespace" in json.loads(e.value.body)["message"]
+    assert "does not match event.namespace" in error_body(e.value)["message"]
     # a legacy event about a cluster-scoped object lives in "default"
     ok = await core.create_namespaced_event(
         "default",

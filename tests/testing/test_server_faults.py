@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from api_support import error_body
 from claim_support import claim_body, class_body
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, StorageV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -34,7 +35,7 @@ async def test_fail_next_requests_matching(apiserver: ApiServer, kube_client: Ap
         with pytest.raises(ApiException) as e:
             await v1.create_namespaced_persistent_volume_claim("default", CLAIM)
         assert e.value.status == 500
-        body = json.loads(e.value.body)
+        body = error_body(e.value)
         assert (body["kind"], body["reason"]) == ("Status", "InternalError")
     # other verbs/resources are untouched, and the third create goes through
     await v1.list_namespaced_config_map("default")
@@ -49,13 +50,13 @@ async def test_429_503_409_faults(apiserver: ApiServer, kube_client: ApiClient) 
         await v1.list_namespace()
     assert e.value.status == 429
     assert retry_after_seconds(e.value) == 7
-    assert json.loads(e.value.body)["details"]["retryAfterSeconds"] == 7
+    assert error_body(e.value)["details"]["retryAfterSeconds"] == 7
 
     apiserver.faults.fail(503, resource="namespaces", verb="get", name="default")
     with pytest.raises(ApiException) as e:
         await v1.read_namespace("default")
     assert e.value.status == 503
-    assert json.loads(e.value.body)["reason"] == "ServiceUnavailable"
+    assert error_body(e.value)["reason"] == "ServiceUnavailable"
     await v1.read_namespace("kube-system")
 
     await v1.create_namespaced_persistent_volume_claim("default", CLAIM)

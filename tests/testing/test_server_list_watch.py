@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from api_support import error_body
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -41,7 +42,7 @@ class Stream:
         return event
 
     async def take(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for _ in range(n):
             event = await self.next(timeout)
             assert event is not None, f"stream ended after {out}"
@@ -75,7 +76,7 @@ async def test_label_and_field_selectors(kube_client: ApiClient) -> None:
     await make_cm(v1, "b", {"app": "y"})
     await make_cm(v1, "c", {})
 
-    async def names(**kw: str) -> list[str]:
+    async def names(**kw: Any) -> list[str]:
         out = await v1.list_namespaced_config_map("default", **kw)
         return [i.metadata.name for i in out.items]
 
@@ -93,7 +94,7 @@ async def test_label_and_field_selectors(kube_client: ApiClient) -> None:
     with pytest.raises(ApiException) as e:
         await names(field_selector="spec.nodeName=x")
     assert e.value.status == 400
-    assert json.loads(e.value.body)["message"] == "field label not supported: spec.nodeName"
+    assert error_body(e.value)["message"] == "field label not supported: spec.nodeName"
 
 
 async def test_per_type_field_selectors(kube_client: ApiClient) -> None:
@@ -179,8 +180,8 @@ async def test_pagination_and_expired_continue(
     with pytest.raises(ApiException) as e:
         await v1.list_namespaced_config_map("default", limit=2, _continue=page.metadata._continue)
     assert e.value.status == 410
-    assert json.loads(e.value.body)["reason"] == "Expired"
-    assert "continue parameter is too old" in json.loads(e.value.body)["message"]
+    assert error_body(e.value)["reason"] == "Expired"
+    assert "continue parameter is too old" in error_body(e.value)["message"]
     with pytest.raises(ApiException) as e:
         await v1.list_namespaced_config_map("default", _continue="garbage!")
     assert e.value.status == 400

@@ -150,7 +150,7 @@ async def test_bad_patch_bodies(apiserver: ApiServer, kube_client: ApiClient) ->
 
 
 def test_strategic_merge_keyed_lists_and_directives() -> None:
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {
             "ownerReferences": [{"uid": "1", "name": "a"}, {"uid": "2", "name": "b"}],
         },

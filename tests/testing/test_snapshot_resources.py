@@ -6,10 +6,10 @@ discovery, and kubectl."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import pytest
+from api_support import error_body
 from claim_support import claim_body
 from kubectl_support import KUBECTL, Kubectl
 from kubernetes_asyncio import watch
@@ -32,7 +32,7 @@ GROUP = "snapshot.storage.k8s.io"
 VERSION = "v1"
 NS = "default"
 # CustomObjectsApi sends a dict as a JSON patch unless told otherwise.
-MERGE = {"_content_type": "application/merge-patch+json"}
+MERGE: dict[str, Any] = {"_content_type": "application/merge-patch+json"}
 
 
 def snapshot(name: str, **source: str) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def snapshot_class(name: str, **fields: Any) -> dict[str, Any]:
 
 
 def causes(err: ApiException) -> list[tuple[str, str]]:
-    body = json.loads(err.body)
+    body = error_body(err)
     assert body["reason"] == "Invalid", body
     return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
@@ -624,7 +624,7 @@ async def test_kubectl_gets_snapshots(kubectl: Kubectl) -> None:
     assert header.split()[:4] == ["NAME", "READYTOUSE", "SOURCEPVC", "SOURCESNAPSHOTCONTENT"]
     assert row.split()[:6] == ["snap1", "true", "snapcontent", "1Gi", "snapclass", "snapcontent"]
     snap = await kubectl.json("get", "vs", "snap1")
-    assert snap["status"] == {  # type: ignore[comparison-overlap]
+    assert snap["status"] == {
         "readyToUse": True,
         "restoreSize": "1Gi",
         "boundVolumeSnapshotContentName": "snapcontent",

@@ -5,10 +5,10 @@ binds and reports the class as kube-controller-manager's PV controller does."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from api_support import error_body
 from claim_support import claim_body, vac_body
 from kubernetes_asyncio.client import ApiClient
 from server_support import get_json
@@ -32,7 +32,7 @@ def vac(name: str, **fields: Any) -> dict[str, Any]:
 
 
 def causes(err: ApiException) -> list[tuple[str, str]]:
-    body = json.loads(err.body)
+    body = error_body(err)
     return [(c["field"], c["message"]) for c in body["details"]["causes"]]
 
 
@@ -66,6 +66,7 @@ async def test_classes_are_validated_and_immutable(kube_client: ApiClient) -> No
     assert labelled["metadata"]["labels"] == {"tier": "1"}
     # The DELETE answers with the object, as the real registry does.
     deleted = await classes.delete("gold")
+    assert deleted is not None
     assert deleted["kind"] == "VolumeAttributesClass"
 
 
@@ -120,6 +121,7 @@ async def test_bound_claims_change_class_but_never_drop_it(
         c2 = await wait_for(bound, message="c2 Bound to pv1")
         assert c2["spec"]["volumeName"] == "pv1"
         assert c2["status"]["currentVolumeAttributesClassName"] == "gold"
+        assert apiserver_with_binder.binder is not None
         await testing.wait_idle(apiserver_with_binder.binder, c2, unbound)
         c1 = await claims.get("c1", "default")
         assert c1["status"]["phase"] == "Pending"
@@ -156,6 +158,7 @@ async def test_bound_claims_change_class_but_never_drop_it(
             )
         ]
         c2 = await claims.get("c2", "default")
+        assert apiserver_with_binder.binder is not None
         await testing.wait_idle(apiserver_with_binder.binder, c2)
         assert (await claims.get("c2", "default"))["status"][
             "currentVolumeAttributesClassName"
