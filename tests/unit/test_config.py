@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -247,7 +247,7 @@ async def test_limiter_paces_requests(apiserver: ApiServer) -> None:
     async with LimitedApiClient(apiserver.configuration(), limiter=bucket) as client:
         api = CoordinationV1Api(client)
         n = 6
-        tasks = [asyncio.create_task(api.list_namespaced_lease("default")) for _ in range(n)]
+        tasks = [asyncio.ensure_future(api.list_namespaced_lease("default")) for _ in range(n)]
         # The burst goes at once; the rest wait for fake time.
         await _wait_for(lambda: apiserver.requests.count("list", "leases") == 2)
         await _wait_for(lambda: clock.waiters == n - 2)
@@ -278,8 +278,12 @@ async def test_request_timeout_applies_to_requests_not_watches(apiserver: ApiSer
         with pytest.raises((asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
             await CoordinationV1Api(client).list_namespaced_lease("default")
         # A watch is long-running: the default timeout is not applied to it.
-        resp = await CoordinationV1Api(client).list_namespaced_lease(
-            "default", watch=True, timeout_seconds=1, _preload_content=False
+        # Not the model: with _preload_content=False the client answers the open response.
+        resp = cast(
+            aiohttp.ClientResponse,
+            await CoordinationV1Api(client).list_namespaced_lease(
+                "default", watch=True, timeout_seconds=1, _preload_content=False
+            ),
         )
         resp.release()
 

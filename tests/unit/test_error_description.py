@@ -22,7 +22,7 @@ from pyprovlib.kube._objects import is_deleting, spec_of, status_of
 def _api_error(code: int, reason: str, message: str | None) -> ApiException:
     err = ApiException(status=code, reason=reason)
     if message is not None:
-        err.body = json.dumps({"kind": "Status", "message": message, "code": code})
+        err.body = json.dumps({"kind": "Status", "message": message, "code": code}).encode()
     return err
 
 

@@ -58,7 +58,7 @@ def recorder(api: ApiClient, **kwargs: Any) -> GatedRecorder:
 
 
 def dropped(rec: EventRecorder, reason: str) -> float:
-    return rec._dropped.labels(reason)._value.get()  # type: ignore[no-any-return]
+    return rec._dropped.labels(reason)._value.get()
 
 
 @pytest.fixture

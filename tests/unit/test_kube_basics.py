@@ -7,6 +7,7 @@ import json
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from pyprovlib.kube import _errors as errors
 from pyprovlib.kube import _objects as objects
@@ -80,8 +81,8 @@ def test_keys_round_trip() -> None:
 
 def _api_error(status: int, reason: str, headers: dict[str, str] | None = None) -> ApiException:
     e = ApiException(status=status, reason=reason)
-    e.body = json.dumps({"kind": "Status", "reason": reason, "code": status})
-    e.headers = headers or {}
+    e.body = json.dumps({"kind": "Status", "reason": reason, "code": status}).encode()
+    e.headers = CIMultiDictProxy(CIMultiDict(headers or {}))
     return e
 
 

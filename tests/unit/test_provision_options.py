@@ -5,6 +5,7 @@ boundary."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import (
@@ -226,9 +227,11 @@ VOLUME = {
     ("obj", "model"),
     [(CLAIM, V1PersistentVolumeClaim), (CLASS, V1StorageClass), (VOLUME, V1PersistentVolume)],
 )
-async def test_conversion_matches_kubernetes_asyncio(obj: dict[str, object], model: type) -> None:
+async def test_conversion_matches_kubernetes_asyncio(
+    obj: dict[str, object], model: type[Any]
+) -> None:
     async with ApiClient() as api:
-        theirs = api.deserialize(_Response(json.dumps(obj)), model.__name__)  # type: ignore[arg-type]
+        theirs = api.deserialize(_Response(json.dumps(obj)), model.__name__)
         ours = to_model(obj, model)
         assert type(ours) is model
         assert ours == theirs

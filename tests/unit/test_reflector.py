@@ -307,7 +307,11 @@ async def test_list_errors_back_off_exponentially_with_jitter_and_honour_retry_a
     inf, _ = await run_informer()
     delays = []
     for n in range(5):
-        await until(lambda n=n: len(lw.list_calls) == n + 1 and clock.waiters == 1, "backoff")
+
+        def backing_off(n: int = n) -> bool:
+            return len(lw.list_calls) == n + 1 and clock.waiters == 1
+
+        await until(backing_off, "backoff")
         deadline = clock.next_deadline()
         assert deadline is not None
         delays.append(deadline - clock.monotonic())

@@ -51,7 +51,7 @@ def flags(argv: list[str], **defaults: object) -> CommonOptions:
 
 
 @pytest.mark.parametrize(("build", "cls", "workers"), BUILDERS)
-def test_every_flag_reaches_its_option(build: Any, cls: type, workers: str) -> None:
+def test_every_flag_reaches_its_option(build: Any, cls: type[Any], workers: str) -> None:
     options = build(flags(ARGV))
     assert isinstance(options, cls)
     assert getattr(options, workers) == 7

@@ -13,6 +13,7 @@ import asyncio
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,7 +54,7 @@ stops_st = st.sampled_from(
 
 @st.composite
 def op_lists(draw: st.DrawFn) -> list[tuple[object, ...]]:
-    ops: list[tuple[object, ...]] = draw(st.lists(work_op_st, max_size=60))
+    ops: list[tuple[Any, ...]] = draw(st.lists(work_op_st, max_size=60))
     for stop in draw(stops_st):
         ops.insert(draw(st.integers(0, len(ops))), stop)
     return ops
@@ -215,7 +216,7 @@ class Harness:
         assert sample("workqueue_depth", {"name": NAME}) == model.adds - model.gets
         assert sample("workqueue_retries_total", {"name": NAME}) == model.retries
 
-    async def apply(self, op: tuple[object, ...]) -> None:
+    async def apply(self, op: tuple[Any, ...]) -> None:
         kind = op[0]
         q = self.q
         q.in_op = True
