@@ -30,13 +30,14 @@ class BuggyAttacher(MemoryAttacher):
         self.attach_bug = True
         self.detach_bug = True
 
-    async def attach(self, volume, node, readonly, context):  # type: ignore[no-untyped-def]
+    async def attach(self, volume, node, readonly, context):
         if self.attach_bug:
             self.attach_bug = False
-            return {}["lun"]
+            no_luns: dict[str, str] = {}
+            return no_luns["lun"]
         return await super().attach(volume, node, readonly, context)
 
-    async def detach(self, volume, node):  # type: ignore[no-untyped-def]
+    async def detach(self, volume, node):
         if self.detach_bug:
             self.detach_bug = False
             raise RuntimeError(f"session for {volume.secrets['password']} expired")

@@ -151,9 +151,11 @@ async def test_a_driver_without_topology_gets_one_object_per_class(
             # object's {} to the empty segment: it deletes and re-creates it at every poll.)
             for poll in range(1, 4):
                 await clock.advance(60.0)
-                await testing.eventually(
-                    lambda n=poll: len(source.calls) > n, message=f"poll {poll}"
-                )
+
+                def polled(n: int = poll) -> bool:
+                    return len(source.calls) > n
+
+                await testing.eventually(polled, message=f"poll {poll}")
                 await testing.wait_idle(run.controller)
             (again,) = await c.objects()
             assert again["metadata"]["uid"] == obj["metadata"]["uid"]

@@ -102,7 +102,7 @@ class DriverState:
         self.snapshots[snap.snapshot_id] = snap
         return snap
 
-    def requests(self, method: str) -> list[object]:
+    def requests(self, method: str) -> list[Any]:
         return [r for m, r in self.calls if m == method]
 
     def available(self, zone: str) -> int:

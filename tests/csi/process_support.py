@@ -104,7 +104,7 @@ RBAC = pathlib.Path(__file__).resolve().parents[2] / "examples" / "csi-hostpath"
 
 def rbac_granted() -> set[tuple[str, str, str]]:
     """(apiGroup, resource, verb) of every rule of examples/csi-hostpath/rbac.yaml's roles."""
-    out = set()
+    out: set[tuple[str, str, str]] = set()
     for doc in yaml.safe_load_all(RBAC.read_text()):
         if doc and doc["kind"] in ("ClusterRole", "Role"):
             for rule in doc["rules"]:

@@ -188,7 +188,8 @@ def test_durations_and_other_values_render() -> None:
             return "odd"
 
     assert redact._plain(Odd()) == "odd"
-    assert redact._plain(enum.Enum("E", "A").A) == "A"
+    E = enum.Enum("E", "A")
+    assert redact._plain(E.A) == "A"
 
 
 # -- every unary RPC served and called, logging on -----------------------------------------------

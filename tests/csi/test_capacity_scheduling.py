@@ -188,7 +188,7 @@ async def test_the_scheduler_places_claims_only_where_capacity_allows(
         assert volume_node(volume) == large
         assert await scheduled_node(kube_cluster, fits_pod) == large
         (created,) = state.requests("CreateVolume")
-        requirement = created.accessibility_requirements  # type: ignore[attr-defined]
+        requirement = created.accessibility_requirements
         # The scheduler's choice comes first (the requisite lists every node without
         # --strict-topology).
         assert dict(requirement.preferred[0].segments) == {TOPOLOGY_KEY: large}

@@ -191,7 +191,7 @@ async def test_the_provisioner_sidecar_publishes_and_refreshes_capacity(
                 assert obj["storageClassName"] == "csi"
                 assert obj["maximumVolumeSize"] == obj["capacity"]
             (request, *_) = state.requests("GetCapacity")
-            assert dict(request.parameters) == {"kind": "fast"}  # type: ignore[attr-defined]
+            assert dict(request.parameters) == {"kind": "fast"}
 
             # A volume on node-1 (the scheduler's choice): its object is refreshed at once,
             # not at the next poll an hour away; node-2's is not asked again.
@@ -208,7 +208,7 @@ async def test_the_provisioner_sidecar_publishes_and_refreshes_capacity(
             # provisioning retry: each CreateVolume refreshes its segment).
             again = state.requests("GetCapacity")[asked:]
             assert again
-            assert [dict(r.accessible_topology.segments) for r in again] == [  # type: ignore[attr-defined]
+            assert [dict(r.accessible_topology.segments) for r in again] == [
                 {TOPOLOGY_KEY: "node-1"}
             ] * len(again)
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import claim_support
 import pytest
@@ -119,7 +120,7 @@ async def test_a_source_deleted_while_a_clone_is_in_flight_stays_until_the_clone
         await wait_bound(env, clone["metadata"]["name"])
         await wait_claim_gone(kube_cluster, source)
         request = env.driver.requests("CreateVolume")[-1]
-        assert request.volume_content_source is not None  # type: ignore[attr-defined]
+        assert request.volume_content_source is not None
 
 
 async def pending_clone_of_deleted(env: Env, class_name: str, source: str, refusal: str) -> str:
@@ -257,7 +258,7 @@ async def test_the_finalizer_goes_with_the_last_clone_in_flight_even_across_a_re
     cluster = kube_cluster
     claims = ResourceClient(cluster.api_client, PERSISTENT_VOLUME_CLAIMS)
 
-    async def claim(**spec: object) -> str:
+    async def claim(**spec: Any) -> str:
         created = await claim_support.create_claim(cluster, "no-such-class", **spec)
         return str(created["metadata"]["name"])
 

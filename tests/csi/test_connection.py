@@ -293,7 +293,9 @@ async def test_tcp_endpoint() -> None:
     server = Server([IdentityService("tcp.driver", "1")])
     await server.start("127.0.0.1", 0)
     try:
-        port = server._server.sockets[0].getsockname()[1]
+        listening = server._server
+        assert isinstance(listening, asyncio.Server)
+        port = listening.sockets[0].getsockname()[1]
         conn = await CSIConnection.open(f"127.0.0.1:{port}", FAST, metrics=CSIMetrics(None))
         try:
             assert conn.driver_name == "tcp.driver"

@@ -120,7 +120,7 @@ async def test_each_node_publishes_only_its_segment(
         }
         for node, state in states.items():
             segments = {
-                tuple(sorted(r.accessible_topology.segments.items()))  # type: ignore[attr-defined]
+                tuple(sorted(r.accessible_topology.segments.items()))
                 for r in state.requests("GetCapacity")
             }
             assert segments == {((TOPOLOGY_KEY, node),)}
@@ -185,6 +185,6 @@ async def test_an_immediate_claim_goes_to_the_node_with_room(
         assert not states["node-a"].requests("CreateVolume")
         # node-a asked its driver, with the class's parameters and its own segment, and declined.
         (request, *_) = states["node-a"].requests("GetCapacity")
-        assert dict(request.parameters) == {"kind": "fast"}  # type: ignore[attr-defined]
-        assert dict(request.accessible_topology.segments) == {TOPOLOGY_KEY: "node-a"}  # type: ignore[attr-defined]
+        assert dict(request.parameters) == {"kind": "fast"}
+        assert dict(request.accessible_topology.segments) == {TOPOLOGY_KEY: "node-a"}
         assert volume["spec"]["capacity"]["storage"] == "5Gi"

@@ -6,6 +6,7 @@ call histogram counts every call although its labelled children are kept."""
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 from grpclib.const import Status
@@ -18,7 +19,7 @@ from pyprovlib.kube._convert import copy_json
 
 def test_copy_json_copies_every_container_and_shares_leaves() -> None:
     leaf = object()
-    original = {
+    original: dict[str, Any] = {
         "metadata": {"name": "pv-1", "annotations": {"a": "b"}},
         "spec": {"accessModes": ["ReadWriteOnce"], "csi": {"volumeAttributes": {"k": "v"}}},
         "list": [{"x": 1}, [2, 3]],

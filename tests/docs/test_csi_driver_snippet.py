@@ -100,6 +100,7 @@ async def test_the_page_driver_serves_create_and_delete(socket_path: Path) -> No
             created = await controller.create_volume(
                 messages.CreateVolumeRequest(name="pvc-1", volume_capabilities=[mount])
             )
+            assert created.volume is not None
             assert (created.volume.volume_id, created.volume.capacity_bytes) == ("pvc-1", 1 << 30)
             with pytest.raises(GRPCError) as refused:
                 await controller.create_volume(messages.CreateVolumeRequest(name="pvc-2"))

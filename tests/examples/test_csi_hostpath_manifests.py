@@ -125,8 +125,8 @@ def test_probes_are_upstreams_on_the_http_endpoint(name: str) -> None:
         assert readiness["path"] == "/readyz"
         for probe in (liveness, readiness):
             assert ports[probe["port"]] == parse_http_address(options.http_endpoint).port
-    ports = [p["containerPort"] for c in containers(name).values() for p in c.get("ports", [])]
-    assert len(ports) == len(set(ports)), "each container its own port"
+    every_port = [p["containerPort"] for c in containers(name).values() for p in c.get("ports", [])]
+    assert len(every_port) == len(set(every_port)), "each container its own port"
 
 
 @pytest.mark.parametrize("name", ["deployment.yaml", "deployment-single-process.yaml"])

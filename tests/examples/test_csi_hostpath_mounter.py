@@ -127,6 +127,7 @@ async def test_stage_and_publish_bind_the_volume_there(short_dir: pathlib.Path) 
         created = await controller.create_volume(
             v1.CreateVolumeRequest(name="vol", volume_capabilities=[MOUNT])
         )
+        assert created.volume is not None
         volume_id = created.volume.volume_id
         await node.node_stage_volume(
             v1.NodeStageVolumeRequest(
@@ -159,7 +160,7 @@ async def test_stage_and_publish_bind_the_volume_there(short_dir: pathlib.Path) 
         assert not is_mount_point(staging)
         # The data stayed in the volume.
         listed = await controller.list_volumes(v1.ListVolumesRequest())
-        assert [e.volume.volume_id for e in listed.entries] == [volume_id]
+        assert [e.volume.volume_id if e.volume else None for e in listed.entries] == [volume_id]
         with pytest.raises(GRPCError):
             await node.node_publish_volume(
                 v1.NodePublishVolumeRequest(

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 import yaml
-from kubernetes_asyncio.client import CoreV1Api, StorageV1Api
+from kubernetes_asyncio.client import CoreV1Api, StorageV1Api, V1PersistentVolumeClaim
 from manifest_support import LEADER_ELECTION_RULE, PROVISIONER_RULES, Manifests, Rule
 from module_support import load_file
 
@@ -184,7 +184,7 @@ async def test_the_rbac_is_what_the_running_program_asks_for(tmp_path: Path) -> 
     assert granted - used == set(NOT_EXERCISED), "grants that nothing uses"
 
 
-async def bound_claim(core: CoreV1Api, name: str, namespace: str) -> object | None:
+async def bound_claim(core: CoreV1Api, name: str, namespace: str) -> V1PersistentVolumeClaim | None:
     claim = await core.read_namespaced_persistent_volume_claim(name, namespace)
     return claim if claim.status.phase == "Bound" else None
 
