@@ -96,8 +96,9 @@ async def wait_ready(cluster: TestCluster, controller: ProvisionController) -> N
     await eventually(controller.ready, message="controller ready")
 
 
-def counter(metrics: ProvisionMetrics, name: str, **labels: str) -> float:
+def counter(metrics: ProvisionMetrics | None, name: str, **labels: str) -> float:
     """A sample of one of the controller's metrics from its private registry."""
+    assert metrics is not None
     assert metrics.registry is not None
     value = metrics.registry.get_sample_value(f"controller_{name}", labels)
     return value or 0.0

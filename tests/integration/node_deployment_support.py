@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes_asyncio.client import (
+    V1HostPathVolumeSource,
     V1NodeSelector,
     V1NodeSelectorRequirement,
     V1NodeSelectorTerm,
@@ -57,7 +58,7 @@ class NodeLocalProvisioner(Provisioner):
             spec=V1PersistentVolumeSpec(
                 capacity={"storage": "1Gi"},
                 access_modes=["ReadWriteOnce"],
-                host_path={"path": f"/tmp/{self.node}/{options.pv_name}"},
+                host_path=V1HostPathVolumeSource(path=f"/tmp/{self.node}/{options.pv_name}"),
                 node_affinity=V1VolumeNodeAffinity(
                     required=V1NodeSelector(
                         node_selector_terms=[

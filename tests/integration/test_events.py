@@ -160,7 +160,11 @@ async def test_api_down_retries_then_drops_and_recovers(
     async with recorder_running(kube_client, rec, "ns1", "ns2"):
         rec.event(PVC, "Warning", "ProvisioningFailed", "x")
         for attempt in range(1, 4):
-            await _wait_for(lambda a=attempt: apiserver.requests.count("create", "events") == a)
+
+            def tried(a: int = attempt) -> bool:
+                return apiserver.requests.count("create", "events") == a
+
+            await _wait_for(tried)
             await _wait_for(lambda: clock.waiters > 0)
             await clock.advance(10)
         await _wait_for(lambda: dropped(registry, "retries") == 1)

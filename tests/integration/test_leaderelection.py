@@ -41,7 +41,7 @@ class _Traffic:
 class _CountingClient(LimitedApiClient):
     traffic: _Traffic
 
-    async def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    async def request(self, *args: Any, **kwargs: Any) -> Any:
         self.traffic.in_flight += 1
         self.traffic.progress += 1
         try:

@@ -110,6 +110,7 @@ async def test_killed_while_the_pv_is_being_saved(kube_cluster: TestCluster) -> 
         "to do; test_killed_while_the_pv_create_is_lost_in_the_network covers it there"
     )
     server = kube_cluster.server
+    assert server is not None
     name = provisioner_name(kube_cluster)
     class_name = await create_class(kube_cluster, name)
     backend: dict[str, Obj] = {}
@@ -159,6 +160,7 @@ async def test_killed_while_the_pv_create_is_lost_in_the_network(
     class_name = await create_class(kube_cluster, name)
     backend: dict[str, Obj] = {}
     config = copy.deepcopy(kube_cluster.api_client.configuration)
+    assert config.host is not None
     target = urllib.parse.urlsplit(config.host)
     assert target.hostname is not None
     assert target.port is not None

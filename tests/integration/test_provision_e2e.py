@@ -101,7 +101,7 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
                 **{"class": class_name, "source": ""},
             )
             == 1
-        )  # type: ignore[arg-type]
+        )
 
         await delete_claim(kube_cluster, claim_name)
         await wait_deleted(kube_cluster, PERSISTENT_VOLUMES, pv_name)
@@ -112,7 +112,7 @@ async def test_claim_is_provisioned_bound_and_deleted_with_its_asset(
         await wait_idle(controller)
         assert (
             counter(options.metrics, "persistentvolume_delete_total", **{"class": class_name}) == 1
-        )  # type: ignore[arg-type]
+        )
 
 
 async def test_only_claims_of_our_classes_are_provisioned(kube_cluster: TestCluster) -> None:

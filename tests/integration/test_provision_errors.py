@@ -137,7 +137,7 @@ async def test_missing_class_gets_an_event_and_is_retried_until_created(
                 **{"class": class_name, "source": ""},
             )
             >= 1
-        )  # type: ignore[arg-type]
+        )
         await create_class(kube_cluster, name, name=class_name)
         await wait_bound(kube_cluster, claim_name)
 
@@ -272,10 +272,10 @@ async def test_ignored_claims_are_left_alone(kube_cluster: TestCluster) -> None:
         reasons = {e["reason"] for e in await events_of(kube_cluster, ignored["metadata"]["name"])}
         assert "ProvisioningFailed" not in reasons
         labels = {"class": class_name, "source": ""}
-        assert counter(options.metrics, "persistentvolumeclaim_provision_total", **labels) == 1  # type: ignore[arg-type]
+        assert counter(options.metrics, "persistentvolumeclaim_provision_total", **labels) == 1
         assert (
             counter(options.metrics, "persistentvolumeclaim_provision_failed_total", **labels) == 1
-        )  # type: ignore[arg-type]
+        )
 
 
 async def test_final_error_is_retried_up_to_the_threshold(kube_cluster: TestCluster) -> None:
@@ -291,7 +291,7 @@ async def test_final_error_is_retried_up_to_the_threshold(kube_cluster: TestClus
         async def gave_up() -> bool:
             fails = counter(
                 options.metrics, "persistentvolumeclaim_provision_failed_total", **labels
-            )  # type: ignore[arg-type]
+            )
             return fails >= 4
 
         await kube_cluster.wait_for(gave_up, message="4 failed attempts")
@@ -539,8 +539,8 @@ async def test_failed_delete_is_reported_and_retried(kube_cluster: TestCluster) 
         # The worker counts the deletion when its DELETE returns, after the PV is gone.
         await settle(controller)
         labels = {"class": class_name}
-        assert counter(options.metrics, "persistentvolume_delete_failed_total", **labels) == 2  # type: ignore[arg-type]
-        assert counter(options.metrics, "persistentvolume_delete_total", **labels) == 1  # type: ignore[arg-type]
+        assert counter(options.metrics, "persistentvolume_delete_failed_total", **labels) == 2
+        assert counter(options.metrics, "persistentvolume_delete_total", **labels) == 1
 
 
 async def test_deletion_guard_and_ignored_delete_keep_the_volume(kube_cluster: TestCluster) -> None:

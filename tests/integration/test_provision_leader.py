@@ -261,11 +261,13 @@ async def test_losing_the_lease_fails_the_controller(kube_cluster: TestCluster) 
         "cannot be made to do; test_a_lease_taken_by_another_holder_fails_the_controller "
         "covers losing the lease there"
     )
+    server = kube_cluster.server
+    assert server is not None
 
     async def renewals_fail(lease: str) -> None:
-        kube_cluster.server.faults.fail(500, resource="leases", count=None)
+        server.faults.fail(500, resource="leases", count=None)
 
     try:
         await leader_fails_on_losing_its_lease(kube_cluster, renewals_fail)
     finally:
-        kube_cluster.server.faults.clear()
+        server.faults.clear()

@@ -38,6 +38,7 @@ async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(
 ) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
+    assert server is not None
     provisioner = MemoryProvisioner()
     # Give up after two attempts, so the asset count can be checked at rest.
     options = fast_options(failed_provision_threshold=1)
@@ -76,6 +77,7 @@ async def test_backoff_store_deletes_the_asset_when_the_pv_cannot_be_saved(
 async def test_backoff_store_reports_a_failed_cleanup(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
+    assert server is not None
 
     class Undeletable(MemoryProvisioner):
         async def delete(self, volume: V1PersistentVolume) -> None:
@@ -221,6 +223,7 @@ def queue_store_options(limiter: ItemExponentialFailureRateLimiter) -> Provision
 async def test_queue_store_keeps_retrying_in_the_background(kube_cluster: TestCluster) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
+    assert server is not None
     provisioner = MemoryProvisioner()
     options = queue_store_options(ItemExponentialFailureRateLimiter(0.01, 0.05))
     controller, class_name = await controller_for(kube_cluster, provisioner, options)
@@ -241,6 +244,7 @@ async def test_queue_store_makes_a_last_attempt_on_graceful_stop(
 ) -> None:
     kube_cluster.require_in_memory("injects API failures")
     server = kube_cluster.server
+    assert server is not None
     provisioner = MemoryProvisioner()
     # Retries far in the future: only the stop's last attempt can save the PV in time.
     options = queue_store_options(ItemExponentialFailureRateLimiter(600.0, 600.0))

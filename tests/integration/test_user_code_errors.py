@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pytest
 from claim_support import create_claim, delete_claim
@@ -29,11 +30,11 @@ from pyprovlib.testing._cluster import TestCluster
 pytestmark = pytest.mark.e2e
 
 
-def records(stream: io.StringIO) -> list[dict[str, object]]:
+def records(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
-def bug_records(stream: io.StringIO, error_type: str) -> list[dict[str, object]]:
+def bug_records(stream: io.StringIO, error_type: str) -> list[dict[str, Any]]:
     return [r for r in records(stream) if r.get("error_type") == error_type]
 
 
@@ -51,7 +52,8 @@ class BuggyProvisioner(MemoryProvisioner):
             if self.bug == "zero":
                 return 1 / 0  # type: ignore[return-value]
             if self.bug == "key":
-                return {}["storage"]  # type: ignore[no-any-return]
+                no_volumes: dict[str, V1PersistentVolume] = {}
+                return no_volumes["storage"]
             if self.bug == "secret":
                 raise RuntimeError("backend login failed: password=hunter2-s3cret")
             raise ProvisioningError("pool full", ProvisioningState.FINISHED)
@@ -88,7 +90,7 @@ async def test_a_bug_in_provision_is_logged_with_its_traceback_and_named_in_the_
     assert exception.startswith("Traceback (most recent call last):")
     assert "in provision" in exception  # the user's frame
     assert exception.endswith(text)
-    assert record["claim"].endswith(claim)  # type: ignore[union-attr]
+    assert record["claim"].endswith(claim)
     # The retry line names the type too; no other record carries the traceback.
     assert sum("exception" in r for r in records(logs)) == 1
 

@@ -53,9 +53,12 @@ async def test_controller_expand_volume(resizing: CSIScenario) -> None:
     await s.expand(claim, "2Gi")
     (request,) = s.state.requests
     assert request.volume_id == handle
+    assert request.capacity_range is not None
     assert request.capacity_range.required_bytes == 2 * GI
     assert request.secrets == {}
+    assert request.volume_capability is not None
     assert request.volume_capability.mount is not None
+    assert request.volume_capability.access_mode is not None
     assert (
         request.volume_capability.access_mode.mode
         == v1.VolumeCapabilityAccessModeMode.SINGLE_NODE_WRITER
@@ -317,5 +320,6 @@ async def test_block_volume_capability(resizing: CSIScenario) -> None:
     claim, _, _ = await s.volume(volume_mode="Block")
     await s.expand(claim, "2Gi")
     (request,) = s.state.requests
+    assert request.volume_capability is not None
     assert request.volume_capability.block is not None
     assert request.volume_capability.mount is None

@@ -281,6 +281,7 @@ async def test_nothing_is_modified_twice_when_recording_the_success_fails(
     claim, pv, handle = await s.claim_with_class(None)
     backend = MemoryModifier(s.driver)
     server = kube_cluster.server
+    assert server is not None
     server.faults.fail(500, verb="patch", resource="persistentvolumes", name=pv, count=2)
     ctrl = controller(s.cluster, backend)
     async with running(ctrl):
