@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from claim_support import attachment_body
@@ -58,14 +58,18 @@ from pyprovlib.kube._resources import CSINODES, PERSISTENT_VOLUMES, VOLUME_ATTAC
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._server import ApiServer
 
-attach_support = load_support("attach", "attach_support")
-csi_attach_driver = load_support("attach", "csi_attach_driver")
+if TYPE_CHECKING:  # the same modules, for tools/typecheck_tests.py
+    import attach_support
+    import csi_attach_driver
+else:
+    attach_support = load_support("attach", "attach_support")
+    csi_attach_driver = load_support("attach", "csi_attach_driver")
 
 PUBLISH_CONTEXT = {"devicePath": "/dev/reliability"}
 Pair = tuple[str, str]  # (volume handle, node id)
 
 
-class CountingAttacher(attach_support.MemoryAttacher):  # type: ignore[misc]
+class CountingAttacher(attach_support.MemoryAttacher):
     """The in-memory backend, counting the attaches and detaches that changed something, and
     pausing (up to ``max_pause`` seconds) after each operation so crashes land between "done
     in the backend" and "recorded in the API"."""
@@ -108,7 +112,7 @@ class CountingAttacher(attach_support.MemoryAttacher):  # type: ignore[misc]
         return set(self.attached)
 
 
-class ListingCountingAttacher(CountingAttacher, attach_support.ListingAttacher):  # type: ignore[misc]
+class ListingCountingAttacher(CountingAttacher, attach_support.ListingAttacher):
     """The same backend able to list what it published: the reconciler runs too."""
 
 
@@ -180,7 +184,7 @@ class World(Problems):
                 "metadata": {"name": name},
                 "spec": {"drivers": [{"name": self.driver, "nodeID": node_id}]},
             }
-            await with_retries(lambda body=body: api.create(body))
+            await with_retries(functools.partial(api.create, body))
 
     async def create_pvs(self, count: int) -> list[str]:
         api = ResourceClient(self.client, PERSISTENT_VOLUMES)
@@ -286,13 +290,13 @@ class World(Problems):
                 )
         problems += [f"backend attachment {p} without a VA" for p in sorted(pairs - wanted)]
         used = self.used_pvs()
-        for name, pv in pvs.items():
-            has = self.finalizer in attach_support.finalizers(pv)
+        for name, volume in pvs.items():
+            has = self.finalizer in attach_support.finalizers(volume)
             if self.trivial and has:
                 problems.append(f"the trivial handler put a finalizer on PV {name}")
             if not self.trivial and name in used and not has:
                 problems.append(f"PV {name} is used by a live VA but has no finalizer")
-            if name not in used and meta(pv).get("deletionTimestamp"):
+            if name not in used and meta(volume).get("deletionTimestamp"):
                 problems.append(f"PV {name} is deleted and unused but still exists")
         problems += [f"deleted PV {n} is gone though a VA uses it" for n in used - set(pvs)]
         return problems
@@ -657,12 +661,12 @@ async def sigkill_scenario(tmp_path: Path, vas: int, kills: int, seed: int) -> N
                 for _ in range(kills):
                     await process.start()
                     before = progress()
+
+                    def progressed(before: int = before) -> bool:
+                        return progress() != before
+
                     with contextlib.suppress(AssertionError):
-                        await wait_until(
-                            lambda before=before: progress() != before,
-                            timeout=20,
-                            message="",
-                        )
+                        await wait_until(progressed, timeout=20, message="")
                     await asyncio.sleep(rng.uniform(0.0, 0.4))
                     killed_mid_work.append(not world.settled())
                     await process.kill()

@@ -66,7 +66,7 @@ HOSTILE = [
     "~",
 ]
 fragments = st.sampled_from(HOSTILE) | st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20
+    st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20
 )
 hostile_paths = st.lists(fragments, min_size=1, max_size=4).map("/".join)
 patterns = st.sampled_from(

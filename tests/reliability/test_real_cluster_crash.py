@@ -17,6 +17,7 @@ test_process_crash.py's and test_leader_failover.py's; here they skip without a 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import random
 import time
@@ -75,10 +76,11 @@ class ApiView:
             return self._volumes
         raise KeyError(resource)
 
-    def claims(self) -> list[Obj]:
+    # builtins.list: in the class body, below the method, ``list`` is the method.
+    def claims(self) -> builtins.list[Obj]:
         return self.list("persistentvolumeclaims", self.cluster.namespace)
 
-    def volumes(self, class_name: str) -> list[Obj]:
+    def volumes(self, class_name: str) -> builtins.list[Obj]:
         return [pv for pv in self._volumes if pv["spec"].get("storageClassName") == class_name]
 
     def bound(self, expected: int) -> bool:

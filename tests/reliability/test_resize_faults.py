@@ -29,7 +29,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from claim_support import claim_body, class_body
@@ -61,7 +61,10 @@ from pyprovlib.kube._resources import (
 from pyprovlib.kube._rest import ResourceClient
 from pyprovlib.testing._server import ApiServer
 
-resize_support = load_support("resize", "resize_support")
+if TYPE_CHECKING:  # the same module, for tools/typecheck_tests.py
+    import resize_support
+else:
+    resize_support = load_support("resize", "resize_support")
 
 GI = 1024**3
 RESIZE_CONDITIONS = {

@@ -97,7 +97,7 @@ def leaks(text: str, secrets: Sequence[str]) -> list[str]:
 
 def server_dump(server: ApiServer) -> str:
     """Every stored object except Secrets, as JSON."""
-    parts = []
+    parts: list[str] = []
     for resource in RESOURCES:
         if resource is SECRETS or resource.group == "events.k8s.io":
             continue
